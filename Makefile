@@ -1,0 +1,42 @@
+# rkaudio: two venvs (export: torch/onnx/model packages; convert-<ver>: rknn-toolkit2, strict pins),
+# the engines a release ships, and the tests. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV_DIR ?= .venv
+RKNN_TOOLKIT ?= 2.3.2
+TARGET ?= rk3588
+# CI builds the small-graph engine with both toolkits, so `make test` creates both converter venvs.
+TEST_TOOLKITS ?= 2.3.2 2.5.0
+PYTEST_ARGS ?=
+
+EXPORT_PY := $(VENV_DIR)/export/bin/python
+export RKAUDIO_VENV_DIR := $(abspath $(VENV_DIR))
+
+.PHONY: help venvs venv-export venv-convert engines test bench clean-venvs
+help:
+	@echo "make venvs [RKNN_TOOLKIT=2.3.2|2.5.0]  create .venv/export and .venv/convert-<ver> (idempotent)"
+	@echo "make engines TARGET=rk3588             build every recipe whose checkpoint is present into dist/<target>/"
+	@echo "make test                              create the venvs if missing, run the test suite"
+	@echo "make bench NAME=<bench>                run bench/<bench>.py (table + bench/results/<bench>.json)"
+
+venvs: venv-export venv-convert
+
+# Each venv is rebuilt only when its pin files change: the stamp holds their sha256.
+venv-export:
+	@bash venvs/ensure.sh export $(VENV_DIR)/export venvs/export.txt venvs/export-nodeps.txt
+
+venv-convert:
+	@bash venvs/ensure.sh convert $(VENV_DIR)/convert-$(RKNN_TOOLKIT) venvs/convert-$(RKNN_TOOLKIT).txt
+
+engines: venvs
+	$(EXPORT_PY) -m converters.cli engines --target $(TARGET) --toolkit $(RKNN_TOOLKIT)
+
+test: venv-export
+	@for v in $(TEST_TOOLKITS); do $(MAKE) --no-print-directory venv-convert RKNN_TOOLKIT=$$v || exit 1; done
+	$(EXPORT_PY) -m pytest $(PYTEST_ARGS)
+
+bench: venvs
+	$(EXPORT_PY) bench/run.py $(NAME)
+
+clean-venvs:
+	rm -rf $(VENV_DIR)
