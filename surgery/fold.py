@@ -1,0 +1,89 @@
+"""Pin input shapes and constant-fold with onnxslim.
+
+Why: RKNN has no dynamic shapes, and `Shape -> ConstantOfShape/Range -> Slice` sizing glue that
+exporters emit makes `rknn.build` abort inside fold_constant with no traceback. Once every input
+shape is fixed, that glue is constant and folds away."""
+from __future__ import annotations
+
+import onnx
+
+
+def pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
+    """Set the named inputs' dims to fixed values (other inputs untouched); no folding."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    known = {i.name for i in out.graph.input}
+    unknown = set(shapes) - known
+    if unknown:
+        raise ValueError(f"no graph input named {sorted(unknown)}; inputs are {sorted(known)}")
+    for graph_input in out.graph.input:
+        if graph_input.name in shapes:
+            dims = graph_input.type.tensor_type.shape.dim
+            wanted = shapes[graph_input.name]
+            if len(dims) != len(wanted):
+                raise ValueError(f"input {graph_input.name} has rank {len(dims)}, asked to pin {wanted}")
+            for dim, value in zip(dims, wanted):
+                dim.ClearField("dim_param")
+                dim.dim_value = int(value)
+    return out
+
+
+def fold_fixed(model: onnx.ModelProto, shapes: dict[str, list[int]] | None = None) -> onnx.ModelProto:
+    """Pin `shapes` (if given), then constant-fold and simplify with onnxslim; metadata is kept."""
+    import onnxslim
+
+    pinned = pin_input_shapes(model, shapes or {})
+    props = [(p.key, p.value) for p in pinned.metadata_props]
+    folded = _fold_constant_nodes(onnxslim.slim(pinned))
+    # onnx 1.23 stamps IR 14, which onnxruntime 1.26 and the toolkit's onnx 1.16 cannot read;
+    # the ops are unchanged, so the source's IR version stays valid.
+    folded.ir_version = pinned.ir_version
+    del folded.metadata_props[:]
+    for key, value in props:
+        entry = folded.metadata_props.add()
+        entry.key, entry.value = key, value
+    return folded
+
+
+def _fold_constant_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Evaluate every node whose inputs are all constant and store its outputs as initializers.
+
+    onnxslim (GraphSurgeon) leaves some such nodes, e.g. `ConstantOfShape` of a folded `Shape`."""
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    opsets = list(out.opset_import)
+    kept = []
+    for node in graph.node:
+        inputs = [name for name in node.input if name]
+        foldable = node.op_type == "Constant" or (inputs and all(name in constants for name in inputs))
+        if not foldable or node.domain not in ("", "ai.onnx"):
+            kept.append(node)
+            continue
+        single = onnx.helper.make_model(
+            onnx.helper.make_graph([node], "fold", [], [onnx.helper.make_empty_tensor_value_info(o) for o in node.output]),
+            opset_imports=opsets,
+        )
+        values = ReferenceEvaluator(single).run(None, {name: constants[name] for name in inputs})
+        for name, value in zip(node.output, values):
+            constants[name] = value
+            graph.initializer.append(numpy_helper.from_array(value, name))
+    del graph.node[:]
+    graph.node.extend(kept)
+    used = {name for node in kept for name in node.input} | {o.name for o in graph.output}
+    live = [init for init in graph.initializer if init.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(live)
+    return out
+
+
+def op_histogram(model: onnx.ModelProto) -> dict[str, int]:
+    """Node count per op type (for before/after reports)."""
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
