@@ -33,9 +33,13 @@ engines: venvs
 
 test: venv-export
 	@for v in $(TEST_TOOLKITS); do $(MAKE) --no-print-directory venv-convert RKNN_TOOLKIT=$$v || exit 1; done
-	$(EXPORT_PY) -m pytest $(PYTEST_ARGS)
+	@echo "$(EXPORT_PY) -m pytest $(PYTEST_ARGS)"
+	@# pytest exits 5 when it collected nothing (run from elsewhere, a testpaths typo): never a pass.
+	@$(EXPORT_PY) -m pytest $(PYTEST_ARGS); status=$$?; \
+	  if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests (exit 5)" >&2; fi; exit $$status
 
 bench: venvs
+	@test -n "$(NAME)" || { echo "usage: make bench NAME=<name>  (bench/<name>.py)" >&2; exit 2; }
 	$(EXPORT_PY) bench/run.py $(NAME)
 
 clean-venvs:

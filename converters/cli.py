@@ -27,6 +27,10 @@ app.add_typer(check_app, name="check")
 
 def _register_all() -> None:
     import converters.families as families
+    importlib.import_module("converters.spine_commands").register(app, check_app)
+    from converters import recipes
+
+    recipes.register(app)
 
     for info in sorted(pkgutil.iter_modules(families.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"converters.families.{info.name}")

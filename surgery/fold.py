@@ -87,3 +87,38 @@ def op_histogram(model: onnx.ModelProto) -> dict[str, int]:
     for node in model.graph.node:
         counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def fold_static_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Replace `Shape` of statically shaped tensors by constants and evaluate what then becomes constant,
+    with onnx's reference evaluator, until nothing changes.
+
+    Why: run before `fold_fixed` on graphs whose pad amounts are computed from shapes (VITS relative
+    attention): onnxslim 0.1.98 folds the Shape -> Concat -> Reshape -> Slice(step -1) -> Transpose pad glue
+    of the Piper encoder to the wrong pads ([0,0,127,0,0,0] instead of [0,0,0,0,0,127] at N=128)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    while True:
+        inferred = onnx.shape_inference.infer_shapes(out)
+        static = {}
+        for value in [*inferred.graph.value_info, *inferred.graph.input]:
+            dims = value.type.tensor_type.shape.dim
+            if dims and all(d.HasField("dim_value") for d in dims):
+                static[value.name] = [d.dim_value for d in dims]
+        kept, replaced = [], 0
+        for node in out.graph.node:
+            if node.op_type == "Shape" and not node.attribute and node.input[0] in static:
+                out.graph.initializer.append(
+                    numpy_helper.from_array(np.array(static[node.input[0]], dtype=np.int64), node.output[0]))
+                replaced += 1
+            else:
+                kept.append(node)
+        del out.graph.node[:]
+        out.graph.node.extend(kept)
+        before = len(out.graph.node)
+        out = _fold_constant_nodes(out)
+        if not replaced and len(out.graph.node) == before:
+            return out

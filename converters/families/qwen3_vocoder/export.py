@@ -1,0 +1,178 @@
+"""Export one fixed-shape step (or a stateless window decode) to ONNX with its contract, self-check
+inputs and export-stage verdicts."""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gates.verdict import Verdict, at_least, at_most
+
+FAMILY = "qwen3-vocoder"
+COMPONENT = "speech_decoder"
+EXEC_PLAN_OPTION = "qwen3_tts.exec_plan"
+ROLES = ("main", "first", "window")
+WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
+MIN_STEPWISE_SNR_DB = 40.0
+MIN_ONNX_SNR_DB = 80.0
+OPSET = 17
+# Ops that a decomposed LayerNorm / Softmax (a newer exporter) leaves behind; the compact export has none.
+DECOMPOSITION_MARKERS = ("Pad", "Exp", "Shape", "ConstantOfShape")
+
+
+@dataclass
+class ExportResult:
+    onnx: Path
+    selfcheck: Path
+    contract: dict
+    verdicts: list[Verdict] = field(default_factory=list)
+
+
+class _FixedStep:
+    """Export wrappers: the stateful step, or a full decode from a zeroed cache (the window role)."""
+
+    @staticmethod
+    def stateful(step):
+        import torch
+
+        class Step(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.step = step
+
+            def forward(self, codes, cache_in):
+                return self.step(codes, cache_in)
+
+        return Step()
+
+    @staticmethod
+    def window(step):
+        import torch
+
+        class Window(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.step = step
+
+            def forward(self, codes):
+                return self.step(codes, torch.zeros(self.step.cache_numel))[0]
+
+        return Window()
+
+
+def decomposition_counts(model) -> dict[str, int]:
+    """How many nodes of each decomposition marker the graph holds, plus `LayerNorm(decomposed)`: a
+    ReduceMean whose output is subtracted from its own input (x - mean(x)), the mean-centring of a
+    LayerNorm written out as elementwise ops (RMSNorm has no such Sub)."""
+    counts = Counter(node.op_type for node in model.graph.node if node.op_type in DECOMPOSITION_MARKERS)
+    reduce_means = {node.output[0]: node.input[0] for node in model.graph.node if node.op_type == "ReduceMean"}
+    centring = sum(1 for node in model.graph.node if node.op_type == "Sub" and len(node.input) == 2
+                   and reduce_means.get(node.input[1]) == node.input[0])
+    if centring:
+        counts["LayerNorm(decomposed)"] = centring
+    return dict(counts)
+
+
+def export_health(model, stream=None) -> Verdict:
+    """Export-health verdict: decomposition markers and problem ops (gates.opscan) of the exported graph.
+    Such graphs make `rknn.build` abort inside fold_constant with no traceback, so say it here."""
+    from gates import opscan
+
+    counts = decomposition_counts(model)
+    problems = [p for p in opscan.scan(model) if p.op_type not in counts and p.op_type not in ("Sin", "Cos")]
+    total = sum(counts.values()) + len(problems)
+    detail = ", ".join(f"{op} x{n}" for op, n in sorted(counts.items()))
+    if total:
+        stream = stream or sys.stderr
+        print(f"warning: export health: {detail or 'no decomposition markers'}; {len(problems)} problem op(s). "
+              "A decomposed LayerNorm/Softmax makes rknn.build abort inside fold_constant with no traceback: export "
+              f"with torch.onnx.export(dynamo=False, opset_version={OPSET}) as this family does.", file=stream)
+        opscan.warn(problems, stream)
+    return at_most("export health", total, 0, "nodes", detail)
+
+
+def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None, seed: int = 0) -> ExportResult:
+    """Trace `step` for `frames` code frames, check it, write `onnx_path` (+ `<stem>.selfcheck.npz`).
+
+    Stateful roles (main, first): the stepwise decode (steps of `frames`) must match a full decode of the same
+    codes by `reference` (the package decoder; the step itself at full length when None)."""
+    import numpy as np
+    import onnx
+    import torch
+
+    from converters.contract import make_contract
+    from converters.families.qwen3_vocoder.step import decode_in_steps
+    from gates.snr import snr_db
+    from surgery.fold import fold_fixed
+    from surgery.metadata import set_contract
+
+    if role not in ROLES:
+        raise ValueError(f"role {role!r}: one of {ROLES}")
+    step = step.eval()
+    quantizers, book = step.dims["num_quantizers"], step.dims["codebook_size"]
+    generator = torch.Generator().manual_seed(seed)
+    onnx_path = Path(onnx_path)
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    verdicts: list[Verdict] = []
+    fields = step.contract_fields()
+
+    if role == "window":
+        if frames <= WINDOW_CONTEXT:
+            raise ValueError(f"a window of {frames} frames leaves nothing after {WINDOW_CONTEXT} context frames")
+        fields.update(window=frames, context=WINDOW_CONTEXT, emitted=frames - WINDOW_CONTEXT)
+        wrapper = _FixedStep.window(step)
+        codes = torch.randint(0, book, (1, quantizers, frames), generator=generator)
+        feeds = {"codes": codes}
+        names_in, names_out = ["codes"], ["pcm"]
+    else:
+        # Self-check: two steps of `frames` against one full decode, then the ONNX feed is the second step
+        # (a warm cache, so the engine's cache path is checked too).
+        codes_all = torch.randint(0, book, (1, quantizers, 2 * frames), generator=generator)
+        with torch.no_grad():
+            stepwise, _ = decode_in_steps(step, codes_all, [frames, frames])
+            full = (reference(codes_all)[:, 0] if reference is not None else step(codes_all, step.zero_cache())[0])
+            _, warm = step(codes_all[..., :frames], step.zero_cache())
+        stepwise_snr = snr_db(full.numpy(), stepwise.numpy())
+        verdicts.append(at_least(f"stepwise_vs_full[B={frames}]", stepwise_snr, MIN_STEPWISE_SNR_DB, "dB",
+                                 f"2 steps of {frames} frames vs one full decode"
+                                 + (" by the qwen-tts package decoder" if reference is not None else "")))
+        wrapper = _FixedStep.stateful(step)
+        feeds = {"codes": codes_all[..., frames:], "cache_in": warm}
+        names_in, names_out = ["codes", "cache_in"], ["pcm", "cache_out"]
+    fields["frames"] = frames
+
+    raw_path = onnx_path.with_suffix(".raw.onnx")
+    with torch.no_grad():
+        expected = wrapper(*feeds.values())
+        torch.onnx.export(wrapper, tuple(feeds.values()), str(raw_path), dynamo=False, opset_version=OPSET,
+                          input_names=names_in, output_names=names_out, do_constant_folding=True)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    try:
+        model = fold_fixed(onnx.load(str(raw_path)))
+    finally:
+        raw_path.unlink(missing_ok=True)
+    health = export_health(model)
+    verdicts.append(health)
+    print(f"export: {len(model.graph.node)} nodes, opset {OPSET}; cache_numel {fields['cache_numel']}, "
+          f"head_dim {fields['head_dim']}, kv_len {fields['kv_len']}", file=sys.stderr)
+
+    contract = make_contract(FAMILY, COMPONENT, role, EXEC_PLAN_OPTION, ladder_key=frames, **fields)
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(names_out, {name: value.numpy() for name, value in feeds.items()})
+    for name, want, have in zip(names_out, expected, got):
+        verdicts.append(at_least(f"onnx_vs_torch[{name}]", snr_db(want.numpy(), have), MIN_ONNX_SNR_DB, "dB",
+                                 "onnxruntime fp32 vs the traced torch step"))
+    contract["export_verdicts"] = [v.to_json() for v in verdicts]
+    onnx.save(set_contract(model, contract), str(onnx_path))
+    selfcheck = onnx_path.with_suffix(".selfcheck.npz")
+    np.savez(selfcheck, **{name: value.numpy() for name, value in feeds.items()})
+    return ExportResult(onnx_path, selfcheck, contract, verdicts)
+
+
+def export_verdicts_of(contract: dict) -> list[Verdict]:
+    """The export-stage verdicts stored in a contract (for the conversion stage)."""
+    return [Verdict(**{**v, "value": float(v["value"]), "threshold": float(v["threshold"])})
+            for v in contract.get("export_verdicts", [])]

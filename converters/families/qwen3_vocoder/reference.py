@@ -1,0 +1,65 @@
+"""The qwen-tts package's own decoder (`Qwen3TTSTokenizerV2Decoder`), imported by file.
+
+The package `__init__` pulls gradio, librosa and sox (not installed), so its `tokenizer_12hz` folder is
+mounted as a stand-alone package; its relative imports (the configuration module) then resolve."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+from converters.toolkit import SetupError
+
+_ALIAS = "_rkaudio_qwen_tokenizer_12hz"
+
+
+def _package_dir() -> Path:
+    spec = importlib.util.find_spec("qwen_tts")
+    if spec is None or not spec.submodule_search_locations:
+        raise SetupError("the qwen-tts package is not installed in this venv (export venv: venvs/export-nodeps.txt)")
+    return Path(spec.submodule_search_locations[0]) / "core" / "tokenizer_12hz"
+
+
+def modeling_module():
+    """`qwen_tts/core/tokenizer_12hz/modeling_qwen3_tts_tokenizer_v2.py`, imported without the package."""
+    if _ALIAS not in sys.modules:
+        package = types.ModuleType(_ALIAS)
+        package.__path__ = [str(_package_dir())]
+        sys.modules[_ALIAS] = package
+    return importlib.import_module(f"{_ALIAS}.modeling_qwen3_tts_tokenizer_v2")
+
+
+def reference_decoder(decoder_config: dict, state_dict: dict | None = None):
+    """The package decoder for `decoder_config` (eval mode), loaded from `state_dict` when given."""
+    module = modeling_module()
+    config_module = importlib.import_module(f"{_ALIAS}.configuration_qwen3_tts_tokenizer_v2")
+    config = config_module.Qwen3TTSTokenizerV2DecoderConfig(**decoder_config)
+    config._attn_implementation = "eager"
+    decoder = module.Qwen3TTSTokenizerV2Decoder(config)
+    if state_dict is not None:
+        decoder.load_state_dict(state_dict, strict=True)
+    return decoder.eval()
+
+
+def randomize_(decoder, codes, seed: int = 0, spread: float = 0.3, output_rms: float = 0.3):
+    """Perturb every parameter (relative to its spread; absolute for constant-initialised ones such as the
+    zero codebooks) and scale the last conv so `codes` decode to `output_rms` before the clamp: a random
+    decoder whose audio is neither silent nor clipped, for tests and benches (no weights download here)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in decoder.parameters():
+            width = float(parameter.std()) if parameter.numel() > 1 else 0.0
+            noise = torch.randn(parameter.shape, generator=generator)
+            parameter.add_(noise * spread * (width if width > 0 else 1.0))
+        seen = {}
+        hook = decoder.decoder[-1].register_forward_hook(lambda module, args, out: seen.update(out=out))
+        decoder(codes)
+        hook.remove()
+        scale = output_rms / float(seen["out"].pow(2).mean().sqrt())
+        decoder.decoder[-1].conv.weight.mul_(scale)
+        decoder.decoder[-1].conv.bias.mul_(scale)
+    return decoder

@@ -1,0 +1,468 @@
+"""The Qwen3-TTS 12 Hz speech-tokenizer decoder as one stateful streaming step.
+
+`StreamingDecoder` holds the same parameters, under the same state-dict names, as the package's
+`Qwen3TTSTokenizerV2Decoder`, and decodes `B` code frames from a flat fp32 cache: every causal-conv
+tail, every transposed-conv input tail and the sliding-window K/V history (plus one validity flag per
+history slot, so an all-zero cache is the start of a stream). The cache layout depends on the config
+only, never on `B`, so a B=16 step's cache feeds a B=64 step.
+
+Why a step and not windows: every part of this decoder is causal (left-padded convs, transposed convs
+trimmed on the right, causal sliding-window attention), so carrying the left state through the graph
+reproduces one full-length decode exactly, with no seams and no re-decoded context.
+
+Everything is fixed-shape and built from constants the exporter folds: RoPE tables use positions
+relative to the window (RoPE scores depend only on position differences), masks are precomputed
+additive masks, and Snake's exp(alpha)/1/exp(beta) fold to per-channel constants."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+SAMPLES_PER_FRAME_KEY = "samples_per_frame"
+# Additive mask value: exp(-1e4) is exactly 0 in fp32 and the value stays finite in fp16.
+MASK_NEGATIVE = 1.0e4
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    name: str
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+class CacheLayout:
+    """Ordered (name, shape) entries of the flat cache vector."""
+
+    def __init__(self) -> None:
+        self.entries: list[CacheEntry] = []
+
+    def add(self, name: str, shape: tuple[int, ...]) -> str:
+        if any(e.name == name for e in self.entries):
+            raise ValueError(f"cache entry {name} declared twice")
+        self.entries.append(CacheEntry(name, tuple(int(d) for d in shape)))
+        return name
+
+    @property
+    def numel(self) -> int:
+        return sum(e.numel for e in self.entries)
+
+    def split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, offset = {}, 0
+        for entry in self.entries:
+            out[entry.name] = flat[offset : offset + entry.numel].reshape(entry.shape)
+            offset += entry.numel
+        return out
+
+    def join(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([parts[e.name].reshape(-1) for e in self.entries])
+
+    def to_json(self) -> list[dict]:
+        offsets, offset = [], 0
+        for entry in self.entries:
+            offsets.append({"name": entry.name, "shape": list(entry.shape), "offset": offset})
+            offset += entry.numel
+        return offsets
+
+
+def decoder_dims(config: dict) -> dict:
+    """The figures of a decoder config the step needs (package defaults for absent keys)."""
+    hidden = int(config.get("hidden_size", 1024))
+    heads = int(config.get("num_attention_heads", 16))
+    if "codebook_dim" not in config:
+        raise KeyError("codebook_dim")
+    return {
+        "codebook_size": int(config.get("codebook_size", 2048)),
+        "codebook_dim": int(config["codebook_dim"]),
+        "num_quantizers": int(config.get("num_quantizers", 16)),
+        "latent_dim": int(config.get("latent_dim", 1024)),
+        "hidden_size": hidden,
+        "heads": heads,
+        "kv_heads": int(config.get("num_key_value_heads", 16)),
+        "head_dim": int(config.get("head_dim") or hidden // heads),
+        "intermediate_size": int(config.get("intermediate_size", 3072)),
+        "layers": int(config.get("num_hidden_layers", 8)),
+        "sliding_window": int(config.get("sliding_window", 72)),
+        "rope_theta": float(config.get("rope_theta", 10000.0)),
+        "rms_norm_eps": float(config.get("rms_norm_eps", 1e-5)),
+        "attention_bias": bool(config.get("attention_bias", False)),
+        "hidden_act": str(config.get("hidden_act", "silu")),
+        "upsample_rates": [int(r) for r in config.get("upsample_rates", (8, 5, 4, 3))],
+        "upsampling_ratios": [int(r) for r in config.get("upsampling_ratios", (2, 2))],
+        "decoder_dim": int(config.get("decoder_dim", 1536)),
+    }
+
+
+# ---------------------------------------------------------------- stateful building blocks
+
+class CausalConv(nn.Module):
+    """Mirrors the package's causal conv (`.conv`); the left padding comes from the cache instead of zeros."""
+
+    def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, kernel: int, dilation: int = 1,
+                 groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation, groups=groups)
+        self.context = (kernel - 1) * dilation
+        self.tail = layout.add(name, (1, cin, self.context)) if self.context else None
+
+    def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
+        if self.tail is None:
+            return self.conv(x)
+        full = torch.cat([state[self.tail], x], dim=-1)
+        new_state[self.tail] = full[..., -self.context :]
+        return self.conv(full)
+
+
+class CausalTransposedConv(nn.Module):
+    """Mirrors the package's causal transposed conv (`.conv`, right side trimmed). Output samples that
+    overlap the previous frame need that frame, so its input tail is carried in the cache."""
+
+    def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, kernel: int, stride: int):
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(cin, cout, kernel, stride=stride)
+        self.stride = stride
+        self.context = -(-(kernel - stride) // stride)
+        self.tail = layout.add(name, (1, cin, self.context)) if self.context else None
+
+    def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
+        frames = x.shape[-1]
+        if self.tail is not None:
+            x = torch.cat([state[self.tail], x], dim=-1)
+            new_state[self.tail] = x[..., -self.context :]
+        start = self.context * self.stride
+        return self.conv(x)[..., start : start + frames * self.stride]
+
+
+class SnakeBeta(nn.Module):
+    """x + sin^2(x * e^alpha) / e^beta, with the same parameters as the package's SnakeBeta."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        frequency = torch.exp(self.alpha)[None, :, None]
+        inverse_magnitude = 1.0 / (torch.exp(self.beta)[None, :, None] + 1e-9)
+        sine = torch.sin(x * frequency)
+        return x + inverse_magnitude * (sine * sine)
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, layout: CacheLayout, name: str, dim: int):
+        super().__init__()
+        self.dwconv = CausalConv(layout, name, dim, dim, 7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
+
+    def forward(self, x, state, new_state):
+        h = self.dwconv(x, state, new_state).transpose(1, 2)
+        h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
+        return x + (self.gamma * h).transpose(1, 2)
+
+
+class ResidualUnit(nn.Module):
+    def __init__(self, layout: CacheLayout, name: str, dim: int, dilation: int):
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv(layout, name, dim, dim, 7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv(layout, name + ".pointwise", dim, dim, 1)
+
+    def forward(self, x, state, new_state):
+        h = self.conv1(self.act1(x), state, new_state)
+        return x + self.conv2(self.act2(h), state, new_state)
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, rate: int):
+        super().__init__()
+        blocks = [SnakeBeta(cin), CausalTransposedConv(layout, name + ".up", cin, cout, 2 * rate, rate)]
+        blocks += [ResidualUnit(layout, f"{name}.res{d}", cout, d) for d in (1, 3, 9)]
+        self.block = nn.ModuleList(blocks)
+
+    def forward(self, x, state, new_state):
+        x = self.block[0](x)
+        x = self.block[1](x, state, new_state)
+        for unit in self.block[2:]:
+            x = unit(x, state, new_state)
+        return x
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), 0.01))
+
+    def forward(self, x):
+        return self.scale * x
+
+
+class Attention(nn.Module):
+    def __init__(self, dims: dict):
+        super().__init__()
+        hidden, heads, kv_heads, head_dim = dims["hidden_size"], dims["heads"], dims["kv_heads"], dims["head_dim"]
+        bias = dims["attention_bias"]
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=bias)
+
+    def forward(self, x, k_history, v_history, rope, mask):
+        """x [1,B,hidden]; histories [1,kv_heads,kv_len,head_dim] of un-rotated keys / values."""
+        frames = x.shape[1]
+        q = self.q_proj(x).view(1, frames, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(1, frames, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(1, frames, self.kv_heads, self.head_dim).transpose(1, 2)
+        k_all = torch.cat([k_history, k], dim=2)
+        v_all = torch.cat([v_history, v], dim=2)
+        cos, sin = rope
+        kv_len = k_history.shape[2]
+        q = _rotate(q, cos[kv_len:], sin[kv_len:])
+        k_rot = _rotate(k_all, cos, sin)
+        if self.heads != self.kv_heads:
+            group = self.heads // self.kv_heads
+            k_rot = k_rot.repeat_interleave(group, dim=1)
+            v_rep = v_all.repeat_interleave(group, dim=1)
+        else:
+            v_rep = v_all
+        scores = torch.matmul(q, k_rot.transpose(2, 3)) * self.head_dim**-0.5 + mask
+        out = torch.matmul(torch.softmax(scores, dim=-1), v_rep)
+        out = out.transpose(1, 2).reshape(1, frames, self.heads * self.head_dim)
+        return self.o_proj(out), k_all[:, :, -kv_len:], v_all[:, :, -kv_len:]
+
+
+def _rotate(x, cos, sin):
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Mlp(nn.Module):
+    def __init__(self, dims: dict):
+        super().__init__()
+        if dims["hidden_act"] != "silu":
+            raise ValueError(f"hidden_act {dims['hidden_act']!r}: the step implements silu (the released config)")
+        self.gate_proj = nn.Linear(dims["hidden_size"], dims["intermediate_size"], bias=False)
+        self.up_proj = nn.Linear(dims["hidden_size"], dims["intermediate_size"], bias=False)
+        self.down_proj = nn.Linear(dims["intermediate_size"], dims["hidden_size"], bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, dims: dict):
+        super().__init__()
+        self.self_attn = Attention(dims)
+        self.mlp = Mlp(dims)
+        self.input_layernorm = RMSNorm(dims["hidden_size"], dims["rms_norm_eps"])
+        self.post_attention_layernorm = RMSNorm(dims["hidden_size"], dims["rms_norm_eps"])
+        self.self_attn_layer_scale = LayerScale(dims["hidden_size"])
+        self.mlp_layer_scale = LayerScale(dims["hidden_size"])
+
+    def forward(self, x, k_history, v_history, rope, mask):
+        attended, k_new, v_new = self.self_attn(self.input_layernorm(x), k_history, v_history, rope, mask)
+        x = x + self.self_attn_layer_scale(attended)
+        x = x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+        return x, k_new, v_new
+
+
+class Transformer(nn.Module):
+    """Mirrors `pre_transformer`: sliding-window attention whose K/V history lives in the cache."""
+
+    def __init__(self, layout: CacheLayout, dims: dict):
+        super().__init__()
+        self.layers = nn.ModuleList([TransformerLayer(dims) for _ in range(dims["layers"])])
+        self.norm = RMSNorm(dims["hidden_size"], dims["rms_norm_eps"])
+        self.input_proj = nn.Linear(dims["latent_dim"], dims["hidden_size"])
+        self.output_proj = nn.Linear(dims["hidden_size"], dims["latent_dim"])
+        # The window holds `sliding_window` keys including the current one: the history is one less.
+        self.kv_len = dims["sliding_window"] - 1
+        self.head_dim = dims["head_dim"]
+        self.rope_theta = dims["rope_theta"]
+        history = (1, dims["kv_heads"], self.kv_len, dims["head_dim"])
+        self.valid = layout.add("attention.valid", (self.kv_len,))
+        self.history = [(layout.add(f"layer{i}.k", history), layout.add(f"layer{i}.v", history))
+                        for i in range(dims["layers"])]
+
+    def rope_tables(self, length: int):
+        """cos/sin for positions 0..length-1 of the window (history first), computed as the package does."""
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
+        inv_freq = 1.0 / (self.rope_theta ** exponents)
+        freqs = torch.arange(length, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        angles = torch.cat([freqs, freqs], dim=-1)
+        return angles.cos(), angles.sin()
+
+    def mask(self, frames: int, valid_history: torch.Tensor) -> torch.Tensor:
+        """Additive mask [1,1,B,kv_len+B]: query i (window position kv_len+i) sees keys i..kv_len+i that hold
+        a real frame (history slots of a fresh stream are flagged 0)."""
+        keys = torch.arange(self.kv_len + frames)[None, :]
+        queries = torch.arange(frames)[:, None]
+        band = ((keys >= queries) & (keys <= queries + self.kv_len)).float()
+        valid = torch.cat([valid_history, torch.ones(frames)])
+        return ((band * valid[None, :] - 1.0) * MASK_NEGATIVE)[None, None]
+
+    def forward(self, x, state, new_state):
+        frames = x.shape[1]
+        rope = self.rope_tables(self.kv_len + frames)
+        valid_history = state[self.valid]
+        mask = self.mask(frames, valid_history)
+        h = self.input_proj(x)
+        for layer, (k_name, v_name) in zip(self.layers, self.history):
+            h, new_state[k_name], new_state[v_name] = layer(h, state[k_name], state[v_name], rope, mask)
+        new_state[self.valid] = torch.cat([valid_history, torch.ones(frames)])[-self.kv_len :]
+        return self.output_proj(self.norm(h))
+
+
+class Codebook(nn.Module):
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self.cluster_usage = nn.Parameter(torch.ones(size))
+        self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+
+    def table(self) -> torch.Tensor:
+        return self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None]
+
+
+class _CodebookHolder(nn.Module):
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self._codebook = Codebook(size, dim)
+
+
+class _Layers(nn.Module):
+    def __init__(self, count: int, size: int, dim: int):
+        super().__init__()
+        self.layers = nn.ModuleList([_CodebookHolder(size, dim) for _ in range(count)])
+
+
+class QuantizerGroup(nn.Module):
+    """Mirrors one `ResidualVectorQuantizer` (input_proj is unused when decoding but part of the state dict)."""
+
+    def __init__(self, count: int, size: int, dim: int, outer_dim: int):
+        super().__init__()
+        self.vq = _Layers(count, size, dim)
+        self.input_proj = nn.Conv1d(outer_dim, dim, 1, bias=False)
+        self.output_proj = nn.Conv1d(dim, outer_dim, 1, bias=False)
+
+    def table(self) -> torch.Tensor:
+        return torch.cat([holder._codebook.table() for holder in self.vq.layers])
+
+
+class Quantizer(nn.Module):
+    """Codes -> embeddings: one Gather over all codebooks of a group, summed, then the group's 1x1 projection."""
+
+    def __init__(self, dims: dict):
+        super().__init__()
+        size, outer = dims["codebook_size"], dims["codebook_dim"]
+        self.size = size
+        self.rvq_first = QuantizerGroup(1, size, outer // 2, outer)
+        self.rvq_rest = QuantizerGroup(dims["num_quantizers"] - 1, size, outer // 2, outer)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [1,K,B] -> [1,codebook_dim,B]."""
+        codes = codes[0]
+        offsets = (torch.arange(codes.shape[0] - 1) * self.size)[:, None]
+        first = F.embedding(codes[:1], self.rvq_first.table()).sum(0)
+        rest = F.embedding(codes[1:] + offsets, self.rvq_rest.table()).sum(0)
+        first = F.linear(first, self.rvq_first.output_proj.weight[:, :, 0])
+        rest = F.linear(rest, self.rvq_rest.output_proj.weight[:, :, 0])
+        return (first + rest).transpose(0, 1)[None]
+
+
+class StreamingDecoder(nn.Module):
+    """(codes [1,K,B] int64, cache [N] fp32) -> (pcm [1, B*samples_per_frame], cache [N])."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        dims = decoder_dims(config)
+        self.dims = dims
+        self.layout = CacheLayout()
+        layout = self.layout
+        latent = dims["latent_dim"]
+        self.quantizer = Quantizer(dims)
+        self.pre_conv = CausalConv(layout, "pre_conv", dims["codebook_dim"], latent, 3)
+        self.pre_transformer = Transformer(layout, dims)
+        self.upsample = nn.ModuleList(
+            nn.ModuleList([CausalTransposedConv(layout, f"upsample{i}.up", latent, latent, factor, factor),
+                           ConvNeXtBlock(layout, f"upsample{i}.convnext", latent)])
+            for i, factor in enumerate(dims["upsampling_ratios"]))
+        width = dims["decoder_dim"]
+        decoder = [CausalConv(layout, "decoder.in", latent, width, 7)]
+        for i, rate in enumerate(dims["upsample_rates"]):
+            decoder.append(DecoderBlock(layout, f"decoder.block{i}", width // 2**i, width // 2 ** (i + 1), rate))
+        out_dim = width // 2 ** len(dims["upsample_rates"])
+        decoder += [SnakeBeta(out_dim), CausalConv(layout, "decoder.out", out_dim, 1, 7)]
+        self.decoder = nn.ModuleList(decoder)
+        self.samples_per_frame = math.prod(dims["upsample_rates"] + dims["upsampling_ratios"])
+
+    @property
+    def cache_numel(self) -> int:
+        return self.layout.numel
+
+    @property
+    def kv_len(self) -> int:
+        return self.pre_transformer.kv_len
+
+    def zero_cache(self) -> torch.Tensor:
+        return torch.zeros(self.cache_numel)
+
+    def forward(self, codes: torch.Tensor, cache: torch.Tensor):
+        state, new_state = self.layout.split(cache), {}
+        hidden = self.pre_conv(self.quantizer(codes), state, new_state)
+        hidden = self.pre_transformer(hidden.transpose(1, 2), state, new_state).transpose(1, 2)
+        for transposed, convnext in self.upsample:
+            hidden = convnext(transposed(hidden, state, new_state), state, new_state)
+        wav = self.decoder[0](hidden, state, new_state)
+        for block in self.decoder[1:-2]:
+            wav = block(wav, state, new_state)
+        wav = self.decoder[-1](self.decoder[-2](wav), state, new_state)
+        pcm = wav.clamp(-1.0, 1.0).reshape(1, -1)
+        return pcm, self.layout.join(new_state)
+
+    def contract_fields(self) -> dict:
+        """What the runtime and the conversion stage read back instead of restating."""
+        return {
+            "cache_numel": self.cache_numel,
+            "head_dim": self.dims["head_dim"],
+            "kv_len": self.kv_len,
+            "kv_heads": self.dims["kv_heads"],
+            "num_quantizers": self.dims["num_quantizers"],
+            SAMPLES_PER_FRAME_KEY: self.samples_per_frame,
+            "cache_layout": self.layout.to_json(),
+        }
+
+
+def decode_in_steps(step: StreamingDecoder, codes: torch.Tensor, sizes: list[int], cache=None):
+    """Run `step` over consecutive groups of `sizes` frames of codes [1,K,T]; returns (pcm, cache)."""
+    cache = step.zero_cache() if cache is None else cache
+    pieces, start = [], 0
+    with torch.no_grad():
+        for size in sizes:
+            pcm, cache = step(codes[..., start : start + size], cache)
+            pieces.append(pcm)
+            start += size
+    if start != codes.shape[-1]:
+        raise ValueError(f"step sizes {sizes} cover {start} frames, codes have {codes.shape[-1]}")
+    return torch.cat(pieces, dim=-1), cache

@@ -1,0 +1,129 @@
+"""Assemble a release package: `dist/<target>/<package>_<target>/` with every engine, its manifest and
+build log, and one merged `exec_plan.json`; plus the summary table `make engines` prints.
+
+The package is staged in a hidden directory beside its final place and renamed in one step, so a
+failed or interrupted build never leaves a half-written package behind. Stdlib only."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+class PackageError(ValueError):
+    """The engines of one package cannot form a consistent execution plan."""
+
+
+def package_name(package: str, target: str) -> str:
+    return f"{package}_{target}"
+
+
+def merge_exec_plan(engines: list[tuple[str, dict]]) -> dict:
+    """The consumer's session options selecting every engine: `{option: {component: {impl, artifacts, params}}}`.
+
+    `engines` are (file name in the package, contract). Engines sharing a component and role form a ladder:
+    a comma-separated `main` (or other role) in `ladder_key` order, as the runtime expects."""
+    slots: dict[tuple[str, str, str], list[tuple[object, str]]] = {}
+    params: dict[tuple[str, str], dict] = {}
+    for file_name, contract in engines:
+        option, component, role = contract["exec_plan_option"], contract["component"], contract["role"]
+        slots.setdefault((option, component, role), []).append((contract.get("ladder_key"), file_name))
+        if "exec_params" in contract:
+            known = params.setdefault((option, component), contract["exec_params"])
+            if known != contract["exec_params"]:
+                raise PackageError(f"engines of {option} component '{component}' disagree on exec_params: "
+                                   f"{known} vs {contract['exec_params']} ({file_name})")
+    plan: dict = {}
+    for (option, component, role), members in sorted(slots.items()):
+        if len(members) > 1 and any(key is None for key, _ in members):
+            raise PackageError(f"{len(members)} engines fill {option} '{component}' role '{role}' "
+                               f"({', '.join(name for _, name in members)}) but not all carry a ladder_key "
+                               "to order them")
+        ordered = [name for _, name in sorted(members, key=lambda m: m[0])] if len(members) > 1 else [members[0][1]]
+        entry = plan.setdefault(option, {}).setdefault(component, {"impl": "rknn", "artifacts": {}})
+        entry["artifacts"][role] = ",".join(ordered)
+        if (option, component) in params:
+            entry["params"] = params[(option, component)]
+    return plan
+
+
+@contextmanager
+def staged_package(dist_target_dir: Path, name: str) -> Iterator[tuple[Path, Path]]:
+    """Yield (work_dir, package_dir) inside a hidden staging dir; on normal exit the package dir replaces
+    `dist_target_dir/name`. On any error nothing is published and the staging dir is removed."""
+    dist_target_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=dist_target_dir))
+    work_dir, package_dir = staging / "work", staging / name
+    work_dir.mkdir()
+    package_dir.mkdir()
+    try:
+        yield work_dir, package_dir
+        final = dist_target_dir / name
+        if final.exists():
+            # Rename the old one aside first: the final name never points at a mix of old and new.
+            old = staging / "previous"
+            final.rename(old)
+        package_dir.rename(final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def assemble(results: list, package_dir: Path) -> list[dict]:
+    """Copy each engine (`converters.engine.EngineResult`), its manifest and build log into `package_dir`
+    and write the merged `exec_plan.json`. Returns the manifests as written."""
+    seen: set[str] = set()
+    manifests, engines = [], []
+    for result in results:
+        files = (Path(result.rknn), Path(result.manifest), Path(result.build_log))
+        clash = [f.name for f in files if f.name in seen]
+        if clash:
+            raise PackageError(f"two engines of the package write {clash}: give their ONNX files distinct names")
+        for source in files:
+            shutil.copy2(source, package_dir / source.name)
+            seen.add(source.name)
+        manifests.append(result.manifest_data)
+        engines.append((Path(result.rknn).name, result.manifest_data["contract"]))
+    (package_dir / "exec_plan.json").write_text(json.dumps(merge_exec_plan(engines), indent=2) + "\n")
+    return manifests
+
+
+def summary_row(package: str, status: str, manifests: list[dict] = (), gate_results: list[dict] = ()) -> dict:
+    """One line of the `make engines` table from the package's manifests (or, for a failed build, from the
+    verdicts of the failure)."""
+    gates = [g for m in manifests for g in m.get("gates", [])] + list(gate_results)
+    # float(): Verdict.to_json writes non-finite figures as strings ("inf", "-inf", "nan").
+    snrs = [float(g["value"]) for g in gates if g.get("unit") == "dB"]
+    return {
+        "package": package,
+        "status": status,
+        "gates": f"{sum(bool(g['passed']) for g in gates)}/{len(gates)}" if gates else "-",
+        "worst_snr_db": min(snrs) if snrs else None,
+        "engine_bytes": sum(m["rknn"]["bytes"] for m in manifests) if manifests else None,
+        "cpu_ops": sum(m["ops"]["cpu"] for m in manifests) if manifests else None,
+        "regtask_lines": sum(m["regtask"]["lines"] for m in manifests) if manifests else None,
+    }
+
+
+def format_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """Rows of dicts as an aligned text table (None prints as '-', floats with 4 significant digits)."""
+    columns = columns or list(dict.fromkeys(key for row in rows for key in row))
+
+    def cell(value) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.4g}" if math.isfinite(value) else str(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"{value:,}"
+        return str(value)
+
+    cells = [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)

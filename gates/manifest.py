@@ -1,0 +1,133 @@
+"""The manifest written beside every engine, and the exec_plan fragment that selects it at runtime.
+
+Everything comes from the ONNX contract (surgery/metadata.py) and the build's own measurements;
+nothing here is family-specific."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_entry(path: Path, manifest_dir: Path) -> dict:
+    """path (relative to the manifest's folder when inside it, else absolute), sha256, bytes."""
+    path = Path(path).resolve()
+    shown = path.relative_to(manifest_dir.resolve()) if manifest_dir.resolve() in path.parents else path
+    return {"path": str(shown), "sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+
+def exec_plan_fragment(contract: dict, rknn_name: str) -> dict:
+    """`{option: {component: {"impl": "rknn", "artifacts": {role: rknn_name}, "params"?: ...}}}` for the
+    consumer's session option; `{}` when the ONNX carries no rkaudio contract."""
+    option, component = contract.get("exec_plan_option"), contract.get("component")
+    if not option or not component:
+        return {}
+    entry = {"impl": "rknn", "artifacts": {contract.get("role", "main"): rknn_name}}
+    if contract.get("exec_params") is not None:
+        entry["params"] = contract["exec_params"]
+    return {option: {component: entry}}
+
+
+def _json_safe(value):
+    """JSON has no inf/nan: write them as strings ('inf' for an exact simulator match)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs, onnx_path: Path,
+                   rknn_path: Path, build_log: Path, regtask_report, table, verdicts, simulator: dict) -> dict:
+    """The manifest of one engine (see HACKING.md); `inputs`/`outputs` are TensorSpecs, `table` a LayerTable."""
+    from converters.contract import producer_info
+
+    producer = contract.get("producer") or producer_info()
+    rknn_name, manifest_dir = Path(rknn_path).name, Path(rknn_path).parent
+    return _json_safe({
+        "family": contract.get("family"),
+        "component": contract.get("component"),
+        "role": contract.get("role"),
+        "target": target,
+        "toolkit_version": toolkit,
+        "producer_version": producer.get("rkaudio"),
+        "producer_git": producer.get("git"),
+        "producer": producer,
+        "inputs": [spec.to_json() for spec in inputs],
+        "outputs": [spec.to_json() for spec in outputs],
+        "onnx": file_entry(onnx_path, manifest_dir),
+        "rknn": file_entry(rknn_path, manifest_dir),
+        "build_log": Path(build_log).name,
+        "regtask": regtask_report.to_json(),
+        "ops": table.ops_json(),
+        "est_cycles": table.est_cycles,
+        "rw_kb": table.rw_kb,
+        "weight_bytes": table.weight_bytes,
+        "internal_bytes": table.internal_bytes,
+        "simulator": simulator,
+        "gates": [verdict.to_json() for verdict in verdicts],
+        "exec_plan": exec_plan_fragment(contract, rknn_name),
+        "contract": contract,
+    })
+
+
+def write_manifest(path: Path, data: dict) -> Path:
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    return Path(path)
+
+
+def manifest_path_for(engine_or_manifest: Path) -> Path:
+    """`x.manifest.json` for `x.rknn` (or the path itself when it already is a manifest)."""
+    path = Path(engine_or_manifest)
+    if path.name.endswith(MANIFEST_SUFFIX):
+        return path
+    return path.with_name(path.stem + MANIFEST_SUFFIX)
+
+
+def read_manifest(engine_or_manifest: Path) -> dict:
+    path = manifest_path_for(engine_or_manifest)
+    if not path.is_file():
+        from converters.toolkit import SetupError
+
+        raise SetupError(f"no manifest at {path}: engines built by `convert build` have one beside the .rknn")
+    return json.loads(path.read_text())
+
+
+def summary_lines(data: dict) -> list[str]:
+    """Human summary of a manifest for `convert inspect`."""
+    ops, regtask = data.get("ops", {}), data.get("regtask", {})
+    lines = [
+        f"{data['rknn']['path']}: {data.get('family')}/{data.get('component')} role {data.get('role')} "
+        f"for {data['target']} (rknn-toolkit2 {data['toolkit_version']}, rkaudio {data.get('producer_version')} "
+        f"{data.get('producer_git')})",
+        "  inputs:  " + ", ".join(f"{t['name']} {t['shape']} {t['dtype']}" for t in data["inputs"]),
+        "  outputs: " + ", ".join(f"{t['name']} {t['shape']} {t['dtype']}" for t in data["outputs"]),
+        f"  bytes: rknn {data['rknn']['bytes']:,}  onnx {data['onnx']['bytes']:,}  weight {data['weight_bytes']:,}  "
+        f"internal {data['internal_bytes']:,}",
+        f"  regtask: {regtask.get('lines')} lines, worst value/limit {regtask.get('worst_ratio', 0):.3f}",
+        f"  ops: {ops.get('npu')} NPU, {ops.get('cpu')} CPU compute, {ops.get('cpu_boundary')} CPU I/O glue; "
+        f"est. cycles {data['est_cycles']:,}, traffic {data['rw_kb']:,.0f} KB",
+    ]
+    lines += [f"    cpu: {op['type']} {op['name']}" for op in ops.get("cpu_ops", [])]
+    lines.append("  gates:")
+    for gate in data.get("gates", []):
+        mark = "PASS" if gate["passed"] else "FAIL"
+        detail = f"  {gate['detail']}" if gate.get("detail") else ""
+        value, threshold = (f"{x:.4g}" if isinstance(x, (int, float)) else x for x in (gate["value"], gate["threshold"]))
+        lines.append(f"    [{mark}] {gate['name']}: {value} {gate['unit']} (threshold {threshold}){detail}")
+    if data.get("exec_plan"):
+        lines.append("  exec_plan: " + json.dumps(data["exec_plan"], separators=(",", ":")))
+    return lines

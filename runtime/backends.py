@@ -1,0 +1,116 @@
+"""Backends with one interface, `run(feeds) -> outputs` (dicts keyed by tensor name) plus `input_names` /
+`output_names`: onnxruntime, the rknn-toolkit2 simulator (converter-venv child) and rknnlite on a board.
+The window walks, streams and bucket loops in runtime/ run over any of them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from converters.toolkit import DEFAULT_TOOLKIT
+
+
+class OnnxBackend:
+    """onnxruntime fp32 on the CPU: the reference every engine is gated against."""
+
+    def __init__(self, onnx_path):
+        import onnxruntime as ort
+
+        self._session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self._session.get_inputs()]
+        self.output_names = [o.name for o in self._session.get_outputs()]
+
+    def run(self, feeds: dict) -> dict:
+        outputs = self._session.run(self.output_names, {name: feeds[name] for name in self.input_names})
+        return dict(zip(self.output_names, outputs))
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+
+class SimulatorBackend:
+    """The toolkit simulator: a converter-venv child that compiles `onnx_path` once (no engine file is
+    written) and serves runs until closed. It emulates fp16, not the compiled engine (REGTASK damage is
+    invisible to it). Use as a context manager so the child always exits."""
+
+    def __init__(self, onnx_path, target: str, toolkit: str = DEFAULT_TOOLKIT, timeout_s: float | None = None):
+        from converters.engine import ConverterChild
+
+        self._child = ConverterChild(Path(onnx_path), target, toolkit, log_path=None, rknn_path=None, simulate=True,
+                                     timeout_s=timeout_s)
+        try:
+            self._child.wait_ready()
+        except BaseException:
+            self._child.kill()
+            raise
+        self.input_names = [s.name for s in self._child.inputs]
+        self.output_names = [s.name for s in self._child.outputs]
+
+    def run(self, feeds: dict) -> dict:
+        return self._child.run({name: feeds[name] for name in self.input_names})
+
+    def close(self) -> None:
+        self._child.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        if exc_type is None:
+            self.close()
+        else:
+            self._child.kill()
+
+
+class RknnLiteBackend:
+    """An engine on the board's NPU through rknn-toolkit-lite2 (aarch64 only). Input order and output shapes
+    come from the manifest beside the engine. Asks for `core_mask` (default all three cores, "0_1_2") and falls
+    back to AUTO when the runtime refuses it (single-core SoCs)."""
+
+    def __init__(self, rknn_path, core_mask: str = "0_1_2"):
+        from rknnlite.api import RKNNLite  # only on the board
+
+        from gates.manifest import read_manifest
+
+        manifest = read_manifest(Path(rknn_path))
+        self.input_names = [t["name"] for t in manifest["inputs"]]
+        self.output_names = [t["name"] for t in manifest["outputs"]]
+        self._output_shapes = {t["name"]: tuple(t["shape"]) for t in manifest["outputs"]}
+        self._lite = RKNNLite()
+        if self._lite.load_rknn(str(rknn_path)) != 0:
+            raise RuntimeError(f"rknnlite could not load {rknn_path} (is librknnrt older than toolkit "
+                               f"{manifest['toolkit_version']}?)")
+        self.core_mask = core_mask
+        if self._init(getattr(RKNNLite, f"NPU_CORE_{core_mask}")) != 0:
+            self.core_mask = "AUTO"
+            if self._init(RKNNLite.NPU_CORE_AUTO) != 0:
+                raise RuntimeError(f"rknnlite init_runtime failed for {rknn_path} (core mask {core_mask} and AUTO)")
+
+    def _init(self, mask) -> int:
+        try:
+            return self._lite.init_runtime(core_mask=mask)
+        except Exception:  # some runtimes raise instead of returning -1 for a mask the SoC lacks
+            return -1
+
+    def run(self, feeds: dict) -> dict:
+        import numpy as np
+
+        arrays = [np.ascontiguousarray(feeds[name]) for name in self.input_names]
+        outputs = self._lite.inference(inputs=arrays, data_format=["nchw"] * len(arrays))
+        if outputs is None:
+            raise RuntimeError("rknnlite inference returned None")
+        return {name: np.asarray(value).reshape(self._output_shapes[name])
+                for name, value in zip(self.output_names, outputs)}
+
+    def close(self) -> None:
+        self._lite.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()

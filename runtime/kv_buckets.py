@@ -1,0 +1,258 @@
+"""Greedy ASR decoding over CPU-owned rank-3 K/V buckets, on any backend with `run(feeds) -> outputs`.
+
+The plan (`audio8_plan.json`, written by the exporter) lists every graph with its contract; nothing here
+restates a shape. Per token: each layer's K/V projection graph gives this position's K/V rows, the CPU
+writes them into the layer's [heads, Smax, head_dim] buffers, and the layer's block graph for the current
+bucket reads the whole buffer under a CPU-made mask. When the write position reaches the bucket's end,
+every layer's valid rows are copied into the next bucket and decoding continues at the same token and
+RoPE position. Graphs load on first use; the frontend graphs are released after prefill."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from converters.toolkit import SetupError
+
+PLAN_FILE = "audio8_plan.json"
+
+
+class BucketError(SetupError):
+    """The input does not fit the exported buckets (audio too long, no adapter for N, K/V positions exhausted)."""
+
+
+def rope_tables(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin [len(positions), head_dim] in float32, as transformers' default rotary embedding computes them."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv_freq = (np.float32(1.0) / (np.float32(theta) ** exponents)).astype(np.float32)
+    freqs = np.asarray(positions, dtype=np.float32)[:, None] * inv_freq[None, :]
+    angles = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def placeholder_count(samples: int, hop: int) -> int:
+    """Audio placeholders for `samples`: 25/50/75/100 for 2/4/6/8 s at 16 kHz with hop 160."""
+    return max((((samples // hop) + 1) // 2) // 4, 1)
+
+
+@dataclass
+class Timings:
+    """Milliseconds per stage; per-token stages are summed over the tokens decoded."""
+
+    encoder_ms: float = 0.0
+    adapter_ms: float = 0.0
+    prefill_ms: float = 0.0
+    kv_ms: float = 0.0
+    block_ms: float = 0.0
+    head_ms: float = 0.0
+    kv_write_ms: float = 0.0
+    decode_steps: int = 0
+    migrations: list[dict] = field(default_factory=list)  # {"from", "to", "position", "ms"}
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Decoded:
+    tokens: list[int]
+    buckets: list[int]  # buckets used, in order
+    timings: Timings
+    step_logits: list[np.ndarray] = field(default_factory=list)  # [vocab] per emitted token, when kept
+
+
+class Audio8Runtime:
+    """Everything after the mel features. `backend_for(path)` opens one graph (an `.onnx` or `.rknn` path
+    from the plan directory); the default is onnxruntime. Use as a context manager to release backends."""
+
+    def __init__(self, plan_dir: Path, backend_for: Callable | None = None, artifact: str = "onnx"):
+        self.plan_dir = Path(plan_dir)
+        plan_path = self.plan_dir / PLAN_FILE
+        if not plan_path.is_file():
+            raise SetupError(f"no {PLAN_FILE} in {self.plan_dir}: export the graphs with `convert audio8 ...`")
+        self.plan = json.loads(plan_path.read_text())
+        self.contract = self.plan["graphs"][0]["contract"]
+        self.artifact = artifact
+        self._backend_for = backend_for or _onnx_backend
+        self._open: dict[str, object] = {}
+        self._embed_table = np.load(self.plan_dir / self.plan["embed_table"], mmap_mode="r")
+        self.graphs = {self._key(entry["contract"]): entry for entry in self.plan["graphs"]}
+
+    @staticmethod
+    def _key(contract: dict) -> tuple:
+        return (contract["component"], contract["role"], contract.get("ladder_key"))
+
+    # ------------------------------------------------------------ backends, lazily
+    def _run(self, key: tuple, feeds: dict) -> dict:
+        if key not in self.graphs:
+            raise SetupError(f"the plan in {self.plan_dir} has no graph {key}")
+        backend = self._open.get(key)
+        if backend is None:
+            entry = self.graphs[key]
+            name = entry.get(self.artifact) or entry["onnx"]
+            backend = self._open[key] = self._backend_for(self.plan_dir / name)
+        return backend.run(feeds)
+
+    def loaded(self) -> list[tuple]:
+        return list(self._open)
+
+    def release(self, component: str | None = None, role: str | None = None) -> None:
+        """Close the open graphs of `component` and/or `role` (all when neither is given)."""
+        for key in [k for k in self._open if component in (None, k[0]) and role in (None, k[1])]:
+            backend = self._open.pop(key)
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+
+    def close(self) -> None:
+        self.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+    # ------------------------------------------------------------ frontend
+    def check_audio(self, samples: int) -> int:
+        """Placeholder count N for `samples`, or a BucketError when no adapter bucket serves it."""
+        c = self.contract
+        largest = max(c["adapter_tokens"])
+        max_samples = c["max_frames"] * c["hop"]
+        placeholders = placeholder_count(samples, c["hop"])
+        if samples > max_samples or placeholders > largest:
+            raise BucketError(f"audio of {samples / c['sample_rate']:.2f} s is longer than the largest adapter bucket "
+                              f"({max_samples / c['sample_rate']:.2f} s, {largest} placeholders): split it first")
+        if placeholders not in c["adapter_tokens"]:
+            raise BucketError(f"{samples} samples give {placeholders} audio placeholders, but adapters exist only for "
+                              f"{c['adapter_tokens']}: export one with --adapter-tokens or trim/pad the audio")
+        return placeholders
+
+    def prompt_ids(self, placeholders: int) -> list[int]:
+        p = self.contract["prompt"]
+        return [*p["prefix_ids"], *[p["audio_token_id"]] * placeholders, *p["suffix_ids"]]
+
+    def prompt_embeddings(self, features: np.ndarray, placeholders: int, timings: Timings) -> np.ndarray:
+        """Encoder (features zero-padded to the fixed frame count) -> adapter for N -> inputs_embeds [1, S, hidden]."""
+        c = self.contract
+        if features.shape[1] > c["max_frames"]:
+            raise BucketError(f"{features.shape[1]} mel frames exceed the encoder's {c['max_frames']}")
+        padded = np.zeros((c["mel_bins"], c["max_frames"]), dtype=np.float32)
+        padded[:, : features.shape[1]] = features
+        start = time.perf_counter()
+        audio_hidden = self._run(("encoder", "main", None), {"input_features": padded})["audio_hidden"]
+        timings.encoder_ms += _ms_since(start)
+        if ("adapter", "main", placeholders) not in self.graphs:
+            raise BucketError(f"no adapter for {placeholders} placeholders; the plan has {c['adapter_tokens']}")
+        start = time.perf_counter()
+        audio = self._run(("adapter", "main", placeholders), {"audio_hidden": audio_hidden})["audio_embeddings"]
+        timings.adapter_ms += _ms_since(start)
+        ids = np.array(self.prompt_ids(placeholders))
+        slots = ids == c["prompt"]["audio_token_id"]
+        if audio.shape[0] != int(slots.sum()):
+            raise BucketError(f"adapter gave {audio.shape[0]} audio rows for {int(slots.sum())} placeholders")
+        embeds = np.asarray(self._embed_table[ids], dtype=np.float32).copy()
+        embeds[slots] = audio
+        return embeds[None]
+
+    def transcribe(self, features: np.ndarray, samples: int, max_new_tokens: int, **decode) -> Decoded:
+        timings = Timings()
+        embeds = self.prompt_embeddings(features, self.check_audio(samples), timings)
+        return self.decode(embeds, max_new_tokens, timings=timings, **decode)
+
+    # ------------------------------------------------------------ decoder
+    def decode(self, inputs_embeds: np.ndarray, max_new_tokens: int, ignore_eos: bool = False,
+               keep_logits: bool = False, timings: Timings | None = None) -> Decoded:
+        """Greedy tokens after the prompt, EOS included (or exactly `max_new_tokens` with `ignore_eos`)."""
+        c = self.contract
+        timings = timings or Timings()
+        length = inputs_embeds.shape[1]
+        if ("prefill", "main", length) not in self.graphs:
+            raise BucketError(f"no prefill graph for a {length}-token prompt")
+        buckets = sorted(c["kv_buckets"])
+        start = time.perf_counter()
+        cos, sin = rope_tables(np.arange(length), c["head_dim"], c["rope_theta"])
+        prefill = self._run(("prefill", "main", length),
+                            {"inputs_embeds": inputs_embeds.astype(np.float32), "cos": cos, "sin": sin})
+        timings.prefill_ms += _ms_since(start)
+        for component in ("encoder", "adapter", "prefill"):
+            self.release(component)
+        bucket = next((b for b in buckets if b > length), None)
+        if bucket is None:
+            raise BucketError(f"a {length}-token prompt leaves no room in the largest K/V bucket {buckets[-1]}")
+        shape = (c["heads"], bucket, c["head_dim"])
+        keys = [np.zeros(shape, np.float32) for _ in range(c["layers"])]
+        values = [np.zeros(shape, np.float32) for _ in range(c["layers"])]
+        for layer in range(c["layers"]):
+            keys[layer][:, :length] = prefill[f"key_{layer}"]
+            values[layer][:, :length] = prefill[f"value_{layer}"]
+        mask = np.full((c["heads"], 1, bucket), c["mask_value"], np.float32)
+        mask[:, :, :length] = 0.0
+        logits = prefill["last_logits"].reshape(-1)
+        tokens, used, kept = [int(np.argmax(logits))], [bucket], [logits] if keep_logits else []
+        eos = c["prompt"]["eos_token_id"]
+        position = length
+        while len(tokens) < max_new_tokens and (ignore_eos or tokens[-1] != eos):
+            if position >= bucket:
+                bucket, keys, values, mask = self._migrate(bucket, position, keys, values, mask, timings)
+                used.append(bucket)
+            cos, sin = rope_tables([position], c["head_dim"], c["rope_theta"])
+            mask[:, :, position] = 0.0
+            hidden = np.asarray(self._embed_table[tokens[-1]], dtype=np.float32).reshape(1, 1, -1)
+            for layer in range(c["layers"]):
+                start = time.perf_counter()
+                delta = self._run(("decoder", "kv", layer), {"hidden": hidden, "cos": cos, "sin": sin})
+                timings.kv_ms += _ms_since(start)
+                start = time.perf_counter()
+                keys[layer][:, position] = delta["key_delta"][:, 0]
+                values[layer][:, position] = delta["value_delta"][:, 0]
+                timings.kv_write_ms += _ms_since(start)
+                start = time.perf_counter()
+                hidden = self._run(("decoder", f"block_{bucket}", layer),
+                                   {"hidden": hidden, "full_k": keys[layer], "full_v": values[layer],
+                                    "cos": cos, "sin": sin, "mask": mask})["hidden_out"]
+                timings.block_ms += _ms_since(start)
+            start = time.perf_counter()
+            logits = np.concatenate([self._run(("decoder", "head", shard), {"hidden": hidden})["logits"].reshape(-1)
+                                     for shard in range(c["head_shards"])])
+            timings.head_ms += _ms_since(start)
+            tokens.append(int(np.argmax(logits)))
+            kept += [logits] if keep_logits else []
+            timings.decode_steps += 1
+            position += 1
+        return Decoded(tokens, used, timings, kept)
+
+    def _migrate(self, bucket, position, keys, values, mask, timings):
+        """Copy every layer's valid K/V rows into the next bucket's buffers; release the old block graphs."""
+        larger = [b for b in sorted(self.contract["kv_buckets"]) if b > bucket]
+        if not larger:
+            raise BucketError(f"decoding reached position {position}, past the largest K/V bucket {bucket}: "
+                              "export a larger --kv-buckets entry or lower max_new_tokens")
+        start = time.perf_counter()
+        grown = larger[0]
+        heads, _, head_dim = keys[0].shape
+        new_keys, new_values = [], []
+        for key, value in zip(keys, values):
+            for old, store in ((key, new_keys), (value, new_values)):
+                buffer = np.zeros((heads, grown, head_dim), np.float32)
+                buffer[:, :position] = old[:, :position]
+                store.append(buffer)
+        new_mask = np.full((heads, 1, grown), self.contract["mask_value"], np.float32)
+        new_mask[:, :, :position] = mask[:, :, :position]
+        self.release(role=f"block_{bucket}")
+        timings.migrations.append({"from": bucket, "to": grown, "position": position, "ms": _ms_since(start)})
+        return grown, new_keys, new_values, new_mask
+
+
+def _ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1000.0
+
+
+def _onnx_backend(path: Path):
+    from runtime.backends import OnnxBackend
+
+    return OnnxBackend(path)

@@ -1,0 +1,51 @@
+"""Masked instance normalisation through GlobalAveragePool."""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class GapMaskedInstanceNorm(nn.Module):
+    """Instance norm over the frames where `mask` is 1, statistics by GlobalAveragePool.
+
+    mean = GAP(x*m)/GAP(m), var = GAP(((x-mean)*m)^2)/GAP(m); the result is zero where the mask is 0,
+    so a padded window normalises exactly as the same frames decoded unpadded."""
+
+    def __init__(self, eps: float, weight: torch.Tensor | None, bias: torch.Tensor | None):
+        super().__init__()
+        self.eps = float(eps)
+        self.weight = None if weight is None else nn.Parameter(weight.detach().clone())
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone())
+
+    def forward(self, x, mask):
+        share = F.adaptive_avg_pool1d(mask, 1)
+        mean = F.adaptive_avg_pool1d(x * mask, 1) / share
+        centred = (x - mean) * mask
+        var = F.adaptive_avg_pool1d(centred * centred, 1) / share
+        out = centred * torch.rsqrt(var + self.eps)
+        if self.weight is not None:
+            out = out * self.weight.view(1, -1, 1) + self.bias.view(1, -1, 1) * mask
+        return out
+
+
+class InstanceNormIgnoringMask(nn.InstanceNorm1d):
+    """nn.InstanceNorm1d with the (x, mask) call signature: the export-unfriendly original, for reference."""
+
+    def forward(self, x, mask=None):
+        return super().forward(x)
+
+
+def mask_instance_norm(module):
+    """Swap every InstanceNorm1d for the masked GlobalAveragePool form: a ReduceSum/InstanceNormalization
+    over the time axis lowers to a 13-bit register field on the NPU, GAP is the pooling engine's own
+    reduction, and the mask keeps a padded window's statistics those of its real frames."""
+    module = copy.deepcopy(module)
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.InstanceNorm1d):
+                setattr(parent, name, GapMaskedInstanceNorm(
+                    child.eps, child.weight if child.affine else None, child.bias if child.affine else None))
+    return module

@@ -1,0 +1,170 @@
+"""Snake activation `x + sin(alpha*x)^2 / alpha` in NPU-friendly forms.
+
+The NPU has no Sin on rk3588/rk3566 (it runs on the CPU), so the sine becomes a polynomial. Every form
+works on `w = alpha*x/pi` (half-turns) and computes `h(w) = sin(pi*w)^2 / pi`, so that
+`snake(x) = (pi/alpha) * (w + h(w))`: the scale pair is exact algebra that `fold_snake_alpha` moves into
+the preceding affine and the following convolution.
+
+Sine forms (`SINE_FORMS`):
+- exact: the Sin node (reference; CPU on rk3588).
+- clip:  clamp w to [-1, 1], odd degree-5 minimax sine, squared (the spec's `--no-sin-reduce`).
+- floor: w - 2*Floor(w/2 + 1/2) then the same polynomial (the spec's range reduction; Floor is a CPU op).
+- round: sin^2 has period pi, i.e. 1 in w: r = w - round(w) in [-1/2, 1/2] and h as an even degree-6
+  minimax polynomial of r directly (no square pass). round(w) = relu(w + M) - M with M = 1.5*2^23 in the
+  fp32 graph (exact round-to-nearest in fp32) and M = 1536 in the engine (`fp16_round_shift`): fp16 has a
+  unit ulp in [1024, 2048), so the NPU rounds natively; the Relu shields the pair from being folded away.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+SINE_FORMS = ("exact", "clip", "floor", "round")
+ROUND_SHIFT_FP32 = 1.5 * 2.0**23  # fp32 ulp is 1 in [2^23, 2^24)
+ROUND_SHIFT_FP16 = 1536.0  # fp16 ulp is 1 in [1024, 2048)
+
+
+def minimax(target, powers: tuple[int, ...], lo: float, hi: float, points: int = 4001) -> np.ndarray:
+    """Coefficients c of sum(c_i * r**powers[i]) minimising the max error to `target` on [lo, hi] (an LP)."""
+    from scipy.optimize import linprog
+
+    r = np.linspace(lo, hi, points)
+    basis = np.stack([r**p for p in powers], axis=1)
+    f = target(r)
+    ones = np.ones((points, 1))
+    a_ub = np.vstack([np.hstack([basis, -ones]), np.hstack([-basis, -ones])])
+    cost = np.zeros(len(powers) + 1)
+    cost[-1] = 1.0
+    result = linprog(cost, A_ub=a_ub, b_ub=np.concatenate([f, -f]),
+                     bounds=[(None, None)] * len(powers) + [(0, None)])
+    return result.x[: len(powers)]
+
+
+@functools.cache
+def sine_coefficients() -> tuple[float, ...]:
+    """Odd degree-5 fit of sin(pi*c)/sqrt(pi) on c in [-1, 1] (its square is h)."""
+    return tuple(minimax(lambda c: np.sin(np.pi * c) / math.sqrt(math.pi), (1, 3, 5), 0.0, 1.0))
+
+
+@functools.cache
+def sin2_coefficients() -> tuple[float, ...]:
+    """Even degree-6 fit of h(r) = sin(pi*r)^2/pi on r in [-1/2, 1/2], zero at 0 (so a masked 0 stays 0)."""
+    return tuple(minimax(lambda r: np.sin(np.pi * r) ** 2 / np.pi, (2, 4, 6), 0.0, 0.5))
+
+
+def _odd_sine_squared(c):
+    c1, c3, c5 = sine_coefficients()
+    c2 = c * c
+    s = c * (c1 + c2 * (c3 + c2 * c5))
+    return s * s
+
+
+def half_turn_sin2(w, form: str, round_shift):
+    """h(w) = sin(pi*w)^2/pi in the given form (torch tensors); `round_shift` is a tensor holding M."""
+    if form == "exact":
+        s = torch.sin(w * math.pi)
+        return s * s * (1.0 / math.pi)
+    if form == "clip":
+        return _odd_sine_squared(torch.clamp(w, -1.0, 1.0))
+    if form == "floor":
+        return _odd_sine_squared(w - 2.0 * torch.floor(w * 0.5 + 0.5))
+    if form == "round":
+        r = w - (torch.relu(w + round_shift) - round_shift)
+        b2, b4, b6 = sin2_coefficients()
+        v = r * r
+        return v * (b2 + v * (b4 + v * b6))
+    raise ValueError(f"unknown sine form {form!r}; one of {SINE_FORMS}")
+
+
+def half_turn_sin2_reference(w: np.ndarray, form: str) -> np.ndarray:
+    """The same forms in numpy float64 with exact rounding (the tests' independent reference)."""
+    w = np.asarray(w, dtype=np.float64)
+    if form == "exact":
+        return np.sin(np.pi * w) ** 2 / np.pi
+    c1, c3, c5 = sine_coefficients()
+    if form in ("clip", "floor"):
+        c = np.clip(w, -1, 1) if form == "clip" else w - 2 * np.floor(w / 2 + 0.5)
+        return (c1 * c + c3 * c**3 + c5 * c**5) ** 2
+    if form == "round":
+        r = w - np.round(w)
+        b2, b4, b6 = sin2_coefficients()
+        return b2 * r**2 + b4 * r**4 + b6 * r**6
+    raise ValueError(form)
+
+
+class AdaSnakeConv(nn.Module):
+    """conv(snake((norm(x)*(1+gamma) + beta) * mask)) with (gamma, beta) = fc(style): AdaIN, Snake and the
+    convolution after it as one unit, so the Snake's alpha can be folded into its neighbours."""
+
+    def __init__(self, norm: nn.Module, fc: nn.Module, alpha: nn.Parameter, conv: nn.Module):
+        super().__init__()
+        self.norm, self.fc, self.alpha, self.conv = norm, fc, alpha, conv
+        self.sine_form = "exact"
+        self.folded = False
+        self.register_buffer("pre_scale", torch.ones_like(alpha.detach()))
+        self.register_buffer("round_shift", torch.tensor(ROUND_SHIFT_FP32), persistent=False)
+
+    def forward(self, x, s, mask):
+        gamma, beta = torch.chunk(self.fc(s).unsqueeze(-1), 2, dim=1)
+        u = (self.norm(x, mask) * ((1.0 + gamma) * self.pre_scale) + beta * self.pre_scale) * mask
+        if self.folded:  # u is already w; pi/alpha lives in the conv weights
+            return self.conv(u + half_turn_sin2(u, self.sine_form, self.round_shift))
+        half_turns = self.alpha * (1.0 / math.pi)
+        w = u * half_turns
+        return self.conv(u + half_turn_sin2(w, self.sine_form, self.round_shift) / half_turns)
+
+
+def fold_snake_alpha(module):
+    """Fold each Snake's alpha/pi into the AdaIN affine before it and pi/alpha into the conv after it:
+    exact algebra that removes two full-tensor multiplies per Snake (elementwise traffic is the NPU's cost)."""
+    module = copy.deepcopy(module)
+    for unit in module.modules():
+        if isinstance(unit, AdaSnakeConv) and not unit.folded:
+            half_turns = unit.alpha.detach() / math.pi  # [1, C, 1]
+            with torch.no_grad():
+                unit.pre_scale.copy_(half_turns)
+                unit.conv.weight.div_(half_turns.reshape(1, -1, 1))
+            unit.folded = True
+    return module
+
+
+def reduce_snake_sine(module, form: str):
+    """Evaluate every Snake's sine in `form` (see SINE_FORMS): the NPU has no Sin on rk3588/rk3566."""
+    if form not in SINE_FORMS:
+        raise ValueError(f"unknown sine form {form!r}; one of {SINE_FORMS}")
+    module = copy.deepcopy(module)
+    for unit in module.modules():
+        if isinstance(unit, AdaSnakeConv):
+            unit.sine_form = form
+    return module
+
+
+def fp16_round_shift(model):
+    """Swap the fp32 rounding shift 1.5*2^23 for 1536 in an exported graph: fp16 overflows at 65504, and
+    1536 + w rounds w to an integer in fp16 (unit ulp), which is the rounding the NPU then does natively."""
+    import onnx
+    from onnx import numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+
+    def swap(tensor):
+        value = numpy_helper.to_array(tensor)
+        if value.dtype.kind == "f" and value.size == 1 and float(value.reshape(())) == ROUND_SHIFT_FP32:
+            tensor.CopyFrom(numpy_helper.from_array(np.full(value.shape, ROUND_SHIFT_FP16, value.dtype), tensor.name))
+            return 1
+        return 0
+
+    swapped = sum(swap(t) for t in out.graph.initializer)
+    for node in out.graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.TENSOR:
+                swapped += swap(attribute.t)
+    if not swapped:
+        raise ValueError("no fp32 rounding shift found: was the graph exported with sine form 'round'?")
+    return out

@@ -1,0 +1,41 @@
+"""Micro- and Nano-shaped Inflect v2 models with random weights, exported with the official I/O, and
+their fixed-window slices (with and without the decoder-half mask), built once per session."""
+from __future__ import annotations
+
+import pytest
+
+from converters.families.inflect.reference import MICRO, NANO
+
+
+@pytest.fixture(scope="session", params=[MICRO, NANO], ids=["micro", "nano"])
+def official(request, tmp_path_factory):
+    """(config, paths) of one size's decode.onnx / duration.onnx / config.json."""
+    from converters.families.inflect.reference import export_official
+
+    cfg = request.param
+    return cfg, export_official(tmp_path_factory.mktemp(f"inflect_{cfg.name}"), cfg, seed=0)
+
+
+@pytest.fixture(scope="session")
+def nano_official(tmp_path_factory):
+    from converters.families.inflect.reference import export_official
+
+    return NANO, export_official(tmp_path_factory.mktemp("inflect_nano_only"), NANO, seed=1)
+
+
+def write_slice(official_paths, out_dir, dec_mask=True, window=256, context=32):
+    """Export the fixed-window slice the way `convert inflect --skip-rknn` does; returns (onnx path, verdicts)."""
+    from converters.families.inflect import export
+
+    return export(official_paths["decode"], official_paths["duration"], out_dir, window, context, dec_mask,
+                  target="rk3588", say=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def slices(official, tmp_path_factory):
+    """{True: masked slice, False: unmasked slice} for one size, plus export verdicts."""
+    cfg, paths = official
+    out = {}
+    for masked in (True, False):
+        out[masked] = write_slice(paths, tmp_path_factory.mktemp(f"slice_{cfg.name}_{masked}"), masked)
+    return out

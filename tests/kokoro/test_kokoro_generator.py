@@ -1,0 +1,175 @@
+"""Kokoro generator: rewrites against float64 references, the module against kokoro's own Generator,
+padded-window exactness, export gate, the field-limit refusal, and the sine gate failing on a bad form."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from converters.families import kokoro
+from converters.families.kokoro.generator import GeneratorConfig, KokoroGenerator, load_reference_state
+from converters.families.kokoro.reference import reference_generator, reference_spec_phase
+from converters.toolkit import SetupError
+from gates.snr import snr_db
+from surgery.instance_norm import mask_instance_norm
+from surgery.snake import (SINE_FORMS, fold_snake_alpha, fp16_round_shift, half_turn_sin2,
+                           half_turn_sin2_reference, reduce_snake_sine)
+from surgery.weight_norm import fold_weight_norm
+
+SMALL = GeneratorConfig(style_dim=8, upsample_initial_channel=16)
+FRAMES = 64  # 28 context frames per side + 8 emitted
+
+
+@pytest.fixture(scope="module")
+def weights():
+    """A small random-init kokoro Generator (weight norm in) with non-trivial alphas and gains."""
+    torch.manual_seed(0)
+    reference = reference_generator(SMALL).eval()
+    with torch.no_grad():
+        for name, parameter in reference.named_parameters():
+            if "alpha" in name:
+                parameter.uniform_(0.5, 3.0)
+            elif name.endswith("weight_g"):
+                parameter.uniform_(0.5, 1.5)
+    return reference, {k: v.clone() for k, v in reference.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def module(weights):
+    return kokoro.build_module(SMALL, weights[1])
+
+
+def test_weight_norm_fold_matches_float64():
+    torch.manual_seed(1)
+    conv = torch.nn.utils.weight_norm(torch.nn.Conv1d(3, 4, 5))
+    g = conv.weight_g.detach().double().numpy()
+    v = conv.weight_v.detach().double().numpy()
+    expected = g * v / np.sqrt((v**2).sum(axis=(1, 2), keepdims=True))
+    folded = fold_weight_norm(torch.nn.Sequential(conv))[0]
+    assert not hasattr(folded, "weight_g")
+    np.testing.assert_allclose(folded.weight.detach().double().numpy(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_masked_instance_norm_matches_float64():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 6, 50)) * 3 + 1
+    mask = np.zeros((1, 1, 50))
+    mask[..., :37] = 1
+    norm = mask_instance_norm(torch.nn.Sequential(torch.nn.InstanceNorm1d(6)))[0]
+    out = norm(torch.tensor(x, dtype=torch.float32), torch.tensor(mask, dtype=torch.float32)).double().numpy()
+    real = x[..., :37]
+    expected = (real - real.mean(-1, keepdims=True)) / np.sqrt(real.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out[..., :37], expected, atol=2e-5)
+    assert np.all(out[..., 37:] == 0)
+
+
+@pytest.mark.parametrize("form", SINE_FORMS)
+def test_sine_forms_match_float64(form):
+    w = np.linspace(-7.0, 7.0, 20001)
+    ours = half_turn_sin2(torch.tensor(w), form, torch.tensor(1.5 * 2.0**52, dtype=torch.float64)).numpy()
+    np.testing.assert_allclose(ours, half_turn_sin2_reference(w, form), atol=1e-12)
+
+
+def test_round_form_is_more_accurate_than_floor_and_clip():
+    """sin^2 accuracy on arguments past pi (|alpha x| up to 20.5, as measured on real decodes)."""
+    w = np.linspace(-20.5, 20.5, 200001) / math.pi
+    exact = half_turn_sin2_reference(w, "exact")
+    snr = {form: snr_db(exact, half_turn_sin2_reference(w, form)) for form in ("clip", "floor", "round")}
+    assert snr["round"] > snr["floor"] > snr["clip"]
+
+
+def test_round_form_rounds_in_fp16_with_the_engine_shift():
+    """The engine's 1536 shift rounds in fp16 arithmetic (what the NPU does), the fp32 graph's shift in fp32."""
+    w = torch.linspace(-6.4, 6.4, 4001)
+    exact = half_turn_sin2_reference(w.double().numpy(), "exact")
+    fp16 = half_turn_sin2(w.half(), "round", torch.tensor(1536.0).half()).double().numpy()
+    no_rounding = half_turn_sin2(w, "round", torch.tensor(1536.0)).double().numpy()
+    assert snr_db(exact, fp16) > 30
+    assert snr_db(exact, no_rounding) < 10  # fp32 does not round at 1536: the fp32 twin needs 1.5*2^23
+
+
+def test_alpha_fold_is_exact(module):
+    feeds = kokoro.window_inputs(SMALL, FRAMES, seed=5)
+    plain = kokoro.run_torch(kokoro.prepare(module, "exact", snake_fold=False), feeds)
+    folded = kokoro.run_torch(kokoro.prepare(module, "exact", snake_fold=True), feeds)
+    assert snr_db(plain, folded) > 110
+
+
+def test_module_matches_kokoro_generator(weights, module):
+    verdict = kokoro.reference_verdict(SMALL, weights[1], module, FRAMES)
+    assert verdict.passed, verdict.line()
+
+
+def test_module_loads_plain_weights_like_an_onnx_export(weights, module):
+    """The ONNX loaders hand over folded weights (no weight_g/weight_v): same module, same output."""
+    plain_state = fold_weight_norm(module).state_dict()
+    reference_keyed = {}
+    for key, value in weights[1].items():
+        if key.endswith("weight_g"):
+            continue
+        if key.endswith("weight_v"):
+            key = key[: -len("weight_v")] + "weight"
+        reference_keyed[key] = value
+    from converters.families.kokoro.generator import state_dict_key
+
+    for key in reference_keyed:
+        if key.endswith(".weight") and state_dict_key(key) in plain_state:
+            reference_keyed[key] = plain_state[state_dict_key(key)]
+    rebuilt = kokoro.build_module(SMALL, reference_keyed)
+    feeds = kokoro.window_inputs(SMALL, FRAMES, seed=6)
+    assert snr_db(kokoro.run_torch(module, feeds), kokoro.run_torch(rebuilt, feeds)) == math.inf
+
+
+@pytest.mark.parametrize("form", ["round", "clip"])
+def test_padded_window_matches_unpadded(module, form):
+    graph = kokoro.prepare(module, form, snake_fold=True)
+    verdict = kokoro.padded_verdict(SMALL, graph, FRAMES, 21)
+    assert verdict.passed, verdict.line()
+
+
+def test_padded_gate_fails_without_masks(module):
+    """Known-bad artifact: the original InstanceNorm ignores the mask, so padding leaks into the statistics."""
+    graph = reduce_snake_sine(module, "round")  # mask_instance_norm not applied
+    verdict = kokoro.padded_verdict(SMALL, graph, FRAMES, 21)
+    assert not verdict.passed
+
+
+def test_reference_gate_fails_on_wrong_sine(weights, module):
+    """Known-bad artifact: the clipped sine is far from the exact generator."""
+    bad = reduce_snake_sine(module, "clip")
+    feeds = kokoro.window_inputs(SMALL, FRAMES, seed=1)
+    ref = reference_spec_phase(weights[0], *(torch.from_numpy(feeds[n]) for n in ("x", "style", "har"))).numpy()
+    value = snr_db(kokoro.interior(SMALL, FRAMES, ref), kokoro.interior(SMALL, FRAMES, kokoro.run_torch(bad, feeds)))
+    assert value < kokoro.MIN_REFERENCE_DB
+
+
+def test_export_gate_and_engine_graph(tmp_path, weights):
+    import onnx
+
+    engine, reference, verdicts, _ = kokoro.export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
+    assert all(v.passed for v in verdicts), [v.line() for v in verdicts]
+    model = onnx.load(str(engine))
+    ops = {node.op_type for node in model.graph.node}
+    assert not ops & {"Sin", "Floor", "Round", "Cast", "ReduceL2", "InstanceNormalization", "ReduceSum"}, ops
+    assert "GlobalAveragePool" in ops
+    assert [i.name for i in model.graph.input] == list(kokoro.INPUTS)
+    from surgery.metadata import get_contract
+
+    contract = get_contract(model)
+    assert contract["exec_params"] == {"overlap": 0, "gain": False}
+    assert contract["emitted"] == FRAMES - 2 * kokoro.CONTEXT
+    # The engine graph differs from its fp32 twin only in the rounding shift.
+    with pytest.raises(ValueError):
+        fp16_round_shift(model)
+    feeds = dict(np.load(engine.with_suffix(".selfcheck.npz")))
+    assert snr_db(kokoro.onnx_outputs(reference, feeds), kokoro.onnx_outputs(engine, feeds)) < 20
+
+
+def test_frames_past_the_field_limit_are_refused():
+    assert kokoro.check_frames(136) == 136
+    with pytest.raises(SetupError, match="8192"):
+        kokoro.check_frames(137)
+    with pytest.raises(SetupError, match="13-bit"):
+        kokoro.check_frames(512)

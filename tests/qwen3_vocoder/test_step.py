@@ -1,0 +1,83 @@
+"""The stateful step against the qwen-tts package's own decoder (fp32, torch)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import TINY_CONFIG, random_codes, random_reference, step_of
+from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
+from converters.families.qwen3_vocoder.step import decode_in_steps
+from gates.snr import snr_db
+
+MIN_FP32_DB = 100.0
+
+
+def independent_cache_numel(config: dict) -> int:
+    """The cache size counted from the architecture: K/V history of window-1 keys per layer plus one flag per
+    slot, and (kernel-1)*dilation input frames of every causal conv (one frame per overlapping transposed conv)."""
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    history = config["sliding_window"] - 1
+    count = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * history * head_dim + history
+    count += 2 * config["codebook_dim"]                                  # pre_conv, kernel 3
+    count += len(config["upsampling_ratios"]) * 6 * config["latent_dim"]  # ConvNeXt depthwise, kernel 7
+    count += 6 * config["latent_dim"]                                    # decoder input conv, kernel 7
+    width = config["decoder_dim"]
+    for i, _ in enumerate(config["upsample_rates"]):
+        cin, cout = width // 2**i, width // 2 ** (i + 1)
+        count += cin + 6 * (1 + 3 + 9) * cout                            # transposed conv tail + dilated units
+    return count + 6 * (width // 2 ** len(config["upsample_rates"]))    # output conv, kernel 7
+
+
+def full_and_steps(reference, step, codes, plans):
+    with torch.no_grad():
+        full = reference(codes)[:, 0].numpy()
+    return full, {name: decode_in_steps(step, codes, sizes)[0].numpy() for name, sizes in plans.items()}
+
+
+def test_tiny_stepwise_matches_full_decode(tiny_reference, tiny_step):
+    codes = random_codes(TINY_CONFIG, 128, seed=1)
+    full, steps = full_and_steps(tiny_reference, tiny_step, codes, {
+        "B=16": [16] * 8, "B=64": [64, 64], "16 then 64": [16, 64, 16, 16, 16]})
+    assert full.std() > 0.05 and (abs(full) < 1).mean() > 0.99  # real audio-like signal, not clipped or silent
+    for name, pcm in steps.items():
+        assert snr_db(full, pcm) > MIN_FP32_DB, name
+    # The B=16 cache feeds the B=64 step: same samples as all-B=64 over the frames both decoded.
+    assert snr_db(steps["B=64"][..., : 80 * 24], steps["16 then 64"][..., : 80 * 24]) > MIN_FP32_DB
+
+
+def test_tiny_cache_carries_state(tiny_reference, tiny_step):
+    """A second step from a zeroed cache (no history) is far from the full decode: the cache is what matches."""
+    codes = random_codes(TINY_CONFIG, 32, seed=2)
+    with torch.no_grad():
+        full = tiny_reference(codes)[:, 0].numpy()
+        second, _ = tiny_step(codes[..., 16:], tiny_step.zero_cache())
+    samples = tiny_step.samples_per_frame
+    assert snr_db(full[..., 16 * samples :], second.numpy()) < 40.0
+
+
+def test_tiny_cache_layout(tiny_step):
+    assert tiny_step.cache_numel == independent_cache_numel(TINY_CONFIG)
+    assert tiny_step.samples_per_frame == math.prod(TINY_CONFIG["upsample_rates"] + TINY_CONFIG["upsampling_ratios"])
+
+
+@pytest.mark.slow
+def test_real_shape_stepwise_matches_full_decode():
+    """Real-shape config, random weights: B=16, B=64 and the B=16 -> B=64 hand-over against the package decoder."""
+    config = REAL_SHAPE_DECODER_CONFIG
+    reference = random_reference(config, seed=3)
+    step = step_of(reference, config)
+    contract = step.contract_fields()
+    print(f"real-shape contract: cache_numel {contract['cache_numel']}, head_dim {contract['head_dim']}, "
+          f"kv_len {contract['kv_len']}, samples_per_frame {contract['samples_per_frame']}")
+    assert contract["cache_numel"] == independent_cache_numel(config)
+    assert contract["kv_len"] == config["sliding_window"] - 1 and contract["samples_per_frame"] == 1920
+    codes = random_codes(config, 128, seed=4)
+    full, steps = full_and_steps(reference, step, codes, {"B=64": [64, 64], "16 then 64": [16, 64, 16, 16, 16]})
+    for name, pcm in steps.items():
+        print(f"real-shape {name}: {snr_db(full, pcm):.1f} dB vs full decode")
+        assert snr_db(full, pcm) > MIN_FP32_DB, name
+    first = 16 * 1920
+    assert snr_db(full[..., :first], steps["16 then 64"][..., :first]) > MIN_FP32_DB  # the B=16 step alone
+    assert snr_db(steps["B=64"][..., : 80 * 1920], steps["16 then 64"][..., : 80 * 1920]) > MIN_FP32_DB

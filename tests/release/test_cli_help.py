@@ -1,0 +1,56 @@
+"""`convert --help` and every sub-command's `--help` explain every option: walks all registered commands,
+the discovered families' included, so a new option without help text fails here."""
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from converters import cli
+
+
+def _walk(app: typer.Typer):
+    root = typer.main.get_command(app)
+    found, stack = [], [((), root)]
+    while stack:
+        path, command = stack.pop()
+        found.append((path, command))
+        stack += [((*path, name), sub) for name, sub in getattr(command, "commands", {}).items()]
+    return sorted(found, key=lambda item: item[0])
+
+
+def _undocumented(command) -> list[str]:
+    return [param.name for param in command.params
+            if param.name != "help" and not (getattr(param, "help", None) or "").strip()]
+
+
+if not cli.app.registered_commands:  # discovery runs once per process (main() does it at start)
+    cli._register_all()
+COMMANDS = _walk(cli.app)
+
+
+def test_the_checker_catches_an_option_without_help():
+    app = typer.Typer()
+
+    @app.command()
+    def bare(frames: int = typer.Option(8), out: str = typer.Option("x", help="Where to write.")) -> None:
+        """A command with one undocumented option."""
+
+    @app.command()
+    def other() -> None:
+        """Second command, so the app is a group."""
+
+    commands = dict((path, command) for path, command in _walk(app))
+    assert _undocumented(commands[("bare",)]) == ["frames"]
+
+
+def test_the_release_and_example_commands_are_registered():
+    paths = {path for path, _ in COMMANDS}
+    assert ("engines",) in paths and ("example",) in paths and ("check",) in paths
+
+
+@pytest.mark.parametrize("path,command", COMMANDS, ids=[" ".join(p) or "convert" for p, _ in COMMANDS])
+def test_every_command_and_option_has_help(path, command):
+    assert (command.help or "").strip(), f"`convert {' '.join(path)}` has no help text (give it a docstring)"
+    missing = _undocumented(command)
+    assert not missing, f"`convert {' '.join(path)}`: options without help text: {missing}"
+    result = CliRunner().invoke(cli.app, [*path, "--help"])
+    assert result.exit_code == 0, result.output

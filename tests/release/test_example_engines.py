@@ -1,0 +1,46 @@
+"""`convert engines` end to end with the built-in example family: real exports and real rk3588 builds
+through build_engine, the packaged dist layout, and a real gate failure that publishes nothing."""
+import json
+import shutil
+
+from converters import recipes
+from converters.toolkit import REPO_ROOT
+
+
+def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publishes_nothing(tmp_path, require_converter):
+    require_converter("2.3.2")
+    recipes_dir, dist = tmp_path / "recipes", tmp_path / "dist"
+    recipes_dir.mkdir()
+    shutil.copy(REPO_ROOT / "recipes" / "example_conv.toml", recipes_dir)
+    shipped = recipes.load_recipe(recipes_dir / "example_conv.toml")
+    # The same graph under a simulator bar no fp16 engine can reach: the gate must fail it.
+    strict = (recipes_dir / "example_conv.toml").read_text().replace('package = "example_conv"', 'package = "example_strict"')
+    strict = strict.replace("frames = [64, 128]", "frames = [32]").replace("min_simulator_snr_db = 55.0", "min_simulator_snr_db = 200.0")
+    (recipes_dir / "example_strict.toml").write_text(strict)
+
+    lines = []
+    rows = recipes.build_all("rk3588", "2.3.2", recipes_dir, dist, say=lines.append)
+
+    assert [(r["package"], r["status"]) for r in rows] == [("example_conv_rk3588", "ok"), ("example_strict_rk3588", "FAILED")]
+    assert not (dist / "rk3588" / "example_strict_rk3588").exists()
+    assert any("simulator_snr" in line and "FAIL" in line for line in lines)
+
+    package = dist / "rk3588" / "example_conv_rk3588"
+    frames = shipped["options"]["frames"]
+    stems = [f"example_c{shipped['options']['channels']}_t{t}" for t in frames]
+    assert sorted(p.name for p in package.iterdir()) == sorted(
+        [f"{s}{ext}" for s in stems for ext in (".rknn", ".manifest.json", ".build.log")] + ["exec_plan.json"])
+    plan = json.loads((package / "exec_plan.json").read_text())
+    assert plan == {"example.exec_plan": {"conv": {"impl": "rknn", "artifacts": {
+        "main": ",".join(f"{s}.rknn" for s in stems)}}}}
+    gate_count = 0
+    for stem in stems:
+        manifest = json.loads((package / f"{stem}.manifest.json").read_text())
+        assert manifest["target"] == "rk3588" and manifest["toolkit_version"] == "2.3.2"
+        assert manifest["rknn"]["bytes"] == (package / f"{stem}.rknn").stat().st_size
+        assert manifest["regtask"]["lines"] <= shipped["gates"]["max_regtask_lines"]
+        simulator = [g for g in manifest["gates"] if g["name"].startswith("simulator_snr")]
+        assert simulator and all(float(g["value"]) >= shipped["gates"]["min_simulator_snr_db"] for g in simulator)
+        assert all(g["passed"] for g in manifest["gates"])
+        gate_count += len(manifest["gates"])
+    assert rows[0]["gates"] == f"{gate_count}/{gate_count}"

@@ -1,0 +1,184 @@
+"""Real builds through the converter-venv child (tiny graphs, ~2-4 s each): the acceptance lines of issue 2
+and every failure path of build_engine."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from converters.engine import BuildError, BuildOptions, ConverterChild, build_engine
+from gates.verdict import GateFailure
+from runtime.backends import OnnxBackend, SimulatorBackend
+
+CONVERT = [sys.executable, "-m", "converters.cli"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def artifacts(out_dir: Path, stem: str) -> dict:
+    return {suffix: (out_dir / f"{stem}{suffix}").exists() for suffix in (".rknn", ".manifest.json", ".build.log")}
+
+
+def assert_no_engine_left(out_dir: Path, stem: str) -> None:
+    assert artifacts(out_dir, stem) == {".rknn": False, ".manifest.json": False, ".build.log": True}
+    assert not [p for p in out_dir.iterdir() if p.name.startswith(".")]  # no partial engine either
+
+
+@pytest.mark.parametrize("target, toolkit", [("rk3588", "2.3.2"), ("rk3576", "2.3.2"), ("rk3566", "2.3.2"),
+                                             ("rk3588", "2.5.0")])
+def test_small_conv_graph_builds_clean(graph, inputs_npz, tmp_path, require_converter, target, toolkit):
+    require_converter(toolkit)
+    onnx_path = graph("small")
+    result = build_engine(onnx_path, tmp_path / "out", BuildOptions(target=target, toolkit=toolkit),
+                          selfcheck=inputs_npz(onnx_path))
+    manifest = json.loads(result.manifest.read_text())
+    assert manifest == result.manifest_data
+    assert manifest["target"] == target and manifest["toolkit_version"] == toolkit
+    assert manifest["regtask"]["lines"] == 0
+    snr = [g for g in manifest["gates"] if g["name"] == "simulator_snr[y]"][0]
+    assert snr["passed"] and snr["value"] >= 55.0
+    assert manifest["rknn"]["bytes"] == result.rknn.stat().st_size > 0
+    assert manifest["inputs"] == [{"name": "x", "shape": [1, 8, 64], "dtype": "float32"}]
+    assert manifest["ops"]["cpu"] == 0 and manifest["est_cycles"] > 0 and manifest["weight_bytes"] > 0
+    assert manifest["exec_plan"] == {"spine_test.exec_plan": {"decoder": {
+        "impl": "rknn", "artifacts": {"main": "small.rknn"}, "params": {"overlap": 0}}}}
+    assert manifest["family"] == "spine_test" and manifest["producer_git"]
+    assert set(result.simulator_outputs) == {"y"}
+
+
+def run_convert(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CONVERT, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_regtask_gate_rk3566_fails_rk3588_passes(graph, tmp_path, require_converter):
+    require_converter()
+    onnx_path = graph("conv_sin", channels=22, length=16385, activation="Sin", blocks=3)
+    failed = run_convert("build", str(onnx_path), "--target", "rk3566", "--out", str(tmp_path / "rk3566"),
+                         "--max-regtask-lines", "10")
+    assert failed.returncode == 3, failed.stderr
+    assert "regtask_lines" in failed.stderr and "register field" in failed.stderr and "narrower window" in failed.stderr
+    assert_no_engine_left(tmp_path / "rk3566", "conv_sin")
+
+    passed = run_convert("build", str(onnx_path), "--target", "rk3588", "--out", str(tmp_path / "rk3588"),
+                         "--max-regtask-lines", "10")
+    assert passed.returncode == 0, passed.stderr
+    manifest = json.loads((tmp_path / "rk3588" / "conv_sin.manifest.json").read_text())
+    assert manifest["regtask"]["lines"] == 0
+    assert [op["type"] for op in manifest["ops"]["cpu_ops"]] == ["Sin"] * 3  # Sin runs on the CPU on rk3588
+    shown = run_convert("inspect", str(tmp_path / "rk3588" / "conv_sin.rknn"))
+    assert shown.returncode == 0, shown.stderr
+    assert "regtask: 0 lines" in shown.stdout and "[PASS] simulator_snr[y]" in shown.stdout
+    assert "cpu: Sin sin0" in shown.stdout
+
+
+def test_cpu_ops_gate_fails_on_floor(graph, tmp_path, require_converter):
+    require_converter()
+    onnx_path = graph("conv_floor", activation="Floor")
+    with pytest.raises(GateFailure) as failure:
+        build_engine(onnx_path, tmp_path, BuildOptions(target="rk3588", fail_on_cpu_ops=True))
+    (verdict,) = failure.value.verdicts
+    assert verdict.name == "cpu_compute_ops" and verdict.value == 1 and "Floor:floor0" in verdict.detail
+    assert_no_engine_left(tmp_path, "conv_floor")
+
+
+def test_simulator_gate_fails_on_fp16_overflow(graph, inputs_npz, tmp_path, require_converter):
+    require_converter()
+    # Weights scaled so the conv output passes fp16's 65504: fine in fp32, inf in the simulator.
+    onnx_path = graph("overflow", gain=3e5)
+    selfcheck = inputs_npz(onnx_path)
+    reference = OnnxBackend(onnx_path).run(dict(np.load(selfcheck)))["y"]
+    assert np.isfinite(reference).all() and np.abs(reference).max() > 65504
+    with pytest.raises(GateFailure) as failure:
+        build_engine(onnx_path, tmp_path, BuildOptions(target="rk3588"), selfcheck=selfcheck)
+    (verdict,) = failure.value.verdicts
+    assert verdict.name == "simulator_snr[y]" and not verdict.passed and verdict.value < 35.0
+    assert "overflow" in str(failure.value)
+    assert_no_engine_left(tmp_path, "overflow")
+
+
+def test_timeout_kills_child_with_sigkill_and_cleans_up(graph, tmp_path, require_converter):
+    require_converter()
+    child = ConverterChild(graph("small"), "rk3588", "2.3.2", tmp_path / "b.log", rknn_path=tmp_path / "b.rknn",
+                           simulate=False, timeout_s=0.3)
+    with pytest.raises(BuildError, match=r"killed by signal SIGKILL \(timeout: 0.3 s\)") as failure:
+        child.wait_ready()
+    assert failure.value.stage in ("start", "import", "config", "load", "build")
+    assert not child.work_dir.exists() and not (tmp_path / "b.rknn").exists()
+
+
+def test_toolkit_error_becomes_build_error_naming_the_stage(tmp_path, require_converter):
+    require_converter()
+    import onnx
+    from onnx import TensorProto, helper
+
+    spec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 8]) for n in ("x", "y")]
+    model = helper.make_model(helper.make_graph([helper.make_node("Mystery", ["x"], ["y"], domain="com.example")],
+                                                "unknown_op", spec[:1], spec[1:]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp_path / "mystery.onnx"))
+    with pytest.raises(BuildError, match=r"stage 'build'.*Mystery") as failure:
+        build_engine(tmp_path / "mystery.onnx", tmp_path, BuildOptions(target="rk3588"))
+    assert failure.value.log_tail and "killed by signal" not in str(failure.value)
+    assert_no_engine_left(tmp_path, "mystery")
+
+
+def _child_pids_of_this_test() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"converters.build_engine" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_child_killed_by_sigsegv_leaves_no_artifact(graph, tmp_path, require_converter):
+    require_converter()
+    onnx_path = graph("segv", channels=22, length=4096)
+    outcome: dict = {}
+
+    def build() -> None:
+        try:
+            build_engine(onnx_path, tmp_path, BuildOptions(target="rk3588"))
+        except BaseException as error:  # handed to the test thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=build)
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not (pids := _child_pids_of_this_test()) and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids, "the converter child never appeared"
+    os.kill(pids[0], signal.SIGSEGV)
+    worker.join(timeout=120)
+    error = outcome.get("error")
+    assert isinstance(error, BuildError), error
+    assert "killed by signal SIGSEGV" in str(error) and error.stage in str(error)
+    assert_no_engine_left(tmp_path, "segv")
+
+
+def test_simulator_backend_serves_many_runs(graph, require_converter):
+    require_converter()
+    onnx_path = graph("served", activation="Sin")
+    reference = OnnxBackend(onnx_path)
+    rng = np.random.default_rng(1)
+    with SimulatorBackend(onnx_path, "rk3588") as simulator:
+        assert simulator.input_names == reference.input_names == ["x"]
+        for _ in range(3):
+            feeds = {"x": rng.standard_normal((1, 8, 64)).astype(np.float32)}
+            expected, got = reference.run(feeds)["y"], simulator.run(feeds)["y"]
+            assert got.shape == expected.shape
+            noise = np.sum((got.astype(np.float64) - expected) ** 2)
+            assert 10 * np.log10(np.sum(expected.astype(np.float64) ** 2) / noise) >= 55.0

@@ -1,0 +1,150 @@
+"""build_engine's up-front checks, the contract helpers, the adb safety net and RknnLiteBackend (fake rknnlite):
+everything that needs no converter child."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from converters.engine import (
+    CUSTOM_STRING_MAX_BYTES,
+    BuildOptions,
+    build_engine,
+    custom_string,
+    graph_io,
+    kill_stray_adb,
+    random_feeds,
+    toolkit_readable,
+)
+from converters.toolkit import SetupError
+from gates.manifest import exec_plan_fragment, write_manifest
+
+
+def test_symbolic_input_is_a_setup_error_naming_input_and_dimension(graph, tmp_path):
+    path = graph("symbolic", dims=[1, 8, "T"])
+    with pytest.raises(SetupError, match=r"input 'x'.*symbolic dimension 'T' at axis 2"):
+        build_engine(path, tmp_path / "out", BuildOptions(target="rk3588"))
+    assert not (tmp_path / "out" / "symbolic.rknn").exists()
+
+
+@pytest.mark.parametrize("target, reason", [("rv1106", "no fp16 build"), ("rk9999", "unknown target")])
+def test_unsupported_target_refused_before_any_build(graph, tmp_path, target, reason):
+    with pytest.raises(SetupError, match=reason):
+        build_engine(graph("small"), tmp_path / "out", BuildOptions(target=target))
+    assert not (tmp_path / "out").exists()
+
+
+def test_ir_version_lowered_for_old_toolkit_onnx(graph):
+    model = onnx.load(str(graph("small")))
+    model.ir_version = 11
+    assert toolkit_readable(model, "2.3.2").ir_version == 10
+    assert toolkit_readable(model, "2.5.0") is model  # onnx 1.18 reads IR 11 as is
+    model.opset_import[0].version = 22
+    with pytest.raises(SetupError, match="opset 22.*<= 21"):
+        toolkit_readable(model, "2.3.2")
+
+
+def test_custom_string_fits_the_toolkit_limit():
+    contract = {"family": "piper", "component": "decoder", "role": "main", "exec_plan_option": "piper_tts.exec_plan",
+                "producer": {"rkaudio": "0.1.0", "git": "abc"}, "exec_params": {"table": list(range(1000))}}
+    text = custom_string(contract)
+    assert len(text.encode()) <= CUSTOM_STRING_MAX_BYTES
+    kept = json.loads(text)
+    assert kept["family"] == "piper" and kept["git"] == "abc" and "exec_params" not in kept
+    small = json.loads(custom_string({**contract, "exec_params": {"overlap": 0}}))
+    assert small["exec_params"] == {"overlap": 0}
+
+
+def test_exec_plan_fragment_from_contract():
+    contract = {"exec_plan_option": "kokoro_tts.exec_plan", "component": "generator", "role": "main",
+                "exec_params": {"overlap": 0, "gain": False}}
+    assert exec_plan_fragment(contract, "gen_w128.rknn") == {"kokoro_tts.exec_plan": {"generator": {
+        "impl": "rknn", "artifacts": {"main": "gen_w128.rknn"}, "params": {"overlap": 0, "gain": False}}}}
+    assert exec_plan_fragment({}, "x.rknn") == {}
+
+
+def test_random_feeds_deterministic_and_typed(graph):
+    inputs, _ = graph_io(onnx.load(str(graph("small"))))
+    first, again = random_feeds(inputs), random_feeds(inputs)
+    assert first["x"].dtype == np.float32 and first["x"].shape == (1, 8, 64)
+    np.testing.assert_array_equal(first["x"], again["x"])
+    assert 0.5 < first["x"].std() < 1.5
+
+
+def test_kill_stray_adb_kills_only_adb_inside_the_venv(tmp_path):
+    venv, elsewhere = tmp_path / "venv" / "rknn" / "bin", tmp_path / "other"
+    venv.mkdir(parents=True)
+    elsewhere.mkdir()
+    sleep = shutil.which("sleep")
+    shutil.copy(sleep, venv / "adb")
+    shutil.copy(sleep, elsewhere / "adb")
+    inside = subprocess.Popen([str(venv / "adb"), "30"])
+    outside = subprocess.Popen([str(elsewhere / "adb"), "30"])
+    try:
+        assert kill_stray_adb(tmp_path / "venv") == [inside.pid]
+        assert inside.wait(timeout=10) < 0
+        assert outside.poll() is None
+    finally:
+        for proc in (inside, outside):
+            proc.kill()
+            proc.wait()
+
+
+class FakeRKNNLite:
+    """Stands in for rknnlite.api.RKNNLite: refuses the three-core mask like a single-core SoC."""
+    NPU_CORE_AUTO, NPU_CORE_0, NPU_CORE_0_1_2 = 0, 1, 7
+    instances: list = []
+
+    def __init__(self):
+        self.masks, self.released = [], False
+        FakeRKNNLite.instances.append(self)
+
+    def load_rknn(self, path):
+        self.path = path
+        return 0
+
+    def init_runtime(self, core_mask):
+        self.masks.append(core_mask)
+        return -1 if core_mask == self.NPU_CORE_0_1_2 else 0
+
+    def inference(self, inputs, data_format=None):
+        self.inputs = inputs
+        # Outputs come back 4-D (as the runtime does for 3-D tensors): a + 2b, flattened.
+        return [(inputs[0] + 2 * inputs[1]).reshape(1, 2, 1, 3)]
+
+    def release(self):
+        self.released = True
+
+
+def test_rknnlite_backend_uses_manifest_order_and_falls_back_to_auto(tmp_path, monkeypatch):
+    api = types.ModuleType("rknnlite.api")
+    api.RKNNLite = FakeRKNNLite
+    monkeypatch.setitem(sys.modules, "rknnlite", types.ModuleType("rknnlite"))
+    monkeypatch.setitem(sys.modules, "rknnlite.api", api)
+    from runtime.backends import RknnLiteBackend
+
+    engine = tmp_path / "e.rknn"
+    engine.write_bytes(b"fake")
+    write_manifest(tmp_path / "e.manifest.json", {
+        "toolkit_version": "2.3.2",
+        "inputs": [{"name": "a", "shape": [1, 2, 3], "dtype": "float32"},
+                   {"name": "b", "shape": [1, 2, 3], "dtype": "float32"}],
+        "outputs": [{"name": "y", "shape": [1, 2, 3], "dtype": "float32"}]})
+    a, b = np.ones((1, 2, 3), np.float32), np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+    with RknnLiteBackend(engine) as backend:
+        out = backend.run({"b": b, "a": a})  # dict order differs from the manifest's
+        lite = FakeRKNNLite.instances[-1]
+        assert lite.masks == [FakeRKNNLite.NPU_CORE_0_1_2, FakeRKNNLite.NPU_CORE_AUTO]
+        assert backend.core_mask == "AUTO"
+        assert backend.input_names == ["a", "b"]
+    np.testing.assert_array_equal(lite.inputs[0], a)
+    np.testing.assert_array_equal(out["y"], a + 2 * b)
+    assert lite.released
