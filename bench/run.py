@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import platform
 import sys
@@ -15,30 +14,22 @@ from pathlib import Path
 
 from converters.contract import producer_info
 from converters.package import format_table
+from gates.manifest import _json_safe  # inf/nan as strings, like the manifests
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 
 
-def available() -> list[str]:
-    return sorted(p.stem for p in BENCH_DIR.glob("*.py") if p.stem != "run" and not p.stem.startswith("_"))
+def available(bench_dir: Path = BENCH_DIR) -> list[str]:
+    return sorted(p.stem for p in bench_dir.glob("*.py") if p.stem != "run" and not p.stem.startswith("_"))
 
 
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value
-
-
-def run(name: str, results_dir: Path = RESULTS_DIR) -> Path:
+def run(name: str, bench_dir: Path = BENCH_DIR, results_dir: Path = RESULTS_DIR) -> Path:
     """Run one benchmark; returns the path of its JSON result."""
-    path = BENCH_DIR / f"{name}.py"
+    path = bench_dir / f"{name}.py"
     if not path.is_file():
-        raise SystemExit(f"no benchmark {name!r}: expected {path}; available: {', '.join(available()) or 'none'}")
+        raise SystemExit(f"no benchmark {name!r}: expected {path}; "
+                         f"available: {', '.join(available(bench_dir)) or 'none'}")
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

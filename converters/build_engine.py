@@ -39,7 +39,7 @@ class _Events:
         print(f"[rkaudio] {json.dumps(event)}", file=sys.stderr, flush=True)
 
 
-def _simulate(rknn, request: dict, run: dict) -> list[str]:
+def _simulate(rknn, request: dict, run: dict) -> None:
     import numpy as np
 
     feeds = np.load(run["inputs"])
@@ -53,7 +53,6 @@ def _simulate(rknn, request: dict, run: dict) -> list[str]:
         raise ToolkitError("rknn inference returned None")
     names = request["outputs"]
     np.savez(run["outputs"], **{name: np.asarray(value) for name, value in zip(names, outputs)})
-    return names
 
 
 def main(request_path: str) -> int:

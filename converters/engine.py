@@ -4,6 +4,7 @@ write `<stem>.rknn`, `<stem>.manifest.json` and `<stem>.build.log`.
 onnx / onnxruntime / numpy are imported inside functions so `convert --help` stays fast."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -189,7 +190,8 @@ class ConverterChild:
         self._venv_dir = python.parent.parent
         self.work_dir = Path(tempfile.mkdtemp(prefix="rkaudio-child-"))
         # Without a log_path the log lives (and dies) with the work dir; errors still quote its tail.
-        self.log_path = Path(log_path) if log_path is not None else self.work_dir / "build.log"
+        self._log_kept = log_path is not None
+        self.log_path = Path(log_path) if self._log_kept else self.work_dir / "build.log"
         self.stage = "start"
         self._proc = None
         try:
@@ -249,8 +251,14 @@ class ConverterChild:
                 return event
         self._fail(None)
 
+    def _close_stdin(self) -> None:
+        """End of run requests: the child releases the toolkit and exits (a dead child's pipe may be broken)."""
+        if self._proc is not None and self._proc.stdin and not self._proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+
     def _fail(self, error: str | None):
-        self._proc.stdin.close() if self._proc.stdin and not self._proc.stdin.closed else None
+        self._close_stdin()
         code = self._proc.wait()
         self._reap()
         if code < 0:
@@ -264,7 +272,7 @@ class ConverterChild:
         stage = self.stage
         tail = _log_tail(self.log_path)
         self._cleanup()
-        raise BuildError(stage, reason, tail, self.log_path)
+        raise BuildError(stage, reason, tail, self.log_path if self._log_kept else None)
 
     def wait_ready(self) -> None:
         self._next_event("ready")
@@ -276,8 +284,11 @@ class ConverterChild:
         inputs_path = self.work_dir / "run_inputs.npz"
         outputs_path = self.work_dir / "run_outputs.npz"
         np.savez(inputs_path, **feeds)
-        self._proc.stdin.write((json.dumps({"inputs": str(inputs_path), "outputs": str(outputs_path)}) + "\n").encode())
-        self._proc.stdin.flush()
+        try:
+            self._proc.stdin.write((json.dumps({"inputs": str(inputs_path), "outputs": str(outputs_path)}) + "\n").encode())
+            self._proc.stdin.flush()
+        except BrokenPipeError:  # the child is already gone: report how it died
+            self._fail(None)
         self._next_event("ran")
         with np.load(outputs_path) as data:
             outputs = {name: data[name] for name in data.files}
@@ -291,8 +302,7 @@ class ConverterChild:
         if self._proc is None:
             self._cleanup()
             return
-        if not self._proc.stdin.closed:
-            self._proc.stdin.close()
+        self._close_stdin()
         self._next_event("done")
         self._proc.wait()
         self._reap()
@@ -314,8 +324,7 @@ class ConverterChild:
         events = getattr(self, "_events", None)
         if events is not None and not events.closed:
             events.close()
-        if self._proc is not None and self._proc.stdin and not self._proc.stdin.closed:
-            self._proc.stdin.close()
+        self._close_stdin()
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self):
@@ -422,8 +431,8 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
             advice[verdicts[-1].name] = layer_table.ADVICE
         simulator_figures = {}
         if feeds is not None:
-            sim_verdicts, simulator_figures = simulator_verdicts(_reference_outputs(Path(reference_onnx or onnx_path), feeds), simulated,
-                                                                 options.min_simulator_snr_db)
+            reference = _reference_outputs(Path(reference_onnx or onnx_path), feeds)
+            sim_verdicts, simulator_figures = simulator_verdicts(reference, simulated, options.min_simulator_snr_db)
             verdicts += sim_verdicts
             advice.update({v.name: SIMULATOR_ADVICE for v in sim_verdicts})
         failed = [v for v in verdicts if not v.passed]

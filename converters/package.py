@@ -56,6 +56,8 @@ def staged_package(dist_target_dir: Path, name: str) -> Iterator[tuple[Path, Pat
     """Yield (work_dir, package_dir) inside a hidden staging dir; on normal exit the package dir replaces
     `dist_target_dir/name`. On any error nothing is published and the staging dir is removed."""
     dist_target_dir.mkdir(parents=True, exist_ok=True)
+    for stale in dist_target_dir.glob(f".{name}.*.partial"):  # left by a killed run
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=dist_target_dir))
     work_dir, package_dir = staging / "work", staging / name
     work_dir.mkdir()

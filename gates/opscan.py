@@ -30,7 +30,6 @@ ALWAYS = {
     "Scan": "control flow: RKNN compiles straight-line graphs only; unroll it at export",
     "ScatterND": "runs on the CPU; write the update as a Concat/Slice or keep the buffer outside the graph",
     "Floor": "runs on the CPU on every target; a shielded fp16 rounding or a polynomial stays on the NPU",
-    "Ceil": "runs on the CPU like Floor; a shielded fp16 rounding stays on the NPU",
     "Round": "runs on the CPU, with a CPU Reshape beside it on every use",
     "Cast": "runs on the CPU ('dataconvert type -1 is unsupport') and can give wrong values; "
     "keep the graph in float",
@@ -42,8 +41,6 @@ ALWAYS = {
 # op type -> (reason, targets where the layer table places it on the NPU).
 PER_TARGET = {
     "Sin": ("runs on the CPU on rk3588 and rk3566 (NPU on rk3576); a polynomial sine stays on the NPU",
-            frozenset({"rk3576"})),
-    "Cos": ("trigonometry runs on the CPU like Sin; fold it to a constant or use a polynomial",
             frozenset({"rk3576"})),
 }
 

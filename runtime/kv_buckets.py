@@ -50,6 +50,7 @@ class Timings:
     block_ms: float = 0.0
     head_ms: float = 0.0
     kv_write_ms: float = 0.0
+    load_ms: float = 0.0  # opening graphs on first use (not part of any stage)
     decode_steps: int = 0
     migrations: list[dict] = field(default_factory=list)  # {"from", "to", "position", "ms"}
 
@@ -87,15 +88,20 @@ class Audio8Runtime:
         return (contract["component"], contract["role"], contract.get("ladder_key"))
 
     # ------------------------------------------------------------ backends, lazily
-    def _run(self, key: tuple, feeds: dict) -> dict:
+    def _run(self, key: tuple, feeds: dict, timings: "Timings", stage: str) -> dict:
+        """Run one graph, opening it on first use; loading and running are timed apart."""
         if key not in self.graphs:
             raise SetupError(f"the plan in {self.plan_dir} has no graph {key}")
         backend = self._open.get(key)
         if backend is None:
+            start = time.perf_counter()
             entry = self.graphs[key]
-            name = entry.get(self.artifact) or entry["onnx"]
-            backend = self._open[key] = self._backend_for(self.plan_dir / name)
-        return backend.run(feeds)
+            backend = self._open[key] = self._backend_for(self.plan_dir / (entry.get(self.artifact) or entry["onnx"]))
+            timings.load_ms += _ms_since(start)
+        start = time.perf_counter()
+        outputs = backend.run(feeds)
+        setattr(timings, stage, getattr(timings, stage) + _ms_since(start))
+        return outputs
 
     def loaded(self) -> list[tuple]:
         return list(self._open)
@@ -143,14 +149,12 @@ class Audio8Runtime:
             raise BucketError(f"{features.shape[1]} mel frames exceed the encoder's {c['max_frames']}")
         padded = np.zeros((c["mel_bins"], c["max_frames"]), dtype=np.float32)
         padded[:, : features.shape[1]] = features
-        start = time.perf_counter()
-        audio_hidden = self._run(("encoder", "main", None), {"input_features": padded})["audio_hidden"]
-        timings.encoder_ms += _ms_since(start)
+        audio_hidden = self._run(("encoder", "main", None), {"input_features": padded}, timings,
+                                 "encoder_ms")["audio_hidden"]
         if ("adapter", "main", placeholders) not in self.graphs:
             raise BucketError(f"no adapter for {placeholders} placeholders; the plan has {c['adapter_tokens']}")
-        start = time.perf_counter()
-        audio = self._run(("adapter", "main", placeholders), {"audio_hidden": audio_hidden})["audio_embeddings"]
-        timings.adapter_ms += _ms_since(start)
+        audio = self._run(("adapter", "main", placeholders), {"audio_hidden": audio_hidden}, timings,
+                          "adapter_ms")["audio_embeddings"]
         ids = np.array(self.prompt_ids(placeholders))
         slots = ids == c["prompt"]["audio_token_id"]
         if audio.shape[0] != int(slots.sum()):
@@ -174,11 +178,10 @@ class Audio8Runtime:
         if ("prefill", "main", length) not in self.graphs:
             raise BucketError(f"no prefill graph for a {length}-token prompt")
         buckets = sorted(c["kv_buckets"])
-        start = time.perf_counter()
         cos, sin = rope_tables(np.arange(length), c["head_dim"], c["rope_theta"])
         prefill = self._run(("prefill", "main", length),
-                            {"inputs_embeds": inputs_embeds.astype(np.float32), "cos": cos, "sin": sin})
-        timings.prefill_ms += _ms_since(start)
+                            {"inputs_embeds": inputs_embeds.astype(np.float32), "cos": cos, "sin": sin},
+                            timings, "prefill_ms")
         for component in ("encoder", "adapter", "prefill"):
             self.release(component)
         bucket = next((b for b in buckets if b > length), None)
@@ -204,22 +207,17 @@ class Audio8Runtime:
             mask[:, :, position] = 0.0
             hidden = np.asarray(self._embed_table[tokens[-1]], dtype=np.float32).reshape(1, 1, -1)
             for layer in range(c["layers"]):
-                start = time.perf_counter()
-                delta = self._run(("decoder", "kv", layer), {"hidden": hidden, "cos": cos, "sin": sin})
-                timings.kv_ms += _ms_since(start)
+                delta = self._run(("decoder", "kv", layer), {"hidden": hidden, "cos": cos, "sin": sin},
+                                  timings, "kv_ms")
                 start = time.perf_counter()
                 keys[layer][:, position] = delta["key_delta"][:, 0]
                 values[layer][:, position] = delta["value_delta"][:, 0]
                 timings.kv_write_ms += _ms_since(start)
-                start = time.perf_counter()
                 hidden = self._run(("decoder", f"block_{bucket}", layer),
                                    {"hidden": hidden, "full_k": keys[layer], "full_v": values[layer],
-                                    "cos": cos, "sin": sin, "mask": mask})["hidden_out"]
-                timings.block_ms += _ms_since(start)
-            start = time.perf_counter()
-            logits = np.concatenate([self._run(("decoder", "head", shard), {"hidden": hidden})["logits"].reshape(-1)
-                                     for shard in range(c["head_shards"])])
-            timings.head_ms += _ms_since(start)
+                                    "cos": cos, "sin": sin, "mask": mask}, timings, "block_ms")["hidden_out"]
+            logits = np.concatenate([self._run(("decoder", "head", shard), {"hidden": hidden}, timings,
+                                               "head_ms")["logits"].reshape(-1) for shard in range(c["head_shards"])])
             tokens.append(int(np.argmax(logits)))
             kept += [logits] if keep_logits else []
             timings.decode_steps += 1
@@ -243,8 +241,8 @@ class Audio8Runtime:
                 store.append(buffer)
         new_mask = np.full((heads, 1, grown), self.contract["mask_value"], np.float32)
         new_mask[:, :, :position] = mask[:, :, :position]
-        self.release(role=f"block_{bucket}")
         timings.migrations.append({"from": bucket, "to": grown, "position": position, "ms": _ms_since(start)})
+        self.release(role=f"block_{bucket}")
         return grown, new_keys, new_values, new_mask
 
 

@@ -37,21 +37,21 @@ def fold_flips(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
-    weights = {init.name: init for init in graph.initializer}
     shapes = _channel_dims(out)
     reversed_tensors: set[str] = set()   # tensors that now hold the channel reversal of their old value
-    removed: set[int] = set()
-    permuted: set[str] = set()
 
     def index() -> GraphIndex:
         return GraphIndex(out)
 
-    def permute(name: str, fn) -> None:
-        if name in permuted:
-            raise FlipFoldError(f"weight {name} is shared by two permuted convs; cannot fold exactly")
-        permuted.add(name)
-        array = fn(numpy_helper.to_array(weights[name]))
-        weights[name].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(array), name))
+    def permute(node: onnx.NodeProto, position: int, fn) -> None:
+        """Give `node` its own permuted copy of its constant input (exporters share equal weights)."""
+        name = node.input[position]
+        value = _weight_value(GraphIndex(out), name)
+        if value is None:
+            raise FlipFoldError(f"{node.op_type} {node.name!r} input {name} is not a constant; cannot fold a flip into it")
+        copy = f"{name}_flipfold_{len(graph.initializer)}"
+        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(fn(value)), copy))
+        node.input[position] = copy
 
     def rewire(old: str, new: str) -> None:
         for node in graph.node:
@@ -65,7 +65,7 @@ def fold_flips(model: onnx.ModelProto) -> onnx.ModelProto:
         changed = False
         idx = index()
         for flip in idx.nodes:
-            if id(flip) in removed or not _channel_flip(idx, flip):
+            if not _channel_flip(idx, flip):
                 continue
             source, result = flip.input[0], flip.output[0]
             # Drop the flip: its consumers read the unflipped tensor, marked reversed (or un-reversed).
@@ -96,7 +96,7 @@ def _resolve(model, tensor, reversed_tensors, permute, shapes) -> None:
         if node.op_type == "Split" and len(node.output) == 2:
             _fold_coupling(model, idx, node, reversed_tensors, permute, shapes)
         elif node.op_type == "Conv" and node.input[0] == tensor and int(_int_attr(node, "group", 1)) == 1:
-            permute(node.input[1], lambda w: w[:, ::-1])
+            permute(node, 1, lambda w: w[:, ::-1])
         elif node.op_type == "Mul" and all(i == tensor or shapes.get(i) == 1 for i in node.input):
             reversed_tensors.add(node.output[0])
             _resolve(model, node.output[0], reversed_tensors, permute, shapes)
@@ -123,16 +123,16 @@ def _fold_coupling(model, idx: GraphIndex, split: onnx.NodeProto, reversed_tenso
             continue
         if node.op_type != "Conv" or int(_int_attr(node, "group", 1)) != 1:
             raise FlipFoldError(f"coupling half {first} feeds {node.op_type} {node.name!r}, expected the pre conv")
-        permute(node.input[1], lambda w: w[:, ::-1])
+        permute(node, 1, lambda w: w[:, ::-1])
     # The transformed half: reverse the channels of every conv that feeds it besides the half itself.
     transformed = concat.input[1]
     path = idx.descendants({second})
     for conv in _feeding_convs(idx, transformed, path, set(split.output), shapes):
         halves = 2 if shapes.get(conv.output[0]) == 2 * shapes.get(second, -1) else 1
         flip_out = lambda w, h=halves: np.concatenate([p[::-1] for p in np.split(w, h, axis=0)], axis=0)
-        permute(conv.input[1], flip_out)
+        permute(conv, 1, flip_out)
         if len(conv.input) > 2 and conv.input[2]:
-            permute(conv.input[2], flip_out)
+            permute(conv, 2, flip_out)
     concat.input[:] = [concat.input[1], concat.input[0]]
     reversed_tensors.add(concat.output[0])
     _resolve(model, concat.output[0], reversed_tensors, permute, shapes)
@@ -158,6 +158,16 @@ def _feeding_convs(idx: GraphIndex, tensor: str, path: set[str], stop: set[str],
         stack.extend(i for i in node.input if i and not idx.is_constant(i))
     unique = {id(n): n for n in found}
     return list(unique.values())
+
+
+def _weight_value(index: GraphIndex, name: str):
+    """Value of a constant input, following Identity nodes to their initializer or Constant."""
+    from surgery.seam import _constant_value
+
+    node = index.producer.get(name)
+    while node is not None and node.op_type == "Identity":
+        name, node = node.input[0], index.producer.get(node.input[0])
+    return _constant_value(index, name)
 
 
 def _channel_dims(model: onnx.ModelProto) -> dict[str, int]:

@@ -150,123 +150,181 @@ def _window(relative: np.ndarray, n: int) -> int:
     return int(np.max(np.abs(rows - (n - 1)))) if rows.size else 0
 
 
-def band_constant(heads: int, n: int, window: int) -> np.ndarray:
-    """[1, heads*(2w+1), N, N] 0/1: channel h*(2w+1)+k is the diagonal j - i = k - w (tiled per head)."""
+def band_constant(n: int, window: int) -> np.ndarray:
+    """[1, N, 2w+1, N] 0/1 in the query-row layout: [0, i, k, j] = 1 where j - i = k - w."""
     offsets = np.arange(-window, window + 1)
-    diagonal = np.arange(n)[None, None, :] - np.arange(n)[None, :, None]
-    bands = (diagonal == offsets[:, None, None]).astype(np.float32)
-    return np.tile(bands, (heads, 1, 1))[None]
+    diagonal = np.arange(n)[None, None, :] - np.arange(n)[:, None, None]  # [i, 1, j]: j - i
+    return (diagonal == offsets[None, :, None]).astype(np.float32)[None]
+
+
+@dataclass
+class _Layer:
+    """One relative-attention core: the nodes it replaces and the tensors the banded form reads."""
+
+    queries: str  # scaled queries [1, H, N, d]
+    keys: str  # [1, H, d, N]
+    values: str  # [1, H, N, d]
+    emb_k: np.ndarray  # relative key embedding, padded [d, 2N-1]
+    emb_v: np.ndarray  # relative value embedding, padded [2N-1, d]
+    mask: str | None  # 0/1 attention mask [1, 1, N, N] of a masked_fill, if any
+    fill: float
+    output: str  # attention output [1, H, N, d]
+    nodes: set[int]
+    anchor: int  # the last replaced node: the banded form is inserted here
+
+
+def _single(users: dict, name: str, nodes, op: str | None = None) -> int:
+    found = users.get(name, [])
+    if len(found) != 1 or (op and nodes[found[0]].op_type != op):
+        raise ValueError(f"relative attention: {name} should feed exactly one {op or 'node'}")
+    return found[0]
+
+
+def _attention_layers(model: onnx.ModelProto) -> list[_Layer]:
+    """Pair each rel_to_abs chain with the abs_to_rel chain behind its Softmax and collect the core around them."""
+    nodes = model.graph.node
+    users, constants = _consumers(model), _constants(model)
+    producer = {o: i for i, node in enumerate(nodes) for o in node.output}
+    chains = find_shift_chains(model)
+    by_source = {c.source: c for c in chains if c.kind == "abs_to_rel"}
+    layers, shapes = [], _shapes(model) if chains else {}
+    for chain in (c for c in chains if c.kind == "rel_to_abs"):
+        logits = nodes[producer[chain.source]]
+        if logits.op_type != "MatMul" or logits.input[1] not in constants:
+            raise ValueError(f"relative logits {chain.source} do not come from a MatMul with a constant embedding")
+        add = _single(users, chain.result, nodes, "Add")
+        scores_name = [n for n in nodes[add].input if n != chain.result][0]
+        scores = nodes[producer[scores_name]]
+        if scores.op_type != "MatMul" or scores.input[0] != logits.input[0]:
+            raise ValueError(f"relative attention: {scores_name} is not the query-key MatMul")
+        replaced = {producer[chain.source], producer[scores_name], add, *chain.nodes}
+        after, mask, fill = _single(users, nodes[add].output[0], nodes), None, 0.0
+        if nodes[after].op_type == "Where":
+            equal = nodes[producer[nodes[after].input[0]]]
+            zero, value = constants.get(equal.input[1]), constants.get(nodes[after].input[1])
+            if equal.op_type != "Equal" or zero is None or value is None or zero.size != 1 or float(zero) != 0:
+                raise ValueError("relative attention: the masked_fill is not Where(Equal(mask, 0), fill, scores)")
+            mask, fill = equal.input[0], float(value.ravel()[0])
+            replaced.add(after)
+            after = _single(users, nodes[after].output[0], nodes)
+        softmax = nodes[after]
+        if softmax.op_type != "Softmax":
+            raise ValueError(f"relative attention: expected a Softmax after {nodes[add].output[0]}")
+        replaced.add(after)
+        weights = softmax.output[0]
+        value_chain = by_source.get(weights)
+        if value_chain is None or len(users[weights]) != 2:
+            raise ValueError(f"relative attention: {weights} should feed one value MatMul and one shift chain")
+        value_mm = [i for i in users[weights] if i != value_chain.nodes[0]][0]
+        rel_mm = _single(users, value_chain.result, nodes, "MatMul")
+        total = _single(users, nodes[rel_mm].output[0], nodes, "Add")
+        if nodes[value_mm].op_type != "MatMul" or nodes[rel_mm].input[1] not in constants \
+                or set(nodes[total].input) != {nodes[value_mm].output[0], nodes[rel_mm].output[0]}:
+            raise ValueError(f"relative attention: {weights} does not end in MatMul(p, v) + MatMul(rel, emb_v)")
+        replaced |= {value_mm, rel_mm, total, *value_chain.nodes}
+        emb_k, emb_v = constants[logits.input[1]], constants[nodes[rel_mm].input[1]]
+        layers.append(_Layer(
+            queries=logits.input[0], keys=scores.input[1], values=nodes[value_mm].input[1],
+            emb_k=emb_k.reshape(emb_k.shape[-2:]), emb_v=emb_v.reshape(emb_v.shape[-2:]),
+            mask=mask, fill=fill, output=nodes[total].output[0], nodes=replaced, anchor=total))
+        for removed in (chain, value_chain):
+            _check_chain(model, removed, shapes)
+    return layers
 
 
 def banded_relative_attention(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Replace every relative-shift chain (and the MatMul with the zero-padded relative embedding next to it)
-    by the banded form: only 2w+1 diagonals are non-zero, so the NPU gets MatMul/Mul/Conv/ReduceSum on one
-    shared band constant instead of a skew it computes wrong."""
+    """Rewrite each relative-attention core (QK^T + skewed relative logits, masked_fill, Softmax, PV + skewed
+    relative values) into the banded form, laid out as [heads, query, 1, key]: no skew chain (the NPU computes
+    those wrong), only 2w+1 diagonals of constants, and the layout the toolkit's MatMul emits natively, which
+    keeps Softmax and the QK^T output on the NPU at N >= 384 (in [1, heads, N, N] both fall back to the CPU)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
-    chains = find_shift_chains(out)
-    if not chains:
+    layers = _attention_layers(out)
+    if not layers:
         return out
     shapes = _shapes(out)
-    constants = _constants(out)
-    users = _consumers(out)
-    producer = {o: i for i, node in enumerate(graph.node) for o in node.output}
-    removed: set[int] = set()
-    inserted: dict[int, list[onnx.NodeProto]] = {}
     shared: dict[str, np.ndarray] = {}
-
-    for number, chain in enumerate(chains):
-        _check_chain(out, chain, shapes)
-        tag = f"relshift{number}"
-        removed.update(chain.nodes)
-        if chain.kind == "rel_to_abs":
-            matmul_index = producer[chain.source]
-            matmul = graph.node[matmul_index]
-            relative = constants.get(matmul.input[1])
-            if matmul.op_type != "MatMul" or relative is None or users[chain.source] != [chain.nodes[0]]:
-                raise ValueError(f"relative logits {chain.source} do not come from a MatMul with a constant embedding")
-            queries = matmul.input[0]
-            batch, heads, n, _ = shapes[queries]
-            table = relative.reshape(relative.shape[-2], relative.shape[-1]).T  # [2N-1, d]
-            window = _window(table, n)
-            names = _shared_band(shared, heads, n, window)
-            embedding = f"{tag}/emb_k"
-            shared[embedding] = np.ascontiguousarray(table[n - 1 - window:n + window].T)[None, None]  # [1,1,d,K]
-            k = 2 * window + 1
-            removed.add(matmul_index)
-            inserted[matmul_index] = [
-                helper.make_node("MatMul", [queries, embedding], [f"{tag}/logits"], name=f"{tag}/MatMul"),
-                helper.make_node("Transpose", [f"{tag}/logits"], [f"{tag}/logits_t"], perm=[0, 1, 3, 2],
-                                 name=f"{tag}/Transpose"),
-                helper.make_node("Reshape", [f"{tag}/logits_t", _shape_const(shared, [batch, heads * k, n, 1])],
-                                 [f"{tag}/columns"], name=f"{tag}/Reshape"),
-                helper.make_node("Mul", [f"{tag}/columns", names["band"]], [f"{tag}/spread"], name=f"{tag}/Mul"),
-                helper.make_node("Conv", [f"{tag}/spread", names["sum_bands"]], [chain.result],
-                                 kernel_shape=[1, 1], name=f"{tag}/SumBands"),
-            ]
-        else:
-            following = users.get(chain.result, [])
-            matmul_index = following[0] if len(following) == 1 else -1
-            matmul = graph.node[matmul_index] if matmul_index >= 0 else None
-            relative = constants.get(matmul.input[1]) if matmul is not None else None
-            if matmul is None or matmul.op_type != "MatMul" or relative is None:
-                raise ValueError(f"relative weights {chain.result} do not feed a MatMul with a constant embedding")
-            batch, heads, n, _ = shapes[chain.source]
-            table = relative.reshape(relative.shape[-2], relative.shape[-1])  # [2N-1, d]
-            window = _window(table, n)
-            names = _shared_band(shared, heads, n, window)
-            embedding = f"{tag}/emb_v"
-            shared[embedding] = np.ascontiguousarray(table[n - 1 - window:n + window])[None, None]  # [1,1,K,d]
-            k = 2 * window + 1
-            removed.add(matmul_index)
-            inserted[matmul_index] = [
-                helper.make_node("Conv", [chain.source, names["repeat_heads"]], [f"{tag}/repeated"],
-                                 kernel_shape=[1, 1], name=f"{tag}/RepeatHeads"),
-                helper.make_node("Mul", [f"{tag}/repeated", names["band"]], [f"{tag}/banded"], name=f"{tag}/Mul"),
-                helper.make_node("MatMul", [f"{tag}/banded", _ones_const(shared, n)], [f"{tag}/weights"],
-                                 name=f"{tag}/SumRow"),
-                helper.make_node("Reshape", [f"{tag}/weights", _shape_const(shared, [batch, heads, k, n])],
-                                 [f"{tag}/weights_hkn"], name=f"{tag}/Reshape"),
-                helper.make_node("Transpose", [f"{tag}/weights_hkn"], [f"{tag}/weights_hnk"], perm=[0, 1, 3, 2],
-                                 name=f"{tag}/Transpose"),
-                helper.make_node("MatMul", [f"{tag}/weights_hnk", embedding], [matmul.output[0]],
-                                 name=f"{tag}/MatMul"),
-            ]
-
+    inserted: dict[int, list[onnx.NodeProto]] = {}
+    masks: dict[tuple[str, float], tuple[str, str]] = {}
+    for number, layer in enumerate(layers):
+        batch, heads, n, depth = shapes[layer.queries]
+        if batch != 1:
+            raise ValueError(f"relative attention: batch {batch}; the banded form is written for batch 1")
+        window = max(_window(layer.emb_k.T, n), _window(layer.emb_v, n))
+        k = 2 * window + 1
+        # One band constant per use (logits, weights), each shared by all layers: the toolkit lays the two uses
+        # out differently, and a single tensor used both ways is cloned per layer (27 MB more at N=512).
+        band_logits, band_weights = f"relattn/band_logits_n{n}_k{k}", f"relattn/band_weights_n{n}_k{k}"
+        shared.setdefault(band_logits, band_constant(n, window))
+        shared.setdefault(band_weights, band_constant(n, window))
+        tag = f"relattn{number}"
+        shared[f"{tag}/emb_k"] = np.ascontiguousarray(layer.emb_k[:, n - 1 - window:n + window])[None, None]
+        shared[f"{tag}/emb_v"] = np.ascontiguousarray(layer.emb_v[n - 1 - window:n + window])[None, None]
+        make = helper.make_node
+        rows = _int_const(shared, [heads, n, 1, n])
+        new = [
+            make("MatMul", [layer.queries, layer.keys], [f"{tag}/scores4"], name=f"{tag}/QK"),
+            make("Reshape", [f"{tag}/scores4", rows], [f"{tag}/scores"], name=f"{tag}/ScoresRows"),
+            make("MatMul", [layer.queries, f"{tag}/emb_k"], [f"{tag}/rel_logits"], name=f"{tag}/QRelK"),
+            make("Reshape", [f"{tag}/rel_logits", _int_const(shared, [heads, n, k, 1])], [f"{tag}/rel_cols"],
+                 name=f"{tag}/RelCols"),
+            make("Mul", [f"{tag}/rel_cols", band_logits], [f"{tag}/rel_spread"], name=f"{tag}/RelSpread"),
+            make("ReduceSum", [f"{tag}/rel_spread", _int_const(shared, [2])], [f"{tag}/rel_bias"], keepdims=1,
+                 name=f"{tag}/RelBias"),
+            make("Add", [f"{tag}/scores", f"{tag}/rel_bias"], [f"{tag}/logits"], name=f"{tag}/AddRel"),
+        ]
+        logits = f"{tag}/logits"
+        if layer.mask is not None:
+            key = (layer.mask, layer.fill)
+            if key not in masks:
+                mtag = f"relattn/mask{len(masks)}"
+                shared[f"{mtag}/one"] = np.array(1.0, dtype=np.float32)
+                shared[f"{mtag}/fill"] = np.array(layer.fill, dtype=np.float32)
+                new += [
+                    make("Reshape", [layer.mask, _int_const(shared, [1, n, 1, n])], [f"{mtag}/rows"],
+                         name=f"{mtag}/Rows"),
+                    make("Sub", [f"{mtag}/one", f"{mtag}/rows"], [f"{mtag}/outside"], name=f"{mtag}/Outside"),
+                    make("Mul", [f"{mtag}/outside", f"{mtag}/fill"], [f"{mtag}/bias"], name=f"{mtag}/Bias"),
+                ]
+                masks[key] = (f"{mtag}/rows", f"{mtag}/bias")
+            rows_mask, fill_bias = masks[key]
+            # masked_fill(mask == 0, fill) as logits*mask + (1-mask)*fill: exact for a 0/1 mask, no Equal/Where
+            # (those run on the CPU).
+            new += [make("Mul", [logits, rows_mask], [f"{tag}/kept"], name=f"{tag}/Keep"),
+                    make("Add", [f"{tag}/kept", fill_bias], [f"{tag}/masked"], name=f"{tag}/Fill")]
+            logits = f"{tag}/masked"
+        new += [
+            make("Softmax", [logits], [f"{tag}/weights"], axis=3, name=f"{tag}/Softmax"),
+            make("Reshape", [f"{tag}/weights", _int_const(shared, [1, heads, n, n])], [f"{tag}/weights4"],
+                 name=f"{tag}/Weights4"),
+            make("MatMul", [f"{tag}/weights4", layer.values], [f"{tag}/attended"], name=f"{tag}/PV"),
+            make("Mul", [f"{tag}/weights", band_weights], [f"{tag}/weights_banded"], name=f"{tag}/WeightsBanded"),
+            make("ReduceSum", [f"{tag}/weights_banded", _int_const(shared, [3])], [f"{tag}/rel_weights"],
+                 keepdims=1, name=f"{tag}/RelWeights"),
+            make("Reshape", [f"{tag}/rel_weights", _int_const(shared, [1, heads, n, k])], [f"{tag}/rel_weights4"],
+                 name=f"{tag}/RelWeights4"),
+            make("MatMul", [f"{tag}/rel_weights4", f"{tag}/emb_v"], [f"{tag}/rel_values"], name=f"{tag}/RelV"),
+            make("Add", [f"{tag}/attended", f"{tag}/rel_values"], [layer.output], name=f"{tag}/AddRelV"),
+        ]
+        inserted[layer.anchor] = new
+    removed = set().union(*(layer.nodes for layer in layers))
     kept = []
     for index, node in enumerate(graph.node):
         kept.extend(inserted.get(index, []))
         if index not in removed:
             kept.append(node)
+    used = {name for node in kept for name in node.input} | {o.name for o in graph.output}
+    kept = [node for node in kept if node.op_type != "Equal" or node.output[0] in used]  # masked_fill leftovers
     del graph.node[:]
     graph.node.extend(kept)
     graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in shared.items())
     return _drop_unused_initializers(out)
 
 
-def _shared_band(shared: dict, heads: int, n: int, window: int) -> dict[str, str]:
-    """Names of the band constant and the two 1x1 Conv weights for (heads, N, w), created once per graph."""
-    k = 2 * window + 1
-    names = {"band": f"relshift/band_h{heads}_k{k}_n{n}", "sum_bands": f"relshift/sum_bands_h{heads}_k{k}",
-             "repeat_heads": f"relshift/repeat_heads_h{heads}_k{k}"}
-    if names["band"] not in shared:
-        shared[names["band"]] = band_constant(heads, n, window)
-        block = np.kron(np.eye(heads, dtype=np.float32), np.ones((1, k), dtype=np.float32))  # [H, H*K]
-        shared[names["sum_bands"]] = block[:, :, None, None]
-        shared[names["repeat_heads"]] = np.ascontiguousarray(block.T)[:, :, None, None]
-    return names
-
-
-def _shape_const(shared: dict, shape: list[int]) -> str:
-    name = "relshift/shape_" + "x".join(map(str, shape))
-    shared.setdefault(name, np.array(shape, dtype=np.int64))
-    return name
-
-
-def _ones_const(shared: dict, n: int) -> str:
-    name = f"relshift/ones_{n}x1"
-    shared.setdefault(name, np.ones((1, 1, n, 1), dtype=np.float32))
+def _int_const(shared: dict, values: list[int]) -> str:
+    name = "relattn/i64_" + "_".join(map(str, values))
+    shared.setdefault(name, np.array(values, dtype=np.int64))
     return name
 
 
@@ -276,39 +334,3 @@ def _drop_unused_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     del model.graph.initializer[:]
     model.graph.initializer.extend(live)
     return model
-
-
-def arithmetic_masked_fill(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Rewrite `Where(Equal(mask, 0), fill, scores)` as `scores*mask + (1-mask)*fill` (exact for a 0/1 mask):
-    the Equal/Where pair runs on the CPU, Mul/Add stay on the NPU."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    graph = out.graph
-    constants = _constants(out)
-    producer = {o: node for node in graph.node for o in node.output}
-    fills: dict[tuple[str, float], str] = {}
-    kept, extra = [], {}
-    for node in graph.node:
-        equal = producer.get(node.input[0]) if node.op_type == "Where" else None
-        fill = constants.get(node.input[1]) if equal is not None else None
-        zero = constants.get(equal.input[1]) if equal is not None and equal.op_type == "Equal" else None
-        if zero is None or fill is None or fill.size != 1 or zero.size != 1 or float(zero.ravel()[0]) != 0.0:
-            kept.append(node)
-            continue
-        mask, value = equal.input[0], float(fill.ravel()[0])
-        key = (mask, value)
-        if key not in fills:
-            tag = f"maskfill{len(fills)}"
-            extra[f"{tag}/one"] = np.array(1.0, dtype=np.float32)
-            extra[f"{tag}/fill"] = np.array(value, dtype=np.float32)
-            kept.append(helper.make_node("Sub", [f"{tag}/one", mask], [f"{tag}/outside"], name=f"{tag}/Sub"))
-            kept.append(helper.make_node("Mul", [f"{tag}/outside", f"{tag}/fill"], [f"{tag}/bias"], name=f"{tag}/Mul"))
-            fills[key] = f"{tag}/bias"
-        kept.append(helper.make_node("Mul", [node.input[2], mask], [node.output[0] + "/kept"], name=node.name + "/Keep"))
-        kept.append(helper.make_node("Add", [node.output[0] + "/kept", fills[key]], [node.output[0]], name=node.name + "/Fill"))
-    used = {name for node in kept for name in node.input} | {o.name for o in graph.output}
-    kept = [n for n in kept if n.op_type != "Equal" or n.output[0] in used]
-    del graph.node[:]
-    graph.node.extend(kept)
-    graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in extra.items())
-    return _drop_unused_initializers(out)

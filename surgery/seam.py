@@ -184,30 +184,34 @@ def _find_cond(index: GraphIndex, latent: str, mask: str, output: str) -> str | 
                 frontier.add(name)
     if not frontier:
         return None
-    # Several frontier tensors can share one origin (g feeds the flow's and the decoder's cond convs
-    # through Unsqueeze/Reshape): climb single-input shape ops to a common tensor.
-    roots = {_climb_shape_ops(index, name) for name in frontier}
-    if len(roots) != 1:
-        raise SeamError(f"decoder half reads several outside tensors {sorted(frontier)}; expected only a speaker embedding")
-    return roots.pop()
+    # The speaker embedding reaches the flow and decoder through their own cond convs and slices, so
+    # the frontier holds many tensors; g is their latest common ancestor.
+    common = set.intersection(*(_ancestor_tensors(index, name) for name in frontier))
+    if not common:
+        raise SeamError(f"decoder half reads outside tensors {sorted(frontier)} with no common origin; "
+                        "expected only a speaker embedding")
+    position = {out: i for i, node in enumerate(index.nodes) for out in node.output}
+    return max(common, key=lambda name: position.get(name, -1))
 
 
-def _climb_shape_ops(index: GraphIndex, name: str) -> str:
-    node = index.producer.get(name)
-    while node is not None and node.op_type in ("Unsqueeze", "Reshape", "Identity", "Cast"):
-        data = [i for i in node.input if i and not index.is_constant(i)]
-        if len(data) != 1:
-            break
-        name, node = data[0], index.producer.get(data[0])
-    return name
+def _ancestor_tensors(index: GraphIndex, name: str) -> set[str]:
+    """`name` and every non-constant tensor it is computed from."""
+    found, stack = set(), [name]
+    while stack:
+        tensor = stack.pop()
+        if tensor in found or index.is_constant(tensor):
+            continue
+        found.add(tensor)
+        node = index.producer.get(tensor)
+        if node is not None:
+            stack.extend(i for i in node.input if i)
+    return found
 
 
 def cut(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
     """The subgraph from the `inputs` tensors to the `outputs` tensors; raises SeamError if the outputs
-    need any other non-constant tensor. Metadata and the extractor's inferred value_info are dropped
-    (stale shapes there would override the shapes a later pass pins on the new inputs)."""
-    from onnx.utils import Extractor
-
+    need any other non-constant tensor. The new inputs are float with no shape (set them after the cut);
+    metadata and value_info are not carried over (stale shapes would override pinned ones)."""
     index = GraphIndex(model)
     missing = [n for n in inputs + outputs if n not in index.producer and n not in index.graph_inputs]
     if missing:
@@ -216,9 +220,15 @@ def cut(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.M
     leaks = sorted({i for n in needed for i in n.input if i and i in index.graph_inputs and i not in inputs})
     if leaks:
         raise SeamError(f"cutting at {inputs} still needs graph inputs {leaks}: the cut does not separate the graph")
-    extracted = Extractor(model).extract_model(inputs, outputs)
-    del extracted.metadata_props[:]
-    del extracted.graph.value_info[:]
+    used = {i for n in needed for i in n.input}
+    graph_outputs = {o.name: o for o in model.graph.output}
+    graph = onnx.helper.make_graph(
+        needed, model.graph.name or "cut",
+        [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in inputs],
+        [graph_outputs.get(name) or onnx.helper.make_empty_tensor_value_info(name) for name in outputs],
+        [init for init in model.graph.initializer if init.name in used])
+    extracted = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
+    extracted.ir_version = model.ir_version
     return extracted
 
 

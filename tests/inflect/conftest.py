@@ -39,3 +39,9 @@ def slices(official, tmp_path_factory):
     for masked in (True, False):
         out[masked] = write_slice(paths, tmp_path_factory.mktemp(f"slice_{cfg.name}_{masked}"), masked)
     return out
+
+
+@pytest.fixture(scope="session")
+def nano_slice(nano_official, tmp_path_factory):
+    """A masked Nano slice of its own model (for tests that need one size only)."""
+    return write_slice(nano_official[1], tmp_path_factory.mktemp("nano_slice"))[0]

@@ -6,7 +6,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from converters.families.inflect.reference import build_models
+from converters.families.inflect.reference import build_models, one_torch_thread
 from gates.snr import snr_db
 from surgery.fold import op_histogram
 
@@ -43,7 +43,7 @@ def test_exported_decode_matches_torch_at_two_lengths(official):
         scale = np.array(0.667, np.float32)
         got = session.run(None, {"m_p_exp": m_p, "logs_p_exp": logs_p, "y_mask": mask, "zp_noise": noise,
                                  "noise_scale": scale})[0]
-        with torch.no_grad():
+        with torch.no_grad(), one_torch_thread():
             want = decode(*(torch.from_numpy(a) for a in (m_p, logs_p, mask, noise, scale))).numpy()
         assert got.shape == (1, 1, frames * cfg.hop_length)
         assert snr_db(want, got) > 100.0
@@ -58,7 +58,7 @@ def test_duration_regulates_length_in_graph(official):
     m_p, logs_p, y_mask = session.run(None, {"tokens": tokens, "lengths": np.array([7]),
                                              "length_scale": np.array(1.0, np.float32)})
     assert m_p.shape[1] == logs_p.shape[1] == cfg.inter_channels
-    with torch.no_grad():
+    with torch.no_grad(), one_torch_thread():
         x = duration.emb(torch.from_numpy(tokens)).transpose(1, 2)
         for conv in duration.convs:
             x = x + torch.relu(conv(x))

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import TINY_CONFIG, random_codes, random_reference, step_of
+from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, random_reference, step_of
 from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
 from converters.families.qwen3_vocoder.step import decode_in_steps
 from gates.snr import snr_db

@@ -3,8 +3,15 @@ through build_engine, the packaged dist layout, and a real gate failure that pub
 import json
 import shutil
 
-from converters import recipes
-from converters.toolkit import REPO_ROOT
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from converters import cli, recipes
+from converters.families import example
+from converters.toolkit import REPO_ROOT, SetupError
+from surgery.metadata import get_contract
 
 
 def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publishes_nothing(tmp_path, require_converter):
@@ -44,3 +51,23 @@ def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publish
         assert all(g["passed"] for g in manifest["gates"])
         gate_count += len(manifest["gates"])
     assert rows[0]["gates"] == f"{gate_count}/{gate_count}"
+
+
+def test_convert_example_skip_rknn_writes_the_fixed_shape_export_with_its_contract_only(tmp_path):
+    if not cli.app.registered_commands:
+        cli._register_all()
+    result = CliRunner().invoke(cli.app, ["example", "--frames", "48", "--channels", "8", "--skip-rknn",
+                                          "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    onnx_path = tmp_path / "example_c8_t48.onnx"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["example_c8_t48.onnx", "example_c8_t48.selfcheck.npz"]
+    contract = get_contract(onnx_path)
+    assert (contract["family"], contract["component"], contract["role"], contract["ladder_key"]) == (
+        "example", "conv", "main", 48)
+    dims = [d.dim_value for d in onnx.load(str(onnx_path)).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 8, 48]
+    with np.load(tmp_path / "example_c8_t48.selfcheck.npz") as feeds:
+        assert feeds["x"].shape == (1, 8, 48)
+    (tmp_path / "example_c8_t48.selfcheck.npz").unlink()
+    with pytest.raises(SetupError, match="no self-check"):
+        example.convert_example(from_onnx=onnx_path, out=tmp_path)

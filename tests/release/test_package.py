@@ -39,6 +39,7 @@ def test_ambiguous_ladder_and_conflicting_params_are_refused():
 
 
 def test_staged_package_publishes_on_success_and_replaces_the_old_one(tmp_path):
+    (tmp_path / ".pkg_rk3588.killed.partial" / "work").mkdir(parents=True)  # a killed run's leftovers
     with staged_package(tmp_path, "pkg_rk3588") as (work, package):
         (work / "scratch.onnx").write_text("x")
         (package / "new.rknn").write_text("new")

@@ -51,6 +51,8 @@ def test_small_conv_graph_builds_clean(graph, inputs_npz, tmp_path, require_conv
         "impl": "rknn", "artifacts": {"main": "small.rknn"}, "params": {"overlap": 0}}}}
     assert manifest["family"] == "spine_test" and manifest["producer_git"]
     assert set(result.simulator_outputs) == {"y"}
+    # The engine carries the contract essentials itself (config custom_string).
+    assert b'"family":"spine_test","component":"decoder"' in result.rknn.read_bytes()
 
 
 def run_convert(*args: str) -> subprocess.CompletedProcess:
@@ -101,6 +103,16 @@ def test_simulator_gate_fails_on_fp16_overflow(graph, inputs_npz, tmp_path, requ
     assert verdict.name == "simulator_snr[y]" and not verdict.passed and verdict.value < 35.0
     assert "overflow" in str(failure.value)
     assert_no_engine_left(tmp_path, "overflow")
+
+
+def test_simulator_is_compared_with_reference_onnx_when_given(graph, inputs_npz, tmp_path, require_converter):
+    require_converter()
+    engine_graph, other_weights = graph("engine"), graph("reference", seed=1)
+    with pytest.raises(GateFailure) as failure:
+        build_engine(engine_graph, tmp_path, BuildOptions(target="rk3588"), selfcheck=inputs_npz(engine_graph),
+                     reference_onnx=other_weights)
+    assert [v.name for v in failure.value.verdicts] == ["simulator_snr[y]"]
+    assert_no_engine_left(tmp_path, "engine")
 
 
 def test_timeout_kills_child_with_sigkill_and_cleans_up(graph, tmp_path, require_converter):
@@ -157,15 +169,21 @@ def test_child_killed_by_sigsegv_leaves_no_artifact(graph, tmp_path, require_con
 
     worker = threading.Thread(target=build)
     worker.start()
-    deadline = time.monotonic() + 60
-    while not (pids := _child_pids_of_this_test()) and worker.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # Strike once the child has announced its first stage (importing rknn takes over a second).
+    log, deadline = tmp_path / "segv.build.log", time.monotonic() + 60
+    while worker.is_alive() and time.monotonic() < deadline:
+        pids = _child_pids_of_this_test()
+        if pids and log.is_file() and '"stage": "import"' in log.read_text(errors="replace"):
+            break
+        time.sleep(0.02)
     assert pids, "the converter child never appeared"
     os.kill(pids[0], signal.SIGSEGV)
     worker.join(timeout=120)
     error = outcome.get("error")
     assert isinstance(error, BuildError), error
-    assert "killed by signal SIGSEGV" in str(error) and error.stage in str(error)
+    assert "killed by signal SIGSEGV" in str(error)
+    assert error.stage in ("import", "config", "load", "build", "export", "release")
+    assert f"stage '{error.stage}'" in str(error)
     assert_no_engine_left(tmp_path, "segv")
 
 

@@ -3,7 +3,6 @@ everything that needs no converter child."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +11,6 @@ import types
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
 
 from converters.engine import (
     CUSTOM_STRING_MAX_BYTES,

@@ -1,0 +1,167 @@
+"""`convert audio8`: Audio8-ASR-0.1B as fixed-shape NPU graphs over CPU-owned rank-3 K/V buckets.
+
+Exports the encoder, an adapter per placeholder count T, a prefill per S = T + 10, per layer a K/V projection
+and a block per K/V bucket, and the LM head in shards; gates greedy tokens through those graphs against the
+torch FP32 model's own decoding (EOS included, plus a stress run through the largest bucket); then compiles
+each graph through the shared engine build. `audio8_plan.json` lists every graph with its contract."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from converters.options import FailOnCpuOps, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
+from converters.toolkit import DEFAULT_TOOLKIT, SetupError
+
+ADAPTER_TOKENS = (25, 50, 75, 100)
+KV_BUCKETS = (128, 256, 512)
+HEAD_SHARDS = 8
+SNAPSHOT_REPO = "Edge0/Audio8-ASR-0.1B"
+
+ModelDir = Annotated[Optional[Path], typer.Option(
+    "--model-dir", help=f"Local snapshot of {SNAPSHOT_REPO} (config.json, weights, its modeling files); "
+    "loaded with trust_remote_code, never downloaded.")]
+RandomWeights = Annotated[Optional[str], typer.Option(
+    "--random-weights", help="Instead of a snapshot, a random-init model: 'real' (the published shapes, for "
+    "engine builds) or 'small' (the test model).")]
+AdapterTokens = Annotated[str, typer.Option(
+    "--adapter-tokens", help="Placeholder counts N to export adapters (and prefills, S = N + 10) for; "
+    "N = 25/50/75/100 for 2/4/6/8 s of audio.")]
+KvBuckets = Annotated[str, typer.Option("--kv-buckets", help="K/V bucket lengths Smax, one block graph per layer each.")]
+HeadShards = Annotated[int, typer.Option("--head-shards", help="LM head graphs (vocabulary rows split evenly).")]
+NoStress = Annotated[bool, typer.Option("--no-stress", help="Skip the stress gate (EOS ignored through the largest "
+                                        "bucket against a torch forced run).")]
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = sorted({int(part) for part in text.replace(" ", "").split(",") if part})
+    except ValueError:
+        raise SetupError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not values or values[0] <= 0:
+        raise SetupError(f"{what} needs positive integers, got {text!r}")
+    return values
+
+
+def load_model(model_dir: Path | None, random_weights: str | None):
+    from converters.families.audio8 import model as M
+
+    if random_weights is not None:
+        if random_weights not in ("real", "small"):
+            raise SetupError(f"--random-weights is 'real' or 'small', got {random_weights!r}")
+        config = M.real_shape_config() if random_weights == "real" else M.small_config()
+        return M.build_random(config, seed=0)
+    if model_dir is None:
+        raise SetupError(f"give --model-dir (a local snapshot of {SNAPSHOT_REPO}) or --random-weights real|small")
+    return M.load_snapshot(model_dir)
+
+
+def export_and_gate(model, out_dir: Path, adapter_tokens, kv_buckets, head_shards: int, stress: bool = True,
+                    target: str | None = None, say=print) -> tuple[dict, list]:
+    """Export every graph, scan it, run the token gates; raises GateFailure on any failed verdict."""
+    from converters.families.audio8.checks import graph_verdicts
+    from converters.families.audio8.export import export_all
+    from gates import opscan
+    from gates.verdict import require
+
+    plan = export_all(model, out_dir, list(adapter_tokens), list(kv_buckets), head_shards)
+    say(f"exported {len(plan['graphs'])} graphs to {out_dir}")
+    for entry in plan["graphs"]:
+        problems = opscan.scan(Path(out_dir) / entry["onnx"], target)
+        if problems:
+            say(f"{entry['onnx']}:")
+            opscan.warn(problems)
+    verdicts = graph_verdicts(model, out_dir, stress=stress, say=say)
+    for verdict in verdicts:
+        say(verdict.line())
+    require(verdicts, advice="the exported graphs decode differently from the torch model: compare the figures "
+            "above (adapter L2 points at pooling, prefill L2 at the decoder cut)", context="audio8 graphs")
+    return plan, verdicts
+
+
+def build_engines(out_dir: Path, plan: dict, options, export_verdicts=(), say=print) -> list:
+    """Compile every graph of the plan; record each engine's file name in the plan."""
+    import json
+
+    from converters.engine import build_engine
+    from runtime.kv_buckets import PLAN_FILE
+
+    results = []
+    for entry in plan["graphs"]:
+        result = build_engine(Path(out_dir) / entry["onnx"], out_dir, options,
+                              selfcheck=Path(out_dir) / entry["selfcheck"], export_verdicts=list(export_verdicts))
+        entry["rknn"] = result.rknn.name
+        say(f"built {result.rknn.name}")
+        results.append(result)
+    (Path(out_dir) / PLAN_FILE).write_text(json.dumps(plan, indent=1))
+    return results
+
+
+def convert_audio8(
+    model_dir: ModelDir = None,
+    random_weights: RandomWeights = None,
+    target: Target = "rk3588",
+    toolkit: Toolkit = DEFAULT_TOOLKIT,
+    out: OutDir = Path("work/audio8"),
+    adapter_tokens: AdapterTokens = ",".join(map(str, ADAPTER_TOKENS)),
+    kv_buckets: KvBuckets = ",".join(map(str, KV_BUCKETS)),
+    head_shards: HeadShards = HEAD_SHARDS,
+    skip_rknn: SkipRknn = False,
+    no_stress: NoStress = False,
+    max_regtask_lines: MaxRegtaskLines = 0,
+    fail_on_cpu_ops: FailOnCpuOps = False,
+) -> None:
+    """Export Audio8-ASR's encoder, adapters, prefills, per-layer K/V + block graphs and LM head shards,
+    gate greedy tokens against the torch FP32 model, and compile every graph."""
+    from converters.engine import BuildOptions
+    from converters.toolkit import check_target
+
+    check_target(target)
+    model = load_model(model_dir, random_weights)
+    plan, verdicts = export_and_gate(model, out, _int_list(adapter_tokens, "--adapter-tokens"),
+                                     _int_list(kv_buckets, "--kv-buckets"), head_shards, not no_stress, target)
+    if skip_rknn:
+        return
+    build_engines(out, plan, BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
+                                          fail_on_cpu_ops=fail_on_cpu_ops), verdicts)
+
+
+def _snapshot_dir(source: dict) -> Path:
+    """The snapshot a recipe names: `source.dir`, or the huggingface_hub cache of `source.repo` (never downloaded)."""
+    from converters.recipes import MissingSource
+
+    candidates = []
+    if source.get("dir"):
+        candidates.append(Path(os.path.expanduser(os.path.expandvars(source["dir"]))))
+    if source.get("repo"):
+        try:
+            from huggingface_hub import snapshot_download
+
+            candidates.append(Path(snapshot_download(source["repo"], local_files_only=True)))
+        except Exception:  # no cache entry (or no huggingface_hub): the candidate simply is not there
+            pass
+    for root in candidates:
+        if (root / "config.json").is_file():
+            return root
+    raise MissingSource(f"no Audio8-ASR snapshot (config.json, weights, modeling files) in "
+                        f"{source.get('dir', '-')} or the huggingface_hub cache of {source.get('repo', '-')}; "
+                        f"copy a snapshot of {SNAPSHOT_REPO} there")
+
+
+def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
+    from converters.families.audio8 import model as M
+    from converters.recipes import build_options
+
+    snapshot = _snapshot_dir(recipe["source"])
+    options = recipe["options"]
+    model = M.load_snapshot(snapshot)
+    plan, verdicts = export_and_gate(model, work_dir, options.get("adapter_tokens", ADAPTER_TOKENS),
+                                     options.get("kv_buckets", KV_BUCKETS), options.get("head_shards", HEAD_SHARDS),
+                                     target=target)
+    return build_engines(work_dir, plan, build_options(recipe, target, toolkit), verdicts)
+
+
+def register(app: typer.Typer, check_app: typer.Typer) -> None:
+    app.command("audio8")(convert_audio8)

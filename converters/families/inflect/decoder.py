@@ -127,24 +127,19 @@ def noise_head(m_p: np.ndarray, logs_p: np.ndarray, variation: float, rng: np.ra
     return (m_p + np.exp(logs_p) * noise * variation).astype(np.float32)
 
 
-def _rename_input(model, old: str, new: str):
-    """Give a graph input a stable name (exporters call the latent '/Add_output_0')."""
-    if old == new:
-        return model
-    for value in model.graph.input:
-        if value.name == old:
-            value.name = new
-    for node in model.graph.node:
-        for i, name in enumerate(node.input):
-            if name == old:
-                node.input[i] = new
+def _declare_inputs(model, channels: int):
+    """Type the cut's inputs (it leaves them shapeless): z [1,C,N], y_mask [1,1,N]."""
+    import onnx
+
+    shapes = {LATENT_INPUT: [1, channels, "N"], MASK_INPUT: [1, 1, "N"]}
+    for graph_input in model.graph.input:
+        graph_input.CopyFrom(onnx.helper.make_tensor_value_info(graph_input.name, onnx.TensorProto.FLOAT,
+                                                                shapes[graph_input.name]))
     return model
 
 
 def slice_decoder(decode_model, model: InflectModel, window: int, context: int, dec_mask: bool = True):
     """decode.onnx -> fixed-window engine graph z [1,C,W], y_mask [1,1,W] -> waveform, folded, with its contract."""
-    import onnx
-
     from converters.contract import make_contract
     from converters.families.inflect.conv_pad import cap_conv_padding
     from runtime.window_walk import WindowContract
@@ -152,28 +147,27 @@ def slice_decoder(decode_model, model: InflectModel, window: int, context: int, 
     from surgery.fold import fold_fixed
     from surgery.mask import mask_decoder
     from surgery.metadata import set_contract
-    from surgery.seam import SeamError, cut_at_seam, find_vits_seam
+    from surgery.seam import SeamError, cut_at_seam, find_vits_seam, rename_tensors
 
     walk_contract = WindowContract(window=window, context=context, emitted=window - 2 * context, hop=model.hop,
                                    latent_input=LATENT_INPUT, output=DECODE_OUTPUT, mask_input=MASK_INPUT,
                                    latent_channels=model.channels)
-    # The exporter leaves no value_info on intermediate tensors; the cut needs the latent's type.
-    inferred = onnx.shape_inference.infer_shapes(decode_model)
     try:
-        seam = find_vits_seam(inferred)
-        sliced = cut_at_seam(inferred, seam)
+        seam = find_vits_seam(decode_model)
+        sliced = cut_at_seam(decode_model, seam)
     except SeamError as error:
         raise SetupError(f"decode.onnx has no reverse-flow seam to cut at: {error}; {OFFICIAL_HINT}") from None
     if seam.cond is not None:
         raise SetupError(f"decode.onnx reads a conditioning tensor {seam.cond!r} besides the latent and mask: "
                          f"Inflect v2 is single-speaker; {OFFICIAL_HINT}")
+    sliced = _declare_inputs(rename_tensors(sliced, {seam.latent: LATENT_INPUT, seam.mask: MASK_INPUT}),
+                             model.channels)
     try:
         sliced = fold_flips(sliced)
     except FlipFoldError as error:
         raise SetupError(f"decode.onnx's reverse flow has a channel flip that cannot be folded: {error}") from None
     if dec_mask:
-        sliced = mask_decoder(sliced, seam.decoder_input, seam.mask)
-    sliced = _rename_input(_rename_input(sliced, seam.latent, LATENT_INPUT), seam.mask, MASK_INPUT)
+        sliced = mask_decoder(sliced, seam.decoder_input, MASK_INPUT)
     folded = cap_conv_padding(fold_fixed(sliced, {LATENT_INPUT: [1, model.channels, window],
                                                   MASK_INPUT: [1, 1, window]}))
     contract = make_contract(FAMILY, COMPONENT, ROLE, EXEC_PLAN_OPTION, **walk_contract.fields(),

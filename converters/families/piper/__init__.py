@@ -60,7 +60,7 @@ def convert_piper(
     from gates.verdict import require
 
     if from_onnx is None:
-        exported = export_decoder(voice_onnx, out, window, context, dec_mask)
+        exported = export_decoder(voice_onnx, out, window, context, dec_mask, target)
         for verdict in exported.verdicts:
             print(verdict.line())
         require(exported.verdicts, context="piper decoder export self-check",
@@ -126,7 +126,7 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
     elif not Path(voice_onnx).is_file():
         raise MissingSource(f"voice ONNX {voice_onnx} (set source.voice_onnx in {recipe.get('path')})")
     exported = export_decoder(Path(voice_onnx) if voice_onnx else None, work_dir, int(options.get("window", 93)),
-                              int(options.get("context", 24)), bool(options.get("dec_mask", False)))
+                              int(options.get("context", 24)), bool(options.get("dec_mask", False)), target)
     require(exported.verdicts, context="piper decoder export self-check")
     return [build_engine(exported.onnx_path, work_dir, build_options(recipe, target, toolkit),
                          selfcheck=exported.selfcheck_path, export_verdicts=exported.verdicts)]

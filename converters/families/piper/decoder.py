@@ -23,6 +23,14 @@ MIN_INTERIOR_DB = 55.0
 # The slice fed the voice's own latent must reproduce the voice's output (bit-exact in onnxruntime);
 # the conv_pre seam measures far below this.
 MIN_SEAM_DB = 90.0
+# A short latent (one zero-padded window). Measured on joe, 20-80 slices, mask 0 over the padding:
+# without --dec-mask the last ~7 slices read the pad's conv outputs through the unmasked decoder
+# (27-35 dB over the window) and the slices before the last 8 score 104+ dB; with --dec-mask the whole
+# window scores 114-119 dB. A mask of 1 over the padding drops those to 9-67 dB (once 104 dB, on a quiet end).
+SHORT_LATENT = 47
+TAIL_SLICES = 8
+MIN_PADDED_DB = 90.0
+MIN_DEC_MASK_TAIL_DB = 100.0
 SELFCHECK_TEXT = "The quick brown fox jumps over the lazy dog, while five wizards box quickly."
 NOISE_SEED = 0
 
@@ -219,38 +227,70 @@ def window_verdicts(name: str, reference: np.ndarray, result, min_interior_db: f
     return verdicts, rows
 
 
-def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_length: int,
-              min_interior_db: float = MIN_INTERIOR_DB) -> tuple[list, dict]:
-    """Export gates: the slice reproduces the voice (seam), and the windowed fixed-shape graph reproduces
-    a full-length decode on the voice's latents and on a white-noise latent."""
+def seam_verdict(slice_runner, latents: list[dict]):
+    """The slice fed the voice's own latent (and mask, g) reproduces the voice's waveform: this is
+    what separates the flow input from the wrong seam at conv_pre."""
     from gates.snr import snr_db
     from gates.verdict import at_least
+
+    worst = min(snr_db(np.asarray(item["audio"]).reshape(-1),
+                       full_decode(slice_runner, item["z"], item["g"]).reshape(-1)) for item in latents)
+    return at_least("seam: slice vs full voice", worst, MIN_SEAM_DB, "dB",
+                    "the slice fed the voice's own pre-flow latent reproduces the voice's waveform")
+
+
+def padded_verdict(name: str, reference: np.ndarray, result, dec_mask: bool):
+    """A latent shorter than the window (one padded window). With --dec-mask the whole window must be
+    exact; without it the last TAIL_SLICES real slices carry the documented tail deficit and only the
+    slices before them are gated. A mask of 1 over the padding fails either way."""
+    from gates.snr import snr_db
+    from gates.verdict import at_least
+
+    (win,) = result.windows
+    reference, test = np.asarray(reference).reshape(-1), np.asarray(result.output).reshape(-1)
+    if dec_mask:
+        return at_least(f"{name}: padded window (decoder masked)", snr_db(reference, test), MIN_DEC_MASK_TAIL_DB,
+                        "dB", "short latent, one zero-padded window vs full-length fp32 decode")
+    end = max(win.emit_end - TAIL_SLICES, 1) * result.hop
+    return at_least(f"{name}: padded window before its last {TAIL_SLICES} slices", snr_db(reference[:end], test[:end]),
+                    MIN_PADDED_DB, "dB", "short latent, one zero-padded window vs full-length fp32 decode")
+
+
+def short_latent(item: dict, window: int, length: int = SHORT_LATENT) -> np.ndarray:
+    """`length` slices of the voice's latent from inside the utterance (past the leading silence)."""
+    z = item["z"]
+    start = window if z.shape[2] >= window + length else 0
+    return z[:, :, start : start + length]
+
+
+def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_length: int,
+              min_interior_db: float = MIN_INTERIOR_DB, target: str | None = None) -> tuple[list, dict]:
+    """Export gates: the slice reproduces the voice (seam); the windowed fixed-shape graph reproduces a
+    full-length decode on the voice's latents, a white-noise latent and a short (padded) latent; no op
+    the NPU rejects or runs on the CPU (problem-op scan)."""
+    from gates import opscan
     from runtime.window_walk import WindowContract, walk
     from surgery.metadata import get_contract
 
-    contract = WindowContract.from_contract(get_contract(engine_model))
+    contract_fields = get_contract(engine_model)
+    contract = WindowContract.from_contract(contract_fields)
     full = OrtRunner(piece.model)
     windowed = OrtRunner(engine_model)
-    verdicts, tables = [], {}
-    seam_snrs = []
-    for i, item in enumerate(latents):
-        reference = full_decode(full, item["z"], item["g"])
-        seam_snrs.append(snr_db(np.asarray(item["audio"]).reshape(-1), reference.reshape(-1)))
-        feeds = {COND: item["g"]} if item["g"] is not None else {}
-        result = walk(windowed, item["z"], contract, feeds)
-        found, rows = window_verdicts(f"voice latent {i} ({item['z'].shape[2]} slices)", reference, result,
-                                      min_interior_db)
-        verdicts += found
-        tables[f"voice_{i}"] = rows
-    verdicts.insert(0, at_least("seam: slice vs full voice", min(seam_snrs), MIN_SEAM_DB, "dB",
-                                "the slice fed the voice's own latent reproduces the voice's waveform"))
-    z = white_noise_latent(piece.channels, noise_length)
+    verdicts, tables = [seam_verdict(full, latents), opscan.verdict(opscan.scan(engine_model, target))], {}
     g = latents[0]["g"]
-    reference = full_decode(full, z, g)
+    cases = [(f"voice latent {i}", item["z"], item["g"]) for i, item in enumerate(latents)]
+    cases.append(("white-noise latent", white_noise_latent(piece.channels, noise_length), g))
+    for name, z, cond in cases:
+        name = f"{name} ({z.shape[2]} slices)"
+        reference = full_decode(full, z, cond)
+        result = walk(windowed, z, contract, {COND: cond} if cond is not None else {})
+        found, tables[name] = window_verdicts(name, reference, result, min_interior_db)
+        verdicts += found
+    z = short_latent(latents[0], contract.window)
+    name = f"short voice latent ({z.shape[2]} slices)"
     result = walk(windowed, z, contract, {COND: g} if g is not None else {})
-    found, rows = window_verdicts(f"white-noise latent ({noise_length} slices)", reference, result, min_interior_db)
-    tables["white_noise"] = rows
-    return verdicts + found, tables
+    verdicts.append(padded_verdict(name, full_decode(full, z, g), result, bool(contract_fields.get("dec_mask"))))
+    return verdicts, tables
 
 
 def selfcheck_feeds(item: dict, window: int, cond: bool) -> dict[str, np.ndarray]:
@@ -275,7 +315,7 @@ class ExportResult:
 
 
 def export_decoder(voice_onnx: Path | None, out_dir: Path, window: int = 93, context: int = 24,
-                   dec_mask: bool = False) -> ExportResult:
+                   dec_mask: bool = False, target: str | None = None) -> ExportResult:
     """Write `<voice>_decoder_w<W>[_decmask].onnx` (+ `.selfcheck.npz`) and return the export gates."""
     import onnx
 
@@ -287,7 +327,7 @@ def export_decoder(voice_onnx: Path | None, out_dir: Path, window: int = 93, con
     voice_name = voice.onnx_path.name.removesuffix(".onnx")
     model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config))
     latents = voice_latents(voice_model, piece.seam, voice.config)
-    verdicts, tables = selfcheck(model, piece, latents, noise_length=3 * window + window // 2)
+    verdicts, tables = selfcheck(model, piece, latents, noise_length=3 * window + window // 2, target=target)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{voice_name}_decoder_w{window}_c{context}" + ("_decmask" if dec_mask else "")

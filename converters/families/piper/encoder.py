@@ -73,10 +73,10 @@ def slice_encoder(voice, width: int | None = None):
 
 
 def npu_form(raw):
-    """The raw fixed-width slice with the shift chains banded and masked_fill made arithmetic."""
-    from surgery.relshift import arithmetic_masked_fill, banded_relative_attention
+    """The raw fixed-width slice with each relative-attention core in the banded form (surgery.relshift)."""
+    from surgery.relshift import banded_relative_attention
 
-    return arithmetic_masked_fill(banded_relative_attention(raw))
+    return banded_relative_attention(raw)
 
 
 def host_prefix(voice):

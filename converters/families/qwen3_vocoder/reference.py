@@ -44,17 +44,24 @@ def reference_decoder(decoder_config: dict, state_dict: dict | None = None):
 
 
 def randomize_(decoder, codes, seed: int = 0, spread: float = 0.3, output_rms: float = 0.3):
-    """Perturb every parameter (relative to its spread; absolute for constant-initialised ones such as the
-    zero codebooks) and scale the last conv so `codes` decode to `output_rms` before the clamp: a random
-    decoder whose audio is neither silent nor clipped, for tests and benches (no weights download here)."""
+    """Random weights at unit gain, perturbed per-channel constants, and the last conv scaled so `codes`
+    decode to `output_rms` before the clamp: a random decoder whose audio is neither silent nor clipped, for
+    tests and benches (no weights are downloadable here)."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for parameter in decoder.parameters():
-            width = float(parameter.std()) if parameter.numel() > 1 else 0.0
+        for name, parameter in decoder.named_parameters():
+            if name.endswith("cluster_usage"):
+                continue  # a divisor: perturbing it towards 0 would blow single codes up
             noise = torch.randn(parameter.shape, generator=generator)
-            parameter.add_(noise * spread * (width if width > 0 else 1.0))
+            if parameter.dim() >= 2:
+                # Weights at unit gain (1/sqrt(fan-in)): every branch (attention, MLP, residual units)
+                # then moves the output, which the package's 0.02-std init does not.
+                parameter.copy_(noise / parameter[0].numel() ** 0.5)
+            else:
+                # Biases and per-channel constants (LayerScale 0.01, ConvNeXt gamma 1e-6, Snake 0).
+                parameter.add_(noise * spread)
         seen = {}
         hook = decoder.decoder[-1].register_forward_hook(lambda module, args, out: seen.update(out=out))
         decoder(codes)

@@ -1,0 +1,48 @@
+"""A width ladder: fixed-width engines of one component, walked to the smallest that fits a chunk, with a
+dynamic-shape fallback (onnxruntime on the CPU) above the widest.
+
+Inputs are right-padded with zeros along one axis (the token axis) up to the chosen width; outputs are cut
+back to the chunk's length along the same axis. The fallback runs the chunk unpadded. Any backend with
+`run(feeds) -> outputs` works (onnxruntime, the toolkit simulator, rknnlite on a board)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class WidthLadder:
+    """`engines` maps width -> backend; `fallback` takes any length (None: chunks above the widest fail)."""
+
+    def __init__(self, engines: dict, fallback=None, axis: int = -1):
+        if not engines and fallback is None:
+            raise ValueError("a ladder needs at least one engine or a fallback")
+        self.engines = dict(sorted(engines.items()))
+        self.fallback = fallback
+        self.axis = axis
+
+    def width_for(self, length: int) -> int | None:
+        """The smallest width >= length, or None when the chunk goes to the fallback."""
+        for width in self.engines:
+            if width >= length:
+                return width
+        return None
+
+    def run(self, feeds: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
+        """Run one chunk of `length` positions (every feed has exactly `length` along the axis)."""
+        for name, value in feeds.items():
+            if value.shape[self.axis] != length:
+                raise ValueError(f"feed {name} has {value.shape[self.axis]} positions along axis {self.axis}, "
+                                 f"expected the chunk length {length}")
+        width = self.width_for(length)
+        if width is None:
+            if self.fallback is None:
+                raise ValueError(f"a chunk of {length} exceeds the widest engine ({max(self.engines)}) "
+                                 "and the ladder has no fallback")
+            return self.fallback.run(feeds)
+        padded = {name: self._pad(value, width - length) for name, value in feeds.items()}
+        outputs = self.engines[width].run(padded)
+        return {name: np.take(value, np.arange(length), axis=self.axis) for name, value in outputs.items()}
+
+    def _pad(self, value: np.ndarray, extra: int) -> np.ndarray:
+        pad = [(0, 0)] * value.ndim
+        pad[self.axis] = (0, extra)
+        return np.pad(value, pad)

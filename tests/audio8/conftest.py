@@ -1,0 +1,23 @@
+"""A small random-init Audio8 model and its exported graphs, shared by the audio8 tests (built once)."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def small_model():
+    import torch
+
+    from converters.families.audio8 import model as M
+
+    torch.set_num_threads(1)  # the reference decoding is latency-bound; threads only contend on 2 cores
+    return M.build_random(M.small_config(), seed=0)
+
+
+@pytest.fixture(scope="session")
+def small_plan(small_model, tmp_path_factory):
+    from converters.families.audio8.export import export_all
+
+    out = tmp_path_factory.mktemp("audio8_small")
+    export_all(small_model, out, [25, 50, 75, 100], [128, 256, 512], head_shards=2)
+    return out

@@ -1,0 +1,160 @@
+"""The exported graphs of a small random-init model decode exactly like the torch FP32 model, each gate fails
+on a known-bad artifact, and inputs that do not fit the buckets fail loudly."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+
+from converters.families.audio8 import checks
+from converters.families.audio8.export import cache_free_verdict
+from runtime.kv_buckets import PLAN_FILE, Audio8Runtime, BucketError, Timings
+from surgery.metadata import get_contract
+
+
+def test_graph_decoding_matches_torch_greedy_and_stress(small_model, small_plan):
+    lines = []
+    verdicts = checks.graph_verdicts(small_model, small_plan, say=lines.append)
+    failed = [v.line() for v in verdicts if not v.passed]
+    assert not failed, failed
+    names = {v.name for v in verdicts}
+    assert {f"greedy_tokens[T{t}]" for t in (25, 50, 75, 100)} <= names
+    # every natural run stops at EOS, and the stress run crosses both migrations
+    assert sum("ends with EOS: True" in line for line in lines) == 4, lines
+    assert any("buckets [128, 256, 512]" in line and line.startswith("stress") for line in lines), lines
+
+
+def test_plan_lists_every_graph_with_role_and_bucket(small_plan):
+    plan = json.loads((small_plan / PLAN_FILE).read_text())
+    roles = sorted({(g["contract"]["component"], g["contract"]["role"]) for g in plan["graphs"]})
+    assert roles == [("adapter", "main"), ("decoder", "block_128"), ("decoder", "block_256"),
+                     ("decoder", "block_512"), ("decoder", "head"), ("decoder", "kv"), ("encoder", "main"),
+                     ("prefill", "main")]
+    for entry in plan["graphs"]:
+        assert get_contract(small_plan / entry["onnx"]) == entry["contract"]
+    blocks = [g["contract"] for g in plan["graphs"] if g["contract"]["role"].startswith("block_")]
+    assert sorted((c["layer"], c["bucket"]) for c in blocks) == [(l, b) for l in range(2) for b in (128, 256, 512)]
+    block = onnx.load(str(small_plan / "block_l1_s256.onnx"))
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in block.graph.input}
+    assert shapes["full_k"] == shapes["full_v"] == [4, 256, 16] and shapes["mask"] == [4, 1, 256]
+
+
+def test_cache_free_gate_fails_on_an_in_graph_concat_cache(tmp_path):
+    import torch
+
+    class ConcatCache(torch.nn.Module):
+        def forward(self, past, new):
+            return torch.cat([past, new], dim=1)
+
+    path = tmp_path / "concat.onnx"
+    torch.onnx.export(ConcatCache(), (torch.zeros(4, 7, 16), torch.zeros(4, 1, 16)), str(path),
+                      input_names=["past_key", "key_delta"], opset_version=17, dynamo=False)
+    verdict = cache_free_verdict(onnx.load(str(path)), "concat")
+    assert not verdict.passed and verdict.value == 2  # the Concat and the past_* input
+
+
+def test_adapter_gate_catches_first_rows_of_the_largest_adapter(small_model, small_plan, tmp_path):
+    """The spec's early mistake: the T100 adapter's first N rows instead of pooling to N."""
+    import torch
+
+    from converters.families.audio8.export import _export
+    from converters.families.audio8.graphs import AdapterGraph
+
+    class FirstRows(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.full = AdapterGraph(small_model.adapter, 104, 100)
+
+        def forward(self, audio_hidden):
+            return self.full(audio_hidden)[:25]
+
+    bad = tmp_path / "bad"
+    shutil.copytree(small_plan, bad)
+    contract = get_contract(bad / "adapter_t25.onnx")
+    _export(FirstRows(), (torch.zeros(104, 48),), ["audio_hidden"], ["audio_embeddings"], contract,
+            bad / "adapter_t25.onnx")
+    verdicts = {v.name: v for v in checks.graph_verdicts(small_model, bad, stress=False, say=lambda _: None)}
+    assert not verdicts["adapter_rel_l2[T25]"].passed and verdicts["adapter_rel_l2[T25]"].value > 0.3
+    assert verdicts["adapter_rel_l2[T50]"].passed
+
+
+def test_token_gate_fails_on_a_different_sequence():
+    assert checks.token_verdict("t", [1, 2, 3], [1, 2, 3]).passed
+    assert not checks.token_verdict("t", [1, 2, 3], [1, 2, 4]).passed
+    assert not checks.token_verdict("t", [1, 2, 3], [1, 2]).passed  # EOS missing counts
+
+
+def test_margin_gate_explains_only_fp16_ties():
+    logits = [np.array([0.0, 40.0, 39.99, 1.0]), np.array([0.0, 40.0, 39.0, 1.0])]
+    # step 0 diverges with a 0.01 margin: below fp16's 0.03125 spacing at 40
+    assert checks.margin_explained_verdict("m", [1, 5], logits, [2, 7]).passed
+    # step 1 diverges with a 1.0 margin: a real error
+    assert not checks.margin_explained_verdict("m", [1, 1], logits, [1, 2]).passed
+
+
+def test_bucket_errors_are_loud(small_plan):
+    with Audio8Runtime(small_plan) as runtime:
+        with pytest.raises(BucketError, match="longer than the largest adapter bucket"):
+            runtime.check_audio(8 * 16000 + 160)
+        with pytest.raises(BucketError, match="37 audio placeholders"):
+            runtime.check_audio(3 * 16000)
+        features = np.zeros((128, 200), np.float32)
+        embeds = runtime.prompt_embeddings(features, 25, Timings())
+        with pytest.raises(BucketError, match="past the largest K/V bucket 512"):
+            runtime.decode(embeds, 512 - embeds.shape[1] + 2, ignore_eos=True)
+
+
+def test_lazy_loading_and_release(small_plan):
+    opened = []
+
+    def backend_for(path):
+        from runtime.backends import OnnxBackend
+
+        opened.append(path.name)
+        return OnnxBackend(path)
+
+    with Audio8Runtime(small_plan, backend_for=backend_for) as runtime:
+        embeds = runtime.prompt_embeddings(np.zeros((128, 800), np.float32), 100, Timings())
+        decoded = runtime.decode(embeds, 300, ignore_eos=True)
+        assert decoded.buckets == [128, 256, 512]
+        loaded = {key[:2] for key in runtime.loaded()}
+    assert not any(name.startswith(("adapter_t25", "adapter_t50", "prefill_s35")) for name in opened)
+    # the frontend and the outgrown buckets were released; only the 512 blocks, K/V and head stay open
+    assert loaded == {("decoder", "kv"), ("decoder", "block_512"), ("decoder", "head")}
+
+
+def test_runtime_opens_engine_artifacts(small_plan, tmp_path):
+    """On a board the plan names .rknn engines: the runtime opens those (here a fake backend serves them)."""
+    from runtime.backends import OnnxBackend
+
+    plan_dir = tmp_path / "engines"
+    shutil.copytree(small_plan, plan_dir)
+    plan = json.loads((plan_dir / PLAN_FILE).read_text())
+    for entry in plan["graphs"]:
+        entry["rknn"] = entry["onnx"].replace(".onnx", ".rknn")
+    (plan_dir / PLAN_FILE).write_text(json.dumps(plan))
+    opened = []
+
+    def fake_rknn(path):
+        opened.append(path.suffix)
+        return OnnxBackend(path.with_suffix(".onnx"))
+
+    with Audio8Runtime(plan_dir, backend_for=fake_rknn, artifact="rknn") as runtime:
+        embeds = runtime.prompt_embeddings(np.zeros((128, 400), np.float32), 50, Timings())
+        runtime.decode(embeds, 3, ignore_eos=True)
+    assert opened and set(opened) == {".rknn"}
+
+
+def test_missing_snapshot_is_a_clear_error(tmp_path):
+    from converters.families.audio8 import _snapshot_dir
+    from converters.families.audio8.model import load_snapshot
+    from converters.recipes import MissingSource
+    from converters.toolkit import SetupError
+
+    with pytest.raises(SetupError, match="no Audio8-ASR snapshot"):
+        load_snapshot(tmp_path)
+    with pytest.raises(MissingSource, match="no Audio8-ASR snapshot"):
+        _snapshot_dir({"dir": str(tmp_path / "absent")})

@@ -1,0 +1,137 @@
+"""surgery.relshift on a small random-init VITS relative attention (piper-tts's own module), exported at a
+fixed width: the chain detector (a gate) and the banded rewrite against a numpy float64 reference."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from surgery.fold import fold_fixed, fold_static_shapes
+from surgery.relshift import banded_relative_attention, find_shift_chains, shift_chain_verdict, skew_reference
+
+CHANNELS, HEADS, WINDOW = 16, 2, 4
+
+
+def _attention(seed: int):
+    import torch
+
+    from piper.train.vits.attentions import MultiHeadAttention
+
+    torch.manual_seed(seed)
+    attention = MultiHeadAttention(CHANNELS, CHANNELS, HEADS, window_size=WINDOW).eval()
+    with torch.no_grad():  # emb_rel_* start random already; make biases non-zero too
+        for conv in (attention.conv_q, attention.conv_k, attention.conv_v, attention.conv_o):
+            conv.bias.normal_(0.0, 0.3)
+    return attention
+
+
+def _export(attention, width: int, path) -> onnx.ModelProto:
+    import torch
+
+    class Masked(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x, x_mask):
+            return self.inner(x, x, x_mask.unsqueeze(2) * x_mask.unsqueeze(-1))
+
+    x, mask = torch.zeros(1, CHANNELS, width), torch.ones(1, 1, width)
+    torch.onnx.export(Masked(attention), (x, mask), str(path), input_names=["x", "x_mask"], output_names=["y"],
+                      opset_version=15, dynamo=False, dynamic_axes={"x": {2: "n"}, "x_mask": {2: "n"}})
+    model = onnx.load(str(path))
+    from surgery.fold import pin_input_shapes
+
+    return fold_fixed(fold_static_shapes(pin_input_shapes(model, {"x": [1, CHANNELS, width],
+                                                                   "x_mask": [1, 1, width]})))
+
+
+def _reference(attention, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """VITS relative attention written from its definition, float64, one relative offset at a time."""
+    weights = {name: p.detach().double().numpy() for name, p in attention.named_parameters()}
+
+    def conv(name, v):
+        return np.einsum("oc,cn->on", weights[f"{name}.weight"][:, :, 0], v) + weights[f"{name}.bias"][:, None]
+
+    x = x[0].astype(np.float64)
+    n, depth = x.shape[1], CHANNELS // HEADS
+    q, k, v = (conv(name, x).reshape(HEADS, depth, n) for name in ("conv_q", "conv_k", "conv_v"))
+    q = q / math.sqrt(depth)
+    scores = np.einsum("hdi,hdj->hij", q, k)
+    emb_k, emb_v = weights["emb_rel_k"][0], weights["emb_rel_v"][0]
+    for offset in range(-WINDOW, WINDOW + 1):
+        for i in range(n):
+            if 0 <= i + offset < n:
+                scores[:, i, i + offset] += q[:, :, i] @ emb_k[offset + WINDOW]
+    valid = (mask[0, 0][:, None] * mask[0, 0][None, :]) != 0
+    scores = np.where(valid[None], scores, -1e4)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = np.einsum("hij,hdj->hdi", probs, v)
+    for offset in range(-WINDOW, WINDOW + 1):
+        for i in range(n):
+            if 0 <= i + offset < n:
+                out[:, :, i] += probs[:, i, i + offset][:, None] * emb_v[offset + WINDOW][None, :]
+    return conv("conv_o", out.reshape(CHANNELS, n))[None]
+
+
+def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+@pytest.fixture(scope="module")
+def attention_graphs(tmp_path_factory):
+    attention = _attention(0)
+    width = 24
+    raw = _export(attention, width, tmp_path_factory.mktemp("relshift") / "attention.onnx")
+    return attention, width, raw, banded_relative_attention(raw)
+
+
+def test_skew_reference_matches_definition():
+    rng = np.random.default_rng(1)
+    n = 5
+    relative = rng.standard_normal((2, n, 2 * n - 1))
+    absolute = skew_reference(relative, "rel_to_abs")
+    weights = rng.standard_normal((2, n, n))
+    back = skew_reference(weights, "abs_to_rel")
+    for i in range(n):
+        for j in range(n):
+            assert absolute[:, i, j].tolist() == relative[:, i, j - i + n - 1].tolist()
+            assert back[:, i, j - i + n - 1].tolist() == weights[:, i, j].tolist()
+    assert np.count_nonzero(back) == weights.size  # every other relative slot is zero
+
+
+def test_detector_finds_both_chains_and_gate_fails_on_them(attention_graphs):
+    _, _, raw, _ = attention_graphs
+    kinds = sorted(chain.kind for chain in find_shift_chains(raw))
+    assert kinds == ["abs_to_rel", "rel_to_abs"]
+    verdict = shift_chain_verdict(raw)
+    assert not verdict.passed and verdict.value == 2
+
+
+def test_banded_rewrite_matches_float64_reference(attention_graphs):
+    attention, width, raw, banded = attention_graphs
+    assert shift_chain_verdict(banded).passed
+    ops = {node.op_type for node in banded.graph.node}
+    assert not ops & {"Pad", "Slice", "Where", "Equal", "Gather", "GatherElements"}
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, CHANNELS, width)).astype(np.float32)
+    for length in (width, 17):
+        mask = np.zeros((1, 1, width), dtype=np.float32)
+        mask[..., :length] = 1
+        reference = _reference(attention, x, mask)[..., :length]
+        for model in (raw, banded):
+            got = _run(model, {"x": x, "x_mask": mask})[..., :length]
+            np.testing.assert_allclose(got, reference, rtol=0, atol=2e-5)
+
+
+def test_band_constant_is_shared_and_small(attention_graphs):
+    _, width, _, banded = attention_graphs
+    bands = [init for init in banded.graph.initializer if "band" in init.name]
+    # one tensor per use (logits, weights), each [1, N, 2w+1, N]: 9 diagonals x N^2, not N^3
+    assert len(bands) == 2
+    assert all(list(b.dims) == [1, width, 2 * WINDOW + 1, width] for b in bands)

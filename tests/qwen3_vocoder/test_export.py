@@ -1,0 +1,91 @@
+"""Export (tiny config): contract, ONNX vs torch, export health, and the runtime walks over onnxruntime."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from converters.families.qwen3_vocoder import export as E
+from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes
+from gates.snr import snr_db
+from runtime.backends import OnnxBackend
+from runtime.stream import offline_decode, stream_decode, window_decode
+from surgery.metadata import get_contract
+
+MIN_FP32_DB = 100.0
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, tiny_step, tiny_reference):
+    out = tmp_path_factory.mktemp("tiny_export")
+    return {role: E.export_step(tiny_step, frames, role, out / f"{role}.onnx", reference=tiny_reference)
+            for role, frames in (("first", 16), ("main", 64), ("window", E.WINDOW_CONTEXT + 12))}
+
+
+def test_contract_and_export_verdicts(exported, tiny_step):
+    for role, result in exported.items():
+        assert all(v.passed for v in result.verdicts), [v.line() for v in result.verdicts]
+        contract = get_contract(result.onnx)
+        assert (contract["family"], contract["component"], contract["role"], contract["exec_plan_option"]) == (
+            "qwen3-vocoder", "speech_decoder", role, "qwen3_tts.exec_plan")
+        assert contract["cache_numel"] == tiny_step.cache_numel  # the same layout whatever B is
+        assert contract["kv_len"] == TINY_CONFIG["sliding_window"] - 1
+        assert contract["head_dim"] == TINY_CONFIG["head_dim"]
+    backend = OnnxBackend(exported["main"].onnx)
+    assert backend.input_names == ["codes", "cache_in"] and backend.output_names == ["pcm", "cache_out"]
+    assert get_contract(exported["window"].onnx)["emitted"] == 12
+
+
+def test_streaming_and_offline_over_onnxruntime(exported, tiny_reference):
+    """First group on the B=16 engine, the rest on B=64 (the last group padded), against the package decoder."""
+    codes = random_codes(TINY_CONFIG, 150, seed=5)
+    with torch.no_grad():
+        full = tiny_reference(codes)[0, 0].numpy()
+    main, first = OnnxBackend(exported["main"].onnx), OnnxBackend(exported["first"].onnx)
+    main_contract, first_contract = get_contract(exported["main"].onnx), get_contract(exported["first"].onnx)
+    streamed, available = stream_decode(codes[0].numpy(), main, main_contract, first, first_contract, event_frames=4)
+    samples = main_contract["samples_per_frame"]
+    assert available[3] == 16 * samples  # audio after the 4th event of 4 frames: the first group of 16
+    assert snr_db(full, streamed) > MIN_FP32_DB
+    assert snr_db(full, offline_decode(codes[0].numpy(), main, main_contract)) > MIN_FP32_DB
+
+
+def test_window_role_reproduces_chunked_decode(exported, tiny_reference):
+    codes = random_codes(TINY_CONFIG, 100, seed=6)
+    contract = get_contract(exported["window"].onnx)
+    with torch.no_grad():
+        chunked = tiny_reference.chunked_decode(codes, chunk_size=contract["emitted"],
+                                                left_context_size=contract["context"])[0, 0].numpy()
+        full = tiny_reference(codes)[0, 0].numpy()
+    windowed = window_decode(codes[0].numpy(), OnnxBackend(exported["window"].onnx), contract)
+    vs_chunked, vs_full = snr_db(chunked, windowed), snr_db(full, windowed)
+    print(f"window role: {vs_chunked:.1f} dB vs the package chunked_decode, {vs_full:.1f} dB vs its full decode")
+    assert vs_chunked > MIN_FP32_DB
+    assert vs_full < vs_chunked  # windows without state are not the full decode: the role exists for that match
+
+
+def test_stepwise_gate_fails_on_a_wrong_reference(tiny_step, tmp_path):
+    """The export self-check fails when the step does not decode what the reference decodes."""
+    from converters.families.qwen3_vocoder.random_model import random_reference
+
+    other = random_reference(TINY_CONFIG, seed=9)
+    result = E.export_step(tiny_step, 16, "first", tmp_path / "bad.onnx", reference=other)
+    stepwise = [v for v in result.verdicts if v.name.startswith("stepwise_vs_full")]
+    assert len(stepwise) == 1 and not stepwise[0].passed
+
+
+def test_export_health_warns_on_decomposed_layernorm(tmp_path, exported):
+    import onnx
+
+    path = tmp_path / "decomposed.onnx"
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+    # Opset 16 has no LayerNormalization: the exporter writes it out as ReduceMean/Sub/Pow/Sqrt/Div.
+    torch.onnx.export(module, (torch.randn(1, 5, 8),), str(path), dynamo=False, opset_version=16)
+    stream = io.StringIO()
+    verdict = E.export_health(onnx.load(str(path)), stream)
+    assert not verdict.passed and "LayerNorm(decomposed)" in verdict.detail
+    assert "warning: export health" in stream.getvalue()
+    compact = io.StringIO()
+    assert E.export_health(onnx.load(str(exported["main"].onnx)), compact).passed and not compact.getvalue()
