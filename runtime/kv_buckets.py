@@ -79,7 +79,7 @@ class Audio8Runtime:
         self.contract = self.plan["graphs"][0]["contract"]
         self.artifact = artifact
         self._backend_for = backend_for or _onnx_backend
-        self._open: dict[str, object] = {}
+        self._open: dict[tuple, object] = {}
         self._embed_table = np.load(self.plan_dir / self.plan["embed_table"], mmap_mode="r")
         self.graphs = {self._key(entry["contract"]): entry for entry in self.plan["graphs"]}
 
@@ -96,7 +96,10 @@ class Audio8Runtime:
         if backend is None:
             start = time.perf_counter()
             entry = self.graphs[key]
-            backend = self._open[key] = self._backend_for(self.plan_dir / (entry.get(self.artifact) or entry["onnx"]))
+            if self.artifact not in entry:
+                raise SetupError(f"the plan lists no {self.artifact} file for {entry['onnx']}: build the engines "
+                                 "with `convert audio8` (without --skip-rknn)")
+            backend = self._open[key] = self._backend_for(self.plan_dir / entry[self.artifact])
             timings.load_ms += _ms_since(start)
         start = time.perf_counter()
         outputs = backend.run(feeds)

@@ -1,4 +1,5 @@
-"""Mask the decoder half: `Mul(mask)` after every decoder Conv/ConvTranspose.
+"""Mask the decoder half: `Mul(mask)` after every decoder Conv/ConvTranspose (and after every Add of
+something from outside the decoder, such as a speaker-conditioning term).
 
 Why the NPU needs it: a fixed-window engine zero-pads a short latent, but the HiFi-GAN decoder is
 unmasked, so the padding's conv outputs (biases) leak into the last real slices and a tail window
@@ -45,9 +46,20 @@ def level_strides(model: onnx.ModelProto, decoder_input: str) -> list[int]:
     return [strides[d] for d in range(1, len(strides) + 1)]
 
 
+def _makes_padding_nonzero(node: onnx.NodeProto, level: dict[str, int]) -> bool:
+    """Convs (bias, and reads across the boundary) and additions of a term from outside the decoder
+    (speaker conditioning g broadcast over time) turn zero padding nonzero; activations keep zero at zero."""
+    if node.output[0] not in level:
+        return False
+    if node.op_type in ("Conv", "ConvTranspose"):
+        return True
+    return node.op_type in ("Add", "Sub") and any(i not in level for i in node.input)
+
+
 def mask_decoder(model: onnx.ModelProto, decoder_input: str, mask: str) -> onnx.ModelProto:
-    """Multiply every Conv/ConvTranspose output computed from `decoder_input` by `mask` [1,1,N]
-    brought to that level's length (all-ones ConvTranspose1d per level), so padding stays zero."""
+    """Multiply every decoder Conv/ConvTranspose output (and every Add of an outside term) computed from
+    `decoder_input` by `mask` [1,1,N] brought to that level's length (all-ones ConvTranspose1d per level),
+    so the padding stays zero as the implicit zeros past a full-length tensor are."""
     index = GraphIndex(model)
     if mask not in index.producer and mask not in index.graph_inputs:
         raise ValueError(f"no mask tensor named {mask!r}")
@@ -74,7 +86,7 @@ def mask_decoder(model: onnx.ModelProto, decoder_input: str, mask: str) -> onnx.
         new_nodes.append(node)
         if mask in node.output:
             new_nodes.extend(upsamplers)
-        if node.op_type not in ("Conv", "ConvTranspose") or node.output[0] not in level:
+        if not _makes_padding_nonzero(node, level):
             continue
         result = node.output[0]
         node.output[0] = f"{result}_unmasked"

@@ -1,11 +1,12 @@
-"""Relative-position attention (VITS/Piper): find the relative-shift chains and rewrite them as banded ops.
+"""Relative-position attention (VITS/Piper): find the relative-shift chains and rewrite each attention core
+into a banded form.
 
 Why: with the token axis pinned, every relative-attention layer keeps two `Pad + Reshape + Pad + Reshape +
 Slice` chains that skew [N, 2N-1] relative slabs by one step per query row. The NPU computes those chains as
 garbage (uninitialised memory, NaN, +-65504) while the simulator looks fine, so they must leave the graph.
-Only the 2w+1 diagonals inside the attention window are non-zero, so both chains become products with one
-shared 0/1 band constant of 2w+1 diagonals x N^2 (MatMul, Mul, 1x1 Conv, ReduceSum: NPU-native ops), instead
-of constant-index gathers whose folded Toeplitz weights grow with N^3.
+Only the 2w+1 diagonals inside the attention window are non-zero, so both chains become products with a 0/1
+band constant of (2w+1) x N^2 shared by all layers (MatMul, Mul, ReduceSum: NPU-native ops), instead of
+constant-index gathers whose folded Toeplitz weights grow with N^3.
 
 All passes work on ONNX whose shapes are pinned (see surgery.fold.fold_fixed)."""
 from __future__ import annotations

@@ -7,20 +7,27 @@ import pytest
 from converters.families.inflect.reference import MICRO, NANO
 
 
-@pytest.fixture(scope="session", params=[MICRO, NANO], ids=["micro", "nano"])
-def official(request, tmp_path_factory):
-    """(config, paths) of one size's decode.onnx / duration.onnx / config.json."""
+def _export(cfg, tmp_path_factory):
     from converters.families.inflect.reference import export_official
 
-    cfg = request.param
     return cfg, export_official(tmp_path_factory.mktemp(f"inflect_{cfg.name}"), cfg, seed=0)
 
 
 @pytest.fixture(scope="session")
-def nano_official(tmp_path_factory):
-    from converters.families.inflect.reference import export_official
+def micro_official(tmp_path_factory):
+    """(config, paths) of the Micro-shaped model's decode.onnx / duration.onnx / config.json."""
+    return _export(MICRO, tmp_path_factory)
 
-    return NANO, export_official(tmp_path_factory.mktemp("inflect_nano_only"), NANO, seed=1)
+
+@pytest.fixture(scope="session")
+def nano_official(tmp_path_factory):
+    return _export(NANO, tmp_path_factory)
+
+
+@pytest.fixture(scope="session", params=["micro", "nano"])
+def official(request):
+    """Each size in turn."""
+    return request.getfixturevalue(f"{request.param}_official")
 
 
 def write_slice(official_paths, out_dir, dec_mask=True, window=256, context=32):

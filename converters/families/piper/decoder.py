@@ -346,11 +346,11 @@ class VoiceDecoder:
 
         self.window = WindowContract.from_contract(contract)
         if self.window.latent_channels != voice_channels:
-            command = contract.get("producer", {}).get("command", "convert piper --voice-onnx <voice.onnx>")
+            command = contract.get("producer", {}).get("command", "unknown")
             raise SetupError(
                 f"engine expects a {self.window.latent_channels}-channel latent but this voice has "
-                f"{voice_channels}: the engine was compiled for another voice ({contract.get('voice', '?')}). "
-                f"Rebuild it for this voice; it was produced by: {command}")
+                f"{voice_channels}: it was compiled for another voice ({contract.get('voice', '?')}; produced by: "
+                f"{command}). Rebuild it for this voice with: convert piper --voice-onnx VOICE.onnx")
         self.backend = backend
         self.cond_input = contract.get("cond_input")
 

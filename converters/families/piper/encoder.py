@@ -117,6 +117,13 @@ class Voice:
         self.model = onnx.load(str(self.path))
         self._prefix = _session(host_prefix(self.model))
         self.dynamic = slice_encoder(self.model)
+        self._duration_tail = None
+
+    def duration_tail(self):
+        """onnxruntime session of the voice's duration flows (see `duration_tail`), built on first use."""
+        if self._duration_tail is None:
+            self._duration_tail = _session(duration_tail(self.model))
+        return self._duration_tail
 
     def sample_ids(self) -> list[int]:
         """Phoneme ids of SAMPLE_TEXT, sentences concatenated (real phoneme statistics at any length)."""
@@ -214,8 +221,7 @@ def duration_drift(voice: Voice, reference: dict, test: dict, length: int, seed:
     with the same seeded dp noise and the voice's scales."""
     from converters.families.piper.voice import voice_feeds
 
-    tail = getattr(voice, "_tail", None) or _session(duration_tail(voice.model))
-    voice._tail = tail
+    tail = voice.duration_tail()
     scales = voice_feeds([0], voice.config)["scales"]
     mask = reference["x_mask"][..., :length]
     noise = np.random.default_rng(seed).standard_normal((1, 2, length)).astype(np.float32)
@@ -232,7 +238,9 @@ def measure_drift(voice: Voice, onnx_path: Path, width: int, target: str, toolki
     """Duration drift (%) of the fp16 simulator engine against onnxruntime fp32, one figure per chunk."""
     from runtime.backends import SimulatorBackend
 
-    fp32 = _session(__import__("onnx").load(str(onnx_path)))
+    import onnx
+
+    fp32 = _session(onnx.load(str(onnx_path)))
     drifts = []
     with SimulatorBackend(onnx_path, target, toolkit) as simulator:
         for chunk in chunks:
@@ -271,18 +279,23 @@ def build_ladder(voice_onnx: Path | None, frames: list[int], options, out_dir: P
     engines of widths that exceed it. Writes `piper_encoder_ladder.json` (widths kept, drift per width)."""
     from converters.toolkit import check_target
 
+    from surgery.metadata import get_contract
+
     check_target(options.target)
+    if onnx is not None:  # the width is the one the ONNX was exported at
+        frames = [get_contract(onnx).get("ladder_key")]
+        if frames[0] is None:
+            raise SetupError(f"{onnx} carries no duration-encoder contract: export it with --encoder --skip-rknn")
     widths = sorted(set(frames))
     if not widths or widths[0] < 2:
         raise SetupError(f"--frames needs token widths >= 2, got {frames}")
-    if onnx is not None and len(widths) != 1:
-        raise SetupError("--onnx compiles one exported width: give exactly one --frames value")
     voice = Voice(voice_onnx)
     chunks = drift_chunks(voice, widths) if max_drift_pct is not None and not skip_rknn else {}
     results, ladder = [], {"widths": [], "refused": {}, "drift_pct": {}, "max_drift_pct": max_drift_pct}
     for width in widths:
-        result, onnx_path, _ = build_width(voice, width, options, out_dir, skip_rknn, onnx)
-        for verdict in (result.verdicts if result else []):
+        result, onnx_path, verdicts = build_width(voice, width, options, out_dir, skip_rknn, onnx)
+        print(f"width {width}: {onnx_path}" + (f" -> {result.rknn}" if result else ""))
+        for verdict in (result.verdicts if result else verdicts):
             print("  " + verdict.line())
         if result is None:
             continue

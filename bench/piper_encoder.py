@@ -1,0 +1,63 @@
+"""Piper duration encoder (joe voice, banded relative attention), per token width on rk3588 / toolkit 2.3.2:
+engine bytes (and bytes / N^2, which must not grow), peak RSS of the converter child during the build, build
+time, estimated cycles, RW traffic, CPU ops, REGTASK lines, the export gates and the fp16 duration drift of
+the simulator engine against fp32 on real phoneme chunks.
+
+Each width runs in its own Python process so the child RSS (getrusage of children) belongs to that build only.
+`python bench/piper_encoder.py --width N --out DIR` is that per-width worker."""
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WIDTHS = (128, 192, 256, 384, 512)
+TARGET, TOOLKIT = "rk3588", "2.3.2"
+
+
+def measure(width: int, out: Path) -> dict:
+    from converters.engine import BuildOptions, build_engine
+    from converters.families.piper import encoder
+
+    voice = encoder.Voice(None)
+    started = time.perf_counter()
+    onnx_path, selfcheck, verdicts = encoder.export_width(voice, width, out)
+    exported = time.perf_counter()
+    result = build_engine(onnx_path, out, BuildOptions(TARGET, TOOLKIT, max_regtask_lines=0, fail_on_cpu_ops=True),
+                          selfcheck=selfcheck, export_verdicts=verdicts)
+    built = time.perf_counter()
+    build_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    chunks = encoder.drift_chunks(voice, list(WIDTHS))[width]
+    drifts = encoder.measure_drift(voice, onnx_path, width, TARGET, TOOLKIT, chunks)
+    manifest = result.manifest_data
+    figures = {v.name.split("[")[0]: v.value for v in result.verdicts}
+    return {
+        "width": width, "export_s": round(exported - started, 1), "build_s": round(built - exported, 1),
+        "engine_bytes": manifest["rknn"]["bytes"], "bytes_per_n2": round(manifest["rknn"]["bytes"] / width**2, 1),
+        "build_rss_mb": round(build_rss_mb), "est_cycles": manifest["est_cycles"], "rw_kb": manifest["rw_kb"],
+        "cpu_ops": manifest["ops"]["cpu"], "regtask_lines": manifest["regtask"]["lines"],
+        "rewrite_db": round(figures["relshift_rewrite_vs_raw"], 1), "padded_db": round(figures["padded_vs_exact"], 1),
+        "sim_snr_db": round(min(v.value for v in result.verdicts if v.name.startswith("simulator_snr")), 1),
+        "chunk_tokens": [len(c) for c in chunks], "drift_pct": [round(d, 2) for d in drifts],
+    }
+
+
+def main() -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-piper-encoder-") as scratch:
+        for width in WIDTHS:
+            worker = subprocess.run([sys.executable, __file__, "--width", str(width), "--out", scratch],
+                                    capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+            if worker.returncode != 0:
+                raise RuntimeError(f"width {width} failed:\n{worker.stderr[-3000:]}")
+            rows.append(json.loads(worker.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+if __name__ == "__main__":  # the per-width worker; `python bench/run.py piper_encoder` runs the whole table
+    arguments = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+    print(json.dumps(measure(int(arguments["--width"]), Path(arguments["--out"]))))

@@ -1,0 +1,39 @@
+"""The recipes: skipped with a clear line without the official files; with them (here the random-init
+Micro and Nano exports), rk3588 engines with 0 REGTASK lines, 0 CPU ops and simulator SNR >= 35 dB."""
+from __future__ import annotations
+
+import pytest
+
+from converters.families.inflect import build_recipe
+from converters.recipes import MissingSource, load_recipe
+from converters.toolkit import REPO_ROOT
+
+RECIPES = {"micro": "inflect_micro_v2_decoder", "nano": "inflect_nano_v2_decoder"}
+
+
+def test_recipe_without_the_official_files_is_skipped_with_a_clear_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("RKAUDIO_MODELS", str(tmp_path))
+    recipe = load_recipe(REPO_ROOT / "recipes" / f"{RECIPES['micro']}.toml")
+    with pytest.raises(MissingSource, match=r"onnx/decode.onnx, onnx/duration.onnx, config.json.*"
+                                            r"Inflect-Micro-v2-ONNX or the huggingface_hub cache"):
+        build_recipe(recipe, "rk3588", "2.3.2", tmp_path / "work")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", ["micro", "nano"])
+def test_rk3588_engine_from_the_recipe(size, request, require_converter, tmp_path):
+    require_converter("2.3.2")
+    cfg, paths = request.getfixturevalue(f"{size}_official")
+    recipe = load_recipe(REPO_ROOT / "recipes" / f"{RECIPES[size]}.toml")
+    recipe["source"] = {"dir": str(paths["config"].parent)}
+    [result] = build_recipe(recipe, "rk3588", "2.3.2", tmp_path)
+    manifest = result.manifest_data
+    print(f"{cfg.name}: {manifest['rknn']['bytes']} bytes, weights {manifest['weight_bytes']}, "
+          f"{manifest['est_cycles']} cycles, " + "; ".join(v.line() for v in result.verdicts))
+    assert manifest["regtask"]["lines"] == 0
+    assert manifest["ops"]["cpu"] == 0 and manifest["ops"]["cpu_ops"] == []
+    assert min(v.value for v in result.verdicts if v.name.startswith("simulator_snr")) >= 35.0
+    assert all(v.passed for v in result.verdicts)
+    assert [i["name"] for i in manifest["inputs"]] == ["z", "y_mask"]
+    assert manifest["exec_plan"] == {"inflect_v2.exec_plan": {"decoder": {"impl": "rknn",
+                                     "artifacts": {"main": result.rknn.name}}}}
