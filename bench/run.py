@@ -35,6 +35,9 @@ def run(name: str, bench_dir: Path = BENCH_DIR, results_dir: Path = RESULTS_DIR)
     spec.loader.exec_module(module)
     started = time.time()
     rows = module.main()
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise SystemExit(f"{path}: main() must return a list of row dicts for the harness, "
+                         f"got {type(rows).__name__}")
     print(format_table(rows))
     result = {
         "name": name,

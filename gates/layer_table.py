@@ -79,6 +79,9 @@ def _rank_adapting(layer: Layer) -> bool:
 def _boundary_ids(layers: list[Layer]) -> frozenset:
     """I/O operators, plus the rank-adapting Reshapes in the runs right after the inputs / before the outputs."""
     ids = {l.id for l in layers if l.op_type in BOUNDARY_OPS}
+    # The toolkit names an input's adapter '<input>_rs' and may place it later, right before its first use.
+    adapters = {f"{l.node}_rs" for l in layers if l.op_type == "InputOperator"}
+    ids |= {l.id for l in layers if l.node in adapters and l.target == "CPU" and _rank_adapting(l)}
     for run in (layers, layers[::-1]):
         for layer in run:
             if layer.op_type in BOUNDARY_OPS:

@@ -1,4 +1,4 @@
-"""Masked instance normalisation through GlobalAveragePool."""
+"""Masked instance normalisation through GlobalAveragePool, fused with the affine that follows it."""
 from __future__ import annotations
 
 import copy
@@ -9,10 +9,12 @@ from torch.nn import functional as F
 
 
 class GapMaskedInstanceNorm(nn.Module):
-    """Instance norm over the frames where `mask` is 1, statistics by GlobalAveragePool.
+    """`(instance_norm(x) * gain + shift) * mask` over the frames where `mask` is 1, statistics by GlobalAveragePool.
 
-    mean = GAP(x*m)/GAP(m), var = GAP(((x-mean)*m)^2)/GAP(m); the result is zero where the mask is 0,
-    so a padded window normalises exactly as the same frames decoded unpadded."""
+    mean = GAP(x*m)/GAP(m), var = GAP(((x-mean)*m)^2)/GAP(m); the output is `(x*scale + (shift - mean*scale)) * m`
+    with the per-channel scale = gain * var^-1/2 (Pow: a per-channel Div or Reciprocal lands on the CPU of the
+    rk3588 NPU, Pow does not), i.e. two full-tensor passes after the statistics. Zero where the mask is 0, so a
+    padded window normalises exactly as the same frames decoded unpadded."""
 
     def __init__(self, eps: float, weight: torch.Tensor | None, bias: torch.Tensor | None):
         super().__init__()
@@ -20,22 +22,24 @@ class GapMaskedInstanceNorm(nn.Module):
         self.weight = None if weight is None else nn.Parameter(weight.detach().clone())
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone())
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, gain, shift):
+        if self.weight is not None:  # the norm's own affine folds into the per-channel gain and shift
+            shift = shift + gain * self.bias.view(1, -1, 1)
+            gain = gain * self.weight.view(1, -1, 1)
         share = F.adaptive_avg_pool1d(mask, 1)
         mean = F.adaptive_avg_pool1d(x * mask, 1) / share
         centred = (x - mean) * mask
         var = F.adaptive_avg_pool1d(centred * centred, 1) / share
-        out = centred * torch.rsqrt(var + self.eps)
-        if self.weight is not None:
-            out = out * self.weight.view(1, -1, 1) + self.bias.view(1, -1, 1) * mask
-        return out
+        scale = gain * torch.pow(var + self.eps, -0.5)
+        return (x * scale + (shift - mean * scale)) * mask
 
 
 class InstanceNormIgnoringMask(nn.InstanceNorm1d):
-    """nn.InstanceNorm1d with the (x, mask) call signature: the export-unfriendly original, for reference."""
+    """nn.InstanceNorm1d with the fused call `(norm(x) * gain + shift) * mask`: the export-unfriendly original
+    (statistics over the whole window, padding included), kept as the reference."""
 
-    def forward(self, x, mask=None):
-        return super().forward(x)
+    def forward(self, x, mask, gain, shift):
+        return (super().forward(x) * gain + shift) * mask
 
 
 def mask_instance_norm(module):

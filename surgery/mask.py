@@ -78,19 +78,20 @@ def mask_decoder(model: onnx.ModelProto, decoder_input: str, mask: str) -> onnx.
         upsamplers.append(helper.make_node("ConvTranspose", [level_masks[-2], weight], [level_masks[-1]],
                                           name=f"{mask}_upsample_level{depth}", kernel_shape=[stride],
                                           strides=[stride]))
-    # The upsamplers go right where the mask becomes available, keeping the node list topological.
-    new_nodes = list(upsamplers) if mask in index.graph_inputs else []
+    # Each level's upsampler goes right before its first use: node order stays topological and the
+    # toolkit keeps its input rank adapters next to the inputs in the layer table.
+    new_nodes, emitted = [], 0
     for original in graph.node:
         node = onnx.NodeProto()
         node.CopyFrom(original)
         new_nodes.append(node)
-        if mask in node.output:
-            new_nodes.extend(upsamplers)
         if not _makes_padding_nonzero(node, level):
             continue
-        result = node.output[0]
+        result, depth = node.output[0], level[node.output[0]]
+        new_nodes.extend(upsamplers[emitted:depth])
+        emitted = max(emitted, depth)
         node.output[0] = f"{result}_unmasked"
-        new_nodes.append(helper.make_node("Mul", [node.output[0], level_masks[level[result]]], [result],
+        new_nodes.append(helper.make_node("Mul", [node.output[0], level_masks[depth]], [result],
                                           name=f"{node.name or result}_mask"))
     del graph.node[:]
     graph.node.extend(new_nodes)

@@ -111,7 +111,7 @@ class AdaSnakeConv(nn.Module):
 
     def forward(self, x, s, mask):
         gamma, beta = torch.chunk(self.fc(s).unsqueeze(-1), 2, dim=1)
-        u = (self.norm(x, mask) * ((1.0 + gamma) * self.pre_scale) + beta * self.pre_scale) * mask
+        u = self.norm(x, mask, (1.0 + gamma) * self.pre_scale, beta * self.pre_scale)
         if self.folded:  # u is already w; pi/alpha lives in the conv weights
             return self.conv(u + half_turn_sin2(u, self.sine_form, self.round_shift))
         half_turns = self.alpha * (1.0 / math.pi)

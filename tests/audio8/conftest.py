@@ -6,11 +6,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def small_model():
-    import torch
-
     from converters.families.audio8 import model as M
 
-    torch.set_num_threads(1)  # the reference decoding is latency-bound; threads only contend on 2 cores
     return M.build_random(M.small_config(), seed=0)
 
 

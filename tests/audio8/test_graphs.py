@@ -160,3 +160,19 @@ def test_missing_snapshot_is_a_clear_error(tmp_path):
         load_snapshot(tmp_path)
     with pytest.raises(MissingSource, match="no Audio8-ASR snapshot"):
         _snapshot_dir({"dir": str(tmp_path / "absent")})
+
+
+def test_check_command_decodes_a_wav(small_plan, tmp_path):
+    from typer.testing import CliRunner
+
+    from converters.cli import _register_all, app
+    from runtime.audio import write_wav
+
+    wav = write_wav(tmp_path / "probe.wav", checks.probe_audio(75), 16000)
+    _register_all()
+    result = CliRunner().invoke(app, ["check", "audio8", "--plan", str(small_plan), "--wav", str(wav)])
+    assert result.exit_code == 0, result.output
+    assert "tokens:" in result.output and "buckets: 128" in result.output
+    too_long = write_wav(tmp_path / "long.wav", np.zeros(9 * 16000), 16000)
+    result = CliRunner().invoke(app, ["check", "audio8", "--plan", str(small_plan), "--wav", str(too_long)])
+    assert result.exit_code != 0 and "longer than the largest adapter bucket" in str(result.exception)

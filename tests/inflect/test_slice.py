@@ -18,7 +18,8 @@ def test_folded_slice_has_only_latent_and_mask_inputs_and_no_problem_ops(officia
     cfg, _ = official
     path, verdicts = slices[True]
     model = onnx.load(str(path))
-    assert [(i.name, _dims(i)) for i in model.graph.input] == [("z", [1, cfg.inter_channels, 256]), ("y_mask", [1, 1, 256])]
+    assert [(i.name, _dims(i)) for i in model.graph.input] == [("z", [1, cfg.inter_channels, 256]),
+                                                               ("y_mask", [1, 1, 256])]
     assert [(o.name, _dims(o)) for o in model.graph.output] == [("waveform", [1, 1, 256 * cfg.hop_length])]
     ops = op_histogram(model)
     assert "Shape" not in ops and "ConstantOfShape" not in ops and "Exp" not in ops  # no noise head

@@ -14,6 +14,7 @@ from converters.families.kokoro.reference import reference_generator, reference_
 from converters.toolkit import SetupError
 from gates.snr import snr_db
 from surgery.instance_norm import mask_instance_norm
+from surgery.polyphase import polyphase_upsample
 from surgery.snake import (SINE_FORMS, fold_snake_alpha, fp16_round_shift, half_turn_sin2,
                            half_turn_sin2_reference, reduce_snake_sine)
 from surgery.weight_norm import fold_weight_norm
@@ -53,16 +54,48 @@ def test_weight_norm_fold_matches_float64():
 
 
 def test_masked_instance_norm_matches_float64():
+    """The fused form (instance norm, its own affine, the AdaIN gain/shift, the mask) on the real frames only."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 6, 50)) * 3 + 1
     mask = np.zeros((1, 1, 50))
     mask[..., :37] = 1
-    norm = mask_instance_norm(torch.nn.Sequential(torch.nn.InstanceNorm1d(6)))[0]
-    out = norm(torch.tensor(x, dtype=torch.float32), torch.tensor(mask, dtype=torch.float32)).double().numpy()
+    weight, bias = rng.uniform(0.5, 2, 6), rng.standard_normal(6)
+    gain, shift = rng.uniform(0.5, 2, (1, 6, 1)), rng.standard_normal((1, 6, 1))
+    original = torch.nn.InstanceNorm1d(6, affine=True)
+    with torch.no_grad():
+        original.weight.copy_(torch.tensor(weight))
+        original.bias.copy_(torch.tensor(bias))
+    norm = mask_instance_norm(torch.nn.Sequential(original))[0]
+    f32 = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    out = norm(f32(x), f32(mask), f32(gain), f32(shift)).detach().double().numpy()
     real = x[..., :37]
-    expected = (real - real.mean(-1, keepdims=True)) / np.sqrt(real.var(-1, keepdims=True) + 1e-5)
+    normed = (real - real.mean(-1, keepdims=True)) / np.sqrt(real.var(-1, keepdims=True) + 1e-5)
+    expected = (normed * weight[:, None] + bias[:, None]) * gain + shift
     np.testing.assert_allclose(out[..., :37], expected, atol=2e-5)
     assert np.all(out[..., 37:] == 0)
+
+
+def transposed_conv_reference(x, weight, bias, stride):
+    """ConvTranspose1d by its definition: every input frame t scatters weight[:, :, k] to output t*stride + k."""
+    cin, cout, kernel = weight.shape
+    frames = x.shape[-1]
+    out = np.zeros((cout, (frames - 1) * stride + kernel))
+    for t in range(frames):
+        out[:, t * stride: t * stride + kernel] += np.einsum("i,ick->ck", x[0, :, t], weight)
+    return out[None] + bias[None, :, None]
+
+
+@pytest.mark.parametrize("channels_in, channels_out, kernel, stride", [(8, 4, 20, 10), (4, 3, 12, 6), (3, 2, 7, 3)])
+def test_polyphase_upsample_matches_float64(channels_in, channels_out, kernel, stride):
+    torch.manual_seed(2)
+    transposed = torch.nn.ConvTranspose1d(channels_in, channels_out, kernel, stride)
+    x = np.random.default_rng(1).standard_normal((1, channels_in, 9))
+    poly = polyphase_upsample(torch.nn.Sequential(transposed))[0].double()
+    assert not any(isinstance(m, torch.nn.ConvTranspose1d) for m in poly.modules())
+    out = poly(torch.tensor(x)).detach().numpy()
+    expected = transposed_conv_reference(x, transposed.weight.detach().double().numpy(),
+                                         transposed.bias.detach().double().numpy(), stride)
+    np.testing.assert_allclose(out, expected, atol=1e-12)
 
 
 @pytest.mark.parametrize("form", SINE_FORMS)

@@ -28,3 +28,10 @@ def test_unknown_benchmark_names_the_available_ones(tmp_path):
     (tmp_path / "tiny.py").write_text("def main():\n    return []\n")
     with pytest.raises(SystemExit, match="available: tiny"):
         bench_run.run("nope", bench_dir=tmp_path, results_dir=tmp_path)
+
+
+def test_a_benchmark_that_returns_no_rows_is_refused(tmp_path):
+    (tmp_path / "silent.py").write_text("def main():\n    print('my own table')\n")
+    with pytest.raises(SystemExit, match="must return a list of row dicts"):
+        bench_run.run("silent", bench_dir=tmp_path, results_dir=tmp_path)
+    assert not (tmp_path / "silent.json").exists()

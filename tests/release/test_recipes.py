@@ -144,8 +144,8 @@ def test_unknown_family_fails_before_anything_is_built(tmp_path, fake_families):
 
 def test_engines_command_prints_the_summary_and_exits_3_on_a_failed_recipe(tmp_path, fake_families):
     app = typer.Typer()
+    app.callback()(lambda: None)  # a group, like `convert`: the command is chosen by name
     recipes.register(app)
-    app.command("unused")(lambda: None)  # two commands: typer then dispatches by name
     recipes_dir = tmp_path / "r"
     _write_recipe(recipes_dir, "good", "fake_ok")
     _write_recipe(recipes_dir, "missing", "fake_missing", extra='[source]\npath = "/nowhere/x.pt"\n')

@@ -163,5 +163,30 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
     return build_engines(work_dir, plan, build_options(recipe, target, toolkit), verdicts)
 
 
+def check_audio8(
+    plan_dir: Annotated[Path, typer.Option("--plan", help="Directory written by `convert audio8` (audio8_plan.json).")],
+    wav: Annotated[Path, typer.Option("--wav", help="Mono 16 kHz WAV, at most the largest adapter bucket long.")],
+    engines: Annotated[bool, typer.Option("--engines/--onnx", help="Run the .rknn engines with rknn-toolkit-lite2 "
+                                          "(on a board) instead of the ONNX graphs in onnxruntime.")] = False,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Stop after this many tokens.")] = 200,
+) -> None:
+    """Decode a WAV through the exported graphs: token ids, the buckets used, and per-stage milliseconds."""
+    from runtime.audio import read_wav
+    from runtime.backends import RknnLiteBackend
+    from runtime.kv_buckets import Audio8Runtime
+    from runtime.mel import log_mel
+
+    audio, rate = read_wav(wav)
+    with Audio8Runtime(plan_dir, backend_for=RknnLiteBackend if engines else None,
+                       artifact="rknn" if engines else "onnx") as runtime:
+        if rate != runtime.contract["sample_rate"]:
+            raise SetupError(f"{wav} is {rate} Hz; resample it to {runtime.contract['sample_rate']} Hz")
+        decoded = runtime.transcribe(log_mel(audio, runtime.contract["mel_bins"]), audio.size, max_new_tokens)
+    print("tokens:", ",".join(map(str, decoded.tokens)))
+    print("buckets:", " -> ".join(map(str, decoded.buckets)))
+    print("timings:", {k: round(v, 2) if isinstance(v, float) else v for k, v in decoded.timings.to_json().items()})
+
+
 def register(app: typer.Typer, check_app: typer.Typer) -> None:
     app.command("audio8")(convert_audio8)
+    check_app.command("audio8")(check_audio8)

@@ -285,11 +285,17 @@ def load_snapshot(model_dir: Path) -> Audio8ASR:
     if not (model_dir / "config.json").is_file():
         raise SetupError(f"no Audio8-ASR snapshot at {model_dir} (config.json missing); pass --model-dir with a "
                          "local copy of Edge0/Audio8-ASR-0.1B (config.json, weights and its modeling files)")
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoConfig
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=True, local_files_only=True)
-    upstream = AutoModel.from_pretrained(model_dir, trust_remote_code=True, local_files_only=True,
-                                         torch_dtype=torch.float32).eval()
+    # The snapshot's auto_map names its model class (ArkasrForConditionalGeneration); use it whatever Auto* key.
+    model_refs = [ref for key, ref in (getattr(config, "auto_map", None) or {}).items() if key != "AutoConfig"]
+    if not model_refs:
+        raise SetupError(f"snapshot {model_dir}: config.json has no auto_map naming the remote model class")
+    model_class = get_class_from_dynamic_module(model_refs[0], str(model_dir))
+    upstream = model_class.from_pretrained(model_dir, trust_remote_code=True, local_files_only=True,
+                                           torch_dtype=torch.float32).eval()
     parts = {name: getattr(upstream, name, None) for name in ("encoder", "adapter", "decoder")}
     missing = [name for name, module in parts.items() if module is None]
     if missing:

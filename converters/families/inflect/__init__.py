@@ -81,9 +81,15 @@ def selfcheck_verdicts(onnx_path: Path, decode_path: Path | None, duration_path:
 
     contract = get_contract(onnx_path)
     walk = WindowContract.from_contract(contract)
+    channels = walk.latent_channels
+    decode_channels = D.load_decode(decode_path)[1] if decode_path is not None else channels
+    if decode_channels != channels:
+        raise SetupError(f"{decode_path} takes latents of {decode_channels} channels but the slice "
+                         f"{Path(onnx_path).name} was cut for {channels}: give the decode.onnx it was made from")
+    if duration_path is not None:
+        D.check_duration(duration_path, channels)
     backend = OnnxBackend(onnx_path)
     decode, duration = _sessions(decode_path, duration_path)
-    channels = walk.latent_channels
     if decode is None:
         say("note: no decode.onnx given, so there is no full-length reference: the self-check degrades to one "
             "window-length latent decoded against itself (seams and tails are not checked)")
@@ -135,6 +141,7 @@ def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window:
     _, duration = _sessions(None, duration_path)
     np.savez(selfcheck_path(onnx_path), **{D.LATENT_INPUT: _latent(duration, info.channels, window, seed=window),
                                           D.MASK_INPUT: np.ones((1, 1, window), np.float32)})
+    say(f"wrote {onnx_path} and {selfcheck_path(onnx_path)}")
     problems = opscan.scan(sliced, target)
     opscan.warn(problems)
     return onnx_path, [opscan.verdict(problems)]
@@ -190,9 +197,6 @@ def convert_inflect(
         if not selfcheck_path(onnx_path).is_file():
             raise SetupError(f"no self-check {selfcheck_path(onnx_path)} beside {onnx_path}; "
                              "export it with `convert inflect --skip-rknn` first")
-        if decode_onnx is not None:
-            from converters.families.inflect.decoder import load_decode
-            load_decode(decode_onnx)  # a wrong file fails here with the I/O it has
     verdicts += selfcheck_verdicts(onnx_path, decode_onnx, duration_onnx, min_tail_db, min_interior_db)
     options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
                            fail_on_cpu_ops=fail_on_cpu_ops, min_simulator_snr_db=min_snr_db)
@@ -208,6 +212,7 @@ def check_inflect(
     config: Annotated[Optional[Path], typer.Option("--config", help="The model's config.json (hop, sample rate); "
                                                    "default: beside the onnx/ folder of --duration-onnx.")] = None,
     decode_onnx: DecodeOnnx = None,
+    # 0.667 is decoder.DEFAULT_VARIATION, spelled out so that `--help` does not import numpy.
     variation: Annotated[float, typer.Option("--variation", help="Scale of the prior noise the runtime draws "
                                              "(decode.onnx's noise_scale; 0 = the prior mean).")] = 0.667,
     length_scale: Annotated[float, typer.Option("--length-scale", help="Duration scale (larger = slower).")] = 1.0,
@@ -215,14 +220,17 @@ def check_inflect(
 ) -> None:
     """Render tokens end to end: duration.onnx -> noise head (CPU) -> windowed decoder engine -> WAV. With
     --decode-onnx, also the full-length decode of the same latent and the SNR between the two."""
+    from converters.families.inflect.decoder import config_beside
     from converters.families.inflect.synth import InflectSynth, load_engine, runtime_model
     from runtime.audio import write_wav
 
-    ids = [int(t) for t in tokens.replace(" ", "").split(",") if t]
+    try:
+        ids = [int(t) for t in tokens.replace(" ", "").split(",") if t]
+    except ValueError:
+        ids = []
     if not ids:
-        raise SetupError("--tokens is empty; give comma-separated token ids")
-    config = config or Path(duration_onnx).resolve().parent.parent / "config.json"
-    model = runtime_model(duration_onnx, config)
+        raise SetupError(f"--tokens {tokens!r}: give comma-separated integer token ids, e.g. 0,12,0,40,0")
+    model = runtime_model(duration_onnx, config or config_beside(duration_onnx))
     backend, contract = load_engine(engine)
     synth = InflectSynth(duration_onnx, backend, contract, model, engine.name)
     latent = synth.latent(ids, variation, length_scale, seed)

@@ -22,7 +22,9 @@ DECODE_OUTPUT = "waveform"
 DURATION_INPUTS = ("tokens", "lengths", "length_scale")
 DURATION_OUTPUTS = ("m_p_exp", "logs_p_exp", "y_mask")
 LATENT_INPUT, MASK_INPUT = "z", "y_mask"
-DEFAULT_SAMPLE_RATE = 24000  # both official sizes; config.json overrides it when present
+DEFAULT_SAMPLE_RATE, DEFAULT_HOP = 24000, 256  # both official sizes; config.json overrides them
+N_SYMBOLS = 178  # token vocabulary of both sizes (0 is the blank)
+DEFAULT_VARIATION = 0.667  # prior noise scale, as VITS-family exports default noise_scale
 OFFICIAL_HINT = ("pass onnx/decode.onnx and onnx/duration.onnx of owensong/Inflect-Micro-v2-ONNX or "
                  "owensong/Inflect-Nano-v2-ONNX")
 
@@ -61,8 +63,8 @@ def load_decode(path: Path):
     if missing or DECODE_OUTPUT not in outputs:
         raise SetupError(
             f"{path} is not an Inflect v2 decode.onnx: it has inputs {inputs} and outputs {outputs}, "
-            f"expected inputs {list(DECODE_INPUTS)} and output '{DECODE_OUTPUT}' (missing: {missing or [DECODE_OUTPUT]}); "
-            f"{OFFICIAL_HINT}")
+            f"expected inputs {list(DECODE_INPUTS)} and output '{DECODE_OUTPUT}' "
+            f"(missing: {missing or [DECODE_OUTPUT]}); {OFFICIAL_HINT}")
     m_p = next(v for v in model.graph.input if v.name == "m_p_exp")
     return model, _channels_of(m_p, path, "decode.onnx")
 
@@ -87,23 +89,25 @@ def check_duration(path: Path, channels: int) -> None:
                          "pass the two files of one model")
 
 
-def sample_rate_of(decode_path: Path) -> int:
-    """Sample rate from the model's config.json (beside onnx/ or beside the file), else the v2 default."""
-    for config in (Path(decode_path).parent.parent / "config.json", Path(decode_path).parent / "config.json"):
+def config_beside(onnx_path: Path) -> Path | None:
+    """The model's config.json: beside the onnx/ folder (the official layout) or beside the file."""
+    for config in (Path(onnx_path).parent.parent / "config.json", Path(onnx_path).parent / "config.json"):
         if config.is_file():
-            data = json.loads(config.read_text())
-            rate = data.get("sampling_rate") or data.get("sample_rate") or data.get("data", {}).get("sampling_rate")
-            if rate:
-                return int(rate)
-    return DEFAULT_SAMPLE_RATE
+            return config
+    return None
 
 
-def full_decode(decode_session, latent: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+def config_values(config_path: Path | None) -> tuple[int, int]:
+    """(hop, sample rate) from config.json (`data.hop_length`, `data.sampling_rate`); v2 defaults where absent."""
+    data = json.loads(Path(config_path).read_text()).get("data", {}) if config_path else {}
+    return int(data.get("hop_length", DEFAULT_HOP)), int(data.get("sampling_rate", DEFAULT_SAMPLE_RATE))
+
+
+def full_decode(decode_session, latent: np.ndarray) -> np.ndarray:
     """decode.onnx on a finished latent (noise head made the identity): the full-length fp32 reference."""
     latent = np.asarray(latent, dtype=np.float32)
     zeros = np.zeros_like(latent)
-    if mask is None:
-        mask = np.ones((1, 1, latent.shape[2]), dtype=np.float32)
+    mask = np.ones((1, 1, latent.shape[2]), dtype=np.float32)
     return decode_session.run([DECODE_OUTPUT], {"m_p_exp": latent, "logs_p_exp": zeros, "y_mask": mask,
                                                 "zp_noise": zeros, "noise_scale": np.array(0.0, np.float32)})[0]
 
@@ -118,7 +122,7 @@ def describe(decode_path: Path, duration_path: Path | None) -> tuple["onnx.Model
     probe_slices = 4
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     samples = full_decode(session, np.zeros((1, channels, probe_slices), np.float32)).shape[-1]
-    return model, InflectModel(channels, samples // probe_slices, sample_rate_of(decode_path))
+    return model, InflectModel(channels, samples // probe_slices, config_values(config_beside(decode_path))[1])
 
 
 def noise_head(m_p: np.ndarray, logs_p: np.ndarray, variation: float, rng: np.random.Generator) -> np.ndarray:
@@ -178,16 +182,16 @@ def slice_decoder(decode_model, model: InflectModel, window: int, context: int, 
 
 # ---------------------------------------------------------------- self-check gates
 
-def prior_latent(duration_session, slices: int, variation: float = 0.667, seed: int = 0) -> np.ndarray:
+def prior_latent(duration_session, slices: int, variation: float = DEFAULT_VARIATION, seed: int = 0) -> np.ndarray:
     """The model's own prior sample of `slices` slices: duration.onnx on random blank-interleaved
     tokens, then the noise head; cropped to `slices`."""
     rng = np.random.default_rng(seed)
     symbols = 8
     while True:
-        phonemes = rng.integers(1, 178, symbols)
+        phonemes = rng.integers(1, N_SYMBOLS, symbols)
         tokens = np.zeros((1, 2 * symbols + 1), dtype=np.int64)
         tokens[0, 1::2] = phonemes  # blank (0) between and around the symbols
-        m_p, logs_p, y_mask = duration_session.run(
+        m_p, logs_p, _ = duration_session.run(
             list(DURATION_OUTPUTS), {"tokens": tokens, "lengths": np.array([tokens.shape[1]], np.int64),
                                      "length_scale": np.array(1.0, np.float32)})
         if m_p.shape[2] >= slices:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -186,11 +186,11 @@ class Duration(nn.Module):
             x = (x + torch.relu(conv(x))) * x_mask
         stats = self.proj(x) * x_mask
         m_p, logs_p = stats[:, : self.channels], stats[:, self.channels :]
-        # Durations of about 2-6 frames per token for a random model (bias log(3.5)).
+        # Durations of 2-6 frames per token for a random model (log-duration 1.25 +- 0.5).
         logw = torch.tanh(self.dur(x)) * 0.5 + 1.25
         durations = torch.clamp(torch.ceil(torch.exp(logw) * length_scale), min=1.0) * x_mask
         ends = torch.cumsum(durations, -1)  # [1,1,L]
-        frames = torch.arange(int(0), torch.max(ends).long()).unsqueeze(0).unsqueeze(-1)  # [1,T,1]
+        frames = torch.arange(0, torch.max(ends).long()).unsqueeze(0).unsqueeze(-1)  # [1,T,1]
         starts = ends - durations
         align = ((frames >= starts) & (frames < ends)).float()  # [1,T,L]
         m_p_exp = torch.matmul(align, m_p.transpose(1, 2)).transpose(1, 2)

@@ -36,8 +36,10 @@ def resolve_source(source: dict) -> tuple[Path, Path]:
     for root in candidates:
         if all((root / name).is_file() for name in FILES):
             return root / FILES[0], root / FILES[1]
-    places = ([str(source["dir"])] if source.get("dir") else []) + \
-        ([f"the huggingface_hub cache of {source['repo']}"] if source.get("repo") else [])
-    raise MissingSource(f"the official Inflect v2 files ({', '.join(FILES)}) are not in {' or '.join(places) or 'the recipe (its [source] names no dir or repo)'}; "
-                        f"put them in that directory (or `huggingface-cli download {source.get('repo', '<repo>')}` "
-                        "on a machine with network access and copy the cache)")
+    places = [str(source["dir"])] if source.get("dir") else []
+    if source.get("repo"):
+        places.append(f"the huggingface_hub cache of {source['repo']}")
+    where = " or ".join(places) or "the recipe (its [source] names no dir or repo)"
+    raise MissingSource(f"the official Inflect v2 files ({', '.join(FILES)}) are not in {where}; put them in "
+                        "that directory ($RKAUDIO_MODELS names the models root) or copy a huggingface_hub cache "
+                        f"of {source.get('repo', 'the official repo')} from a machine with network access")

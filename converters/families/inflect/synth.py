@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from converters.families.inflect.decoder import (
-    DEFAULT_SAMPLE_RATE,
+    DEFAULT_VARIATION,
     DURATION_OUTPUTS,
     InflectModel,
     check_duration,
+    config_values,
     noise_head,
 )
 from converters.toolkit import SetupError
@@ -30,10 +31,7 @@ def runtime_model(duration_path: Path, config_path: Path | None = None) -> Infle
         raise SetupError(f"{duration_path} has no output {DURATION_OUTPUTS[0]!r}: not an Inflect v2 duration.onnx")
     channels = m_p.type.tensor_type.shape.dim[1].dim_value
     check_duration(duration_path, channels)
-    hop, rate = 256, DEFAULT_SAMPLE_RATE
-    if config_path is not None and Path(config_path).is_file():
-        data = json.loads(Path(config_path).read_text()).get("data", {})
-        hop, rate = int(data.get("hop_length", hop)), int(data.get("sampling_rate", rate))
+    hop, rate = config_values(config_path if config_path and Path(config_path).is_file() else None)
     return InflectModel(channels, hop, rate)
 
 
@@ -62,7 +60,8 @@ class InflectSynth:
         self.backend = backend
         self.duration = ort.InferenceSession(str(duration_path), providers=["CPUExecutionProvider"])
 
-    def latent(self, tokens, variation: float = 0.667, length_scale: float = 1.0, seed: int = 0) -> np.ndarray:
+    def latent(self, tokens, variation: float = DEFAULT_VARIATION, length_scale: float = 1.0,
+               seed: int = 0) -> np.ndarray:
         """Prior latent [1,C,N] for `tokens` (blank-interleaved ids): duration.onnx, then the noise head."""
         tokens = np.asarray(tokens, dtype=np.int64).reshape(1, -1)
         m_p, logs_p, _ = self.duration.run(list(DURATION_OUTPUTS), {
@@ -75,10 +74,6 @@ class InflectSynth:
         from runtime.window_walk import walk
 
         return walk(self.backend, latent, self.window).output.reshape(-1)
-
-    def synthesize(self, tokens, variation: float = 0.667, length_scale: float = 1.0, seed: int = 0) -> np.ndarray:
-        """Mono float32 waveform for `tokens`."""
-        return self.decode(self.latent(tokens, variation, length_scale, seed))
 
 
 def load_engine(path: Path):

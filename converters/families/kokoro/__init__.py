@@ -2,8 +2,9 @@
 
 Inputs x [1,512,W], har [1,22,60W+1], style [1,128], mask_coarse [1,1,10W], mask_fine [1,1,60W+1];
 output spec_phase [1,22,60W+1] (conv_post; exp/sin, source synthesis, STFT and iSTFT run on the CPU).
-Rewrites: weight norm folded, masked instance norm through GlobalAveragePool, Snake alpha folded into its
-neighbours, Snake sine range-reduced by a native fp16 rounding (see surgery/snake.py)."""
+Rewrites: weight norm folded, upsampling ConvTranspose as a polyphase Conv1d, masked instance norm through
+GlobalAveragePool fused with the AdaIN affine, Snake alpha folded into its neighbours, Snake sine range-reduced
+by a native fp16 rounding (see surgery/snake.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -81,11 +82,12 @@ def build_module(config, state):
 
 
 def prepare(module, form: str, snake_fold: bool):
-    """The export graph: masked GAP instance norm, optional alpha fold, sine form."""
+    """The export graph: polyphase upsampling, masked GAP instance norm, optional alpha fold, sine form."""
     from surgery.instance_norm import mask_instance_norm
+    from surgery.polyphase import polyphase_upsample
     from surgery.snake import fold_snake_alpha, reduce_snake_sine
 
-    module = mask_instance_norm(module)
+    module = mask_instance_norm(polyphase_upsample(module))
     if snake_fold:
         module = fold_snake_alpha(module)
     return reduce_snake_sine(module, form).eval()

@@ -5,7 +5,8 @@ Same parameters and parameter names as `kokoro.istftnet.Generator` (so checkpoin
 the CPU), the style vector and the frame masks at the two rates the graph normalises at, and it returns
 `spec_phase` (conv_post output; exp/sin and the iSTFT stay on the CPU). Differences that matter to the NPU:
 - AdaIN, Snake and the convolution after it are one `AdaSnakeConv` unit (alpha fold, sine forms);
-- ConvTranspose without padding, cropped by a Slice (padded ConvTranspose lowers to a CPU exConvTransposePad);
+- ConvTranspose without padding, cropped by a Slice (`surgery.polyphase` then makes it a Conv1d: any
+  ConvTranspose lowers to a CPU exConvTransposePad zero insertion);
 - the reflection pad (1, 0) is a Slice + Concat;
 - masks zero the padding after each upsampling sum and on each stage's resblock average, so a padded
   window computes the same frames as an unpadded decode.

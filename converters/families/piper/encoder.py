@@ -156,7 +156,7 @@ def export_verdicts(voice: Voice, raw, rewritten, width: int) -> list[Verdict]:
 
     ids = voice.sample_ids()
     if len(ids) < width:
-        ids = (ids * (width // len(ids) + 1))
+        ids = ids * (width // len(ids) + 1)
     raw_run, new_run, exact_run = _session(raw), _session(rewritten), _session(voice.dynamic)
     verdicts = [shift_chain_verdict(rewritten)]
     lengths = sorted({min(17, width), width - 1, width})
@@ -164,10 +164,10 @@ def export_verdicts(voice: Voice, raw, rewritten, width: int) -> list[Verdict]:
     for length in lengths:
         padded = voice.feeds(ids[:length], width)
         new = new_run.run(None, padded)
-        rewrite_db.append(_min_snr(raw_run.run(None, padded), new, length))
+        rewrite_db.append(_min_snr(raw_run.run(None, padded), new, width))  # padding included
         padded_db.append(_min_snr(exact_run.run(None, voice.feeds(ids[:length])), new, length))
     verdicts.append(at_least(f"relshift_rewrite_vs_raw[N={width}]", min(rewrite_db), MIN_REWRITE_DB, "dB",
-                             f"fp32, real frames, n={lengths}: " + ", ".join(f"{v:.1f}" for v in rewrite_db)))
+                             f"fp32, all {width} frames, n={lengths}: " + ", ".join(f"{v:.1f}" for v in rewrite_db)))
     verdicts.append(at_least(f"padded_vs_exact[N={width}]", min(padded_db), MIN_PADDED_DB, "dB",
                              f"fp32, n={lengths}: " + ", ".join(f"{v:.1f}" for v in padded_db)))
     return verdicts
@@ -211,6 +211,7 @@ def drift_chunks(voice: Voice, widths: list[int], per_width: int = 3) -> dict[in
     for width in sorted(widths):
         stream = ids * (2 * width // len(ids) + 2)
         lengths = np.linspace(max(previous + 1, width * 3 // 4), width, per_width).astype(int)
+        # each chunk starts at a different phoneme (stride 37 ids) so the chunks are not prefixes of each other
         chunks[width] = [stream[offset * 37: offset * 37 + int(n)] for offset, n in enumerate(lengths)]
         previous = width
     return chunks

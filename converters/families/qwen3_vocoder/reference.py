@@ -44,9 +44,11 @@ def reference_decoder(decoder_config: dict, state_dict: dict | None = None):
 
 
 def randomize_(decoder, codes, seed: int = 0, spread: float = 0.3, output_rms: float = 0.3):
-    """Random weights at unit gain, perturbed per-channel constants, and the last conv scaled so `codes`
-    decode to `output_rms` before the clamp: a random decoder whose audio is neither silent nor clipped, for
-    tests and benches (no weights are downloadable here)."""
+    """Random weights for tests and benches (no weights are downloadable here): the codebooks and the
+    transformer at unit gain, so attention and every layer move the output; the conv decoder keeps the
+    package's small init plus noise (at unit gain its Snake activations see arguments so large that fp32
+    itself, package decoder included, is only ~83 dB from float64). The last conv is scaled so `codes`
+    decode to `output_rms` before the clamp: audio that is neither silent nor clipped."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
@@ -55,13 +57,12 @@ def randomize_(decoder, codes, seed: int = 0, spread: float = 0.3, output_rms: f
             if name.endswith("cluster_usage"):
                 continue  # a divisor: perturbing it towards 0 would blow single codes up
             noise = torch.randn(parameter.shape, generator=generator)
-            if parameter.dim() >= 2:
-                # Weights at unit gain (1/sqrt(fan-in)): every branch (attention, MLP, residual units)
-                # then moves the output, which the package's 0.02-std init does not.
-                parameter.copy_(noise / parameter[0].numel() ** 0.5)
+            if parameter.dim() >= 2 and name.startswith(("quantizer.", "pre_transformer.")):
+                parameter.copy_(noise / parameter[0].numel() ** 0.5)  # unit gain: 1/sqrt(fan-in)
             else:
-                # Biases and per-channel constants (LayerScale 0.01, ConvNeXt gamma 1e-6, Snake 0).
-                parameter.add_(noise * spread)
+                # Constant-initialised ones (LayerScale 0.01, ConvNeXt gamma 1e-6, Snake 0): absolute noise.
+                width = float(parameter.std()) if parameter.numel() > 1 else 0.0
+                parameter.add_(noise * spread * (width if width > 1e-6 else 1.0))
         seen = {}
         hook = decoder.decoder[-1].register_forward_hook(lambda module, args, out: seen.update(out=out))
         decoder(codes)

@@ -1,0 +1,71 @@
+"""Inflect v2 decoder engines (Micro- and Nano-shaped, random weights, rk3588, toolkit 2.3.2): engine and
+weight bytes, nodes of decode.onnx / the slice before and after the fold, estimated cycles and traffic per
+window, simulator SNR, the context-width table (global SNR of a 480-slice prior latent against a
+full-length decode, per context) and the host walk of a ~25 s latent against one full-length decode.
+
+Random weights decay faster over distance than trained ones, so the context table here is not the
+spec's trained-model table (5.1 / 40.0 / 82.1 / 128.8 dB at 0 / 20 / 24 / 32)."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+CONTEXTS = (0, 8, 16, 20, 24, 32)
+UTTERANCE_SECONDS = 25.0
+TARGET, TOOLKIT = "rk3588", "2.3.2"
+
+
+def _timed(fn):
+    started = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - started
+
+
+def main() -> list[dict]:
+    import onnx
+    import onnxruntime as ort
+
+    from converters.engine import BuildOptions, build_engine
+    from converters.families.inflect import CONTEXT, INTERIOR_LENGTH, WINDOW, export, selfcheck_path
+    from converters.families.inflect import decoder as D
+    from converters.families.inflect.reference import MICRO, NANO, export_official
+    from runtime.backends import OnnxBackend
+    from surgery.metadata import get_contract
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-inflect-") as scratch:
+        for cfg in (MICRO, NANO):
+            work = Path(scratch) / cfg.name
+            paths = export_official(work / "official", cfg, seed=0)
+            (onnx_path, verdicts), export_s = _timed(lambda: export(paths["decode"], paths["duration"], work,
+                                                                    WINDOW, CONTEXT, True, TARGET, say=lambda *_: None))
+            contract = get_contract(onnx_path)
+            result, build_s = _timed(lambda: build_engine(onnx_path, work, BuildOptions(TARGET, TOOLKIT),
+                                                          selfcheck=selfcheck_path(onnx_path), export_verdicts=verdicts))
+            manifest = result.manifest_data
+            decode = ort.InferenceSession(str(paths["decode"]), providers=["CPUExecutionProvider"])
+            duration = ort.InferenceSession(str(paths["duration"]), providers=["CPUExecutionProvider"])
+            backend = OnnxBackend(onnx_path)
+            prior = D.prior_latent(duration, INTERIOR_LENGTH, seed=INTERIOR_LENGTH)
+            table = D.context_table(backend, decode, prior, WINDOW, CONTEXTS, cfg.hop_length)
+            slices = int(UTTERANCE_SECONDS * cfg.sampling_rate / cfg.hop_length)
+            long_latent = D.prior_latent(duration, slices, seed=1)
+            walked, walk_s = _timed(lambda: D.windowed_decode(backend, long_latent, WINDOW, CONTEXT, cfg.hop_length))
+            _, full_s = _timed(lambda: D.full_decode(decode, long_latent))
+            row = {
+                "model": cfg.name, "C": cfg.inter_channels,
+                "decode_nodes": len(onnx.load(str(paths["decode"])).graph.node),
+                "slice_nodes": contract["nodes_before_fold"], "folded_nodes": contract["nodes_after_fold"],
+                "engine_bytes": manifest["rknn"]["bytes"], "weight_bytes": manifest["weight_bytes"],
+                "est_cycles_per_window": manifest["est_cycles"], "rw_kb_per_window": manifest["rw_kb"],
+                "cpu_ops": manifest["ops"]["cpu"], "regtask_lines": manifest["regtask"]["lines"],
+                "sim_snr_db": min(v.value for v in result.verdicts if v.name.startswith("simulator_snr")),
+                "export_s": round(export_s, 2), "build_s": round(build_s, 2),
+                "utterance_slices": slices, "windows": len(walked.windows),
+                "host_walk_s": round(walk_s, 2), "host_full_s": round(full_s, 2),
+                "walk_over_full": round(walk_s / full_s, 2),
+            }
+            row.update({f"ctx{c}_snr_db": round(snr, 1) for c, snr in table.items()})
+            rows.append(row)
+    return rows

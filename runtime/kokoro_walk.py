@@ -1,0 +1,200 @@
+"""Kokoro generator over a fixed-window engine, with the CPU parts around it in numpy.
+
+The engine maps one window of W latent frames (x [1,512,W], har [1,22,60W+1], style, masks at the coarse 10W and
+fine 60W+1 rates) to spec_phase [1,22,60W+1]. Around it, on the CPU: the harmonic-plus-noise source (F0 ->
+sine harmonics -> linear + tanh), its STFT (`har` = magnitude and phase), and the iSTFT head (exp of the
+log-magnitude rows, sin of the phase rows). The windows come from `runtime.window_walk.plan_windows` (context
+frames each side, emitted frames per step, the last window aligned to the end, a short utterance one padded
+window). Two parameters of the exec plan:
+- `overlap` (frames): the walk advances by emitted - overlap and the shared columns are blended with a raised
+  cosine (a seam knob);
+- `gain`: each window's log-magnitude is shifted so its loudness matches a full-length CPU decode of the same
+  frames, and the top five log-magnitude rows (near Nyquist) are capped at that decode's level per column (the
+  NPU's fp16 accumulation leaves content-locked clicks there)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from runtime.window_walk import plan_windows
+
+NYQUIST_ROWS = 5  # top log-magnitude rows capped by `gain`
+
+
+@dataclass(frozen=True)
+class SourceParams:
+    """Kokoro's SourceModuleHnNSF: 8 harmonics over F0, voiced above 10 Hz, and its Linear(9, 1) weights."""
+
+    linear_weight: np.ndarray  # [1, harmonics+1]
+    linear_bias: np.ndarray  # [1]
+    sample_rate: int = 24000
+    samples_per_frame: int = 300
+    sine_amp: float = 0.1
+    noise_std: float = 0.003
+    voiced_threshold: float = 10.0
+
+    @property
+    def harmonics(self) -> int:
+        return self.linear_weight.shape[-1]
+
+
+def _linear_resample(values: np.ndarray, factor: float) -> np.ndarray:
+    """torch's `interpolate(mode="linear", align_corners=False, scale_factor=factor)` along the first axis."""
+    length = int(np.floor(values.shape[0] * factor))
+    position = np.clip((np.arange(length) + 0.5) / factor - 0.5, 0, values.shape[0] - 1)
+    low = np.floor(position).astype(int)
+    high = np.minimum(low + 1, values.shape[0] - 1)
+    frac = (position - low)[:, None]
+    return values[low] * (1 - frac) + values[high] * frac
+
+
+def source_signal(f0: np.ndarray, params: SourceParams, noise: np.ndarray) -> np.ndarray:
+    """The merged source [samples] for per-frame F0 [frames]; `noise` [samples, harmonics] is standard normal.
+
+    Phase is accumulated at the frame rate and linearly interpolated to samples, as in kokoro's SineGen."""
+    up = params.samples_per_frame
+    f0_samples = np.repeat(np.asarray(f0, np.float64), up)[:, None]  # nearest upsampling
+    harmonics = f0_samples * np.arange(1, params.harmonics + 1)[None, :]
+    turns = (harmonics / params.sample_rate) % 1
+    phase = np.cumsum(_linear_resample(turns, 1 / up), axis=0) * 2 * np.pi
+    sines = np.sin(_linear_resample(phase * up, up)) * params.sine_amp
+    voiced = (f0_samples > params.voiced_threshold).astype(np.float64)
+    noise_amp = voiced * params.noise_std + (1 - voiced) * params.sine_amp / 3
+    waves = sines * voiced + noise_amp * noise
+    return np.tanh(waves @ params.linear_weight.T.astype(np.float64) + params.linear_bias)[:, 0]
+
+
+def _hann(n_fft: int) -> np.ndarray:
+    return 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)  # periodic, as torch.hann_window
+
+
+def stft(signal: np.ndarray, n_fft: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Centred (reflect-padded) STFT: magnitude and phase [n_fft/2+1, len/hop+1], as torch.stft."""
+    padded = np.pad(signal, n_fft // 2, mode="reflect")
+    frames = 1 + (len(padded) - n_fft) // hop
+    index = np.arange(n_fft)[None, :] + hop * np.arange(frames)[:, None]
+    spectrum = np.fft.rfft(padded[index] * _hann(n_fft), axis=1).T
+    return np.abs(spectrum), np.angle(spectrum)
+
+
+def istft(magnitude: np.ndarray, phase: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
+    """Inverse of `stft` (overlap-add, window-square normalised, centre padding removed), as torch.istft."""
+    frames = magnitude.shape[1]
+    window = _hann(n_fft)
+    pieces = np.fft.irfft((magnitude * np.exp(1j * phase)).T, n=n_fft, axis=1) * window
+    length = n_fft + hop * (frames - 1)
+    out, norm = np.zeros(length), np.zeros(length)
+    for i in range(frames):
+        out[i * hop: i * hop + n_fft] += pieces[i]
+        norm[i * hop: i * hop + n_fft] += window**2
+    half = n_fft // 2
+    return out[half: length - half] / np.where(norm[half: length - half] > 1e-11, norm[half: length - half], 1.0)
+
+
+def harmonic_conditioning(f0: np.ndarray, params: SourceParams, n_fft: int, hop: int,
+                          rng: np.random.Generator) -> np.ndarray:
+    """har [1, n_fft+2, 60N+1] for per-frame F0 [N]: the source's STFT magnitude and phase."""
+    noise = rng.standard_normal((len(f0) * params.samples_per_frame, params.harmonics))
+    magnitude, phase = stft(source_signal(f0, params, noise), n_fft, hop)
+    return np.concatenate([magnitude, phase])[None].astype(np.float32)
+
+
+def spec_phase_to_audio(spec_phase: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
+    """The iSTFT head: exp of the log-magnitude rows, sin of the phase rows (kokoro's Generator tail)."""
+    bins = n_fft // 2 + 1
+    values = np.asarray(spec_phase, np.float64)[0]
+    return istft(np.exp(values[:bins]), np.sin(values[bins:]), n_fft, hop)
+
+
+@dataclass(frozen=True)
+class KokoroWindow:
+    """The engine's window contract (from its ONNX metadata) and the exec-plan params."""
+
+    window: int
+    context: int
+    emitted: int
+    hop: int  # fine columns per latent frame (60)
+    coarse_hop: int  # coarse columns per latent frame (10)
+    n_fft: int
+    overlap: int = 0
+    gain: bool = False
+
+    @classmethod
+    def from_contract(cls, contract: dict, params: dict | None = None) -> "KokoroWindow":
+        params = {**contract.get("exec_params", {}), **(params or {})}
+        walk = cls(int(contract["window"]), int(contract["context"]), int(contract["emitted"]),
+                   int(contract["hop"]), int(contract["coarse_length"]) // int(contract["window"]),
+                   int(contract["n_fft"]), int(params.get("overlap", 0)), bool(params.get("gain", False)))
+        if not 0 <= walk.overlap <= min(walk.context, walk.emitted - 1):
+            raise ValueError(f"params.overlap must be an integer in [0, {min(walk.context, walk.emitted - 1)}] "
+                             f"for this engine (context {walk.context}, emitted {walk.emitted}), got {walk.overlap}")
+        return walk
+
+
+def window_feeds(x, har, style, start: int, walk: KokoroWindow) -> dict:
+    """Inputs of the window starting at latent frame `start`; frames past the utterance are zero, mask 0."""
+    frames, w = x.shape[-1], walk.window
+    real = min(w, frames - start)
+    fine = walk.hop * w + 1
+    x_win = np.zeros((1, x.shape[1], w), np.float32)
+    x_win[..., :real] = x[..., start: start + real]
+    har_win = np.zeros((1, har.shape[1], fine), np.float32)
+    har_win[..., : walk.hop * real + 1] = har[..., walk.hop * start: walk.hop * (start + real) + 1]
+    mask_coarse = np.zeros((1, 1, walk.coarse_hop * w), np.float32)
+    mask_coarse[..., : walk.coarse_hop * real] = 1
+    mask_fine = np.zeros((1, 1, fine), np.float32)
+    mask_fine[..., : walk.hop * real + 1] = 1
+    return {"x": x_win, "har": har_win, "style": np.asarray(style, np.float32), "mask_coarse": mask_coarse,
+            "mask_fine": mask_fine}
+
+
+def _raised_cosine(columns: int) -> np.ndarray:
+    """Weights of the earlier window over `columns` shared columns, 1 -> 0 (the later one gets 1 - w)."""
+    return 0.5 * (1 + np.cos(np.pi * (np.arange(columns) + 0.5) / columns))
+
+
+def apply_gain(window_out: np.ndarray, reference: np.ndarray, bins: int) -> np.ndarray:
+    """Shift the log-magnitude rows so the window's magnitude RMS matches `reference` over the same columns,
+    then cap the top NYQUIST_ROWS log-magnitude rows at the reference's level column by column."""
+    out = np.array(window_out, np.float64)
+    ours, theirs = out[:, :bins], np.asarray(reference, np.float64)[:, :bins]
+    shift = 0.5 * (np.log(np.mean(np.exp(2 * theirs))) - np.log(np.mean(np.exp(2 * ours))))
+    out[:, :bins] += shift
+    top = slice(bins - NYQUIST_ROWS, bins)
+    out[:, top] = np.minimum(out[:, top], theirs[:, top])
+    return out
+
+
+def walk(backend, x: np.ndarray, har: np.ndarray, style: np.ndarray, walk: KokoroWindow,
+         full_decode=None) -> np.ndarray:
+    """spec_phase [1, 22, 60N+1] of an utterance of N latent frames, window by window through `backend.run`.
+
+    `full_decode(x, har, style) -> spec_phase` (a full-length CPU decode) is required when `walk.gain` is set."""
+    if walk.gain and full_decode is None:
+        raise ValueError("params.gain needs a full-length CPU decode of the utterance (full_decode)")
+    frames = x.shape[-1]
+    bins = walk.n_fft // 2 + 1
+    reference = full_decode(x, har, style) if walk.gain else None
+    windows = plan_windows(frames, walk.window, walk.context, walk.emitted - walk.overlap)
+    out = np.zeros((1, har.shape[1], walk.hop * frames + 1))
+    weight = np.zeros(out.shape[-1])
+    shared = 0  # columns the previous window emitted past this window's emit_start
+    for i, win in enumerate(windows):
+        spec = np.asarray(backend.run(window_feeds(x, har, style, win.start, walk))["spec_phase"], np.float64)
+        last = i == len(windows) - 1
+        tail = 0 if last else min(walk.overlap, frames - win.emit_end)
+        lo = walk.hop * win.emit_start
+        hi = walk.hop * (win.emit_end + tail) + (1 if last else 0)
+        piece = spec[..., lo - walk.hop * win.start: hi - walk.hop * win.start]
+        if reference is not None:
+            piece = apply_gain(piece, reference[..., lo:hi], bins)
+        blend = np.ones(hi - lo)
+        if shared:  # rising edge where the previous window's falling tail lies
+            blend[:shared] = 1 - _raised_cosine(shared)
+        shared = walk.hop * tail
+        if tail:
+            blend[hi - lo - shared:] = _raised_cosine(shared)
+        out[..., lo:hi] += piece * blend
+        weight[lo:hi] += blend
+    return (out / weight).astype(np.float32)
