@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from surgery.seam import GraphIndex, _int_attr, is_reversal
+from surgery.seam import GraphIndex, constant_value, is_reversal, node_attr
 
 
 class FlipFoldError(ValueError):
@@ -23,12 +23,11 @@ class FlipFoldError(ValueError):
 
 
 def _channel_flip(index: GraphIndex, node: onnx.NodeProto) -> bool:
+    """A full reversal of axis 1 (the channels of a [1, C, N] tensor)."""
     if not is_reversal(index, node):
         return False
-    from surgery.seam import _constant_value
-
-    axes = _constant_value(index, node.input[3]) if len(node.input) > 3 and node.input[3] else None
-    steps = _constant_value(index, node.input[4])
+    axes = constant_value(index, node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    steps = constant_value(index, node.input[4])
     return axes is not None and list(np.ravel(axes)) in ([1], [-2]) and list(np.ravel(steps)) == [-1]
 
 
@@ -39,9 +38,6 @@ def fold_flips(model: onnx.ModelProto) -> onnx.ModelProto:
     graph = out.graph
     shapes = _channel_dims(out)
     reversed_tensors: set[str] = set()   # tensors that now hold the channel reversal of their old value
-
-    def index() -> GraphIndex:
-        return GraphIndex(out)
 
     def permute(node: onnx.NodeProto, position: int, fn) -> None:
         """Give `node` its own permuted copy of its constant input (exporters share equal weights)."""
@@ -63,7 +59,7 @@ def fold_flips(model: onnx.ModelProto) -> onnx.ModelProto:
     changed = True
     while changed:  # one flip per round: every round re-indexes the rewired graph
         changed = False
-        idx = index()
+        idx = GraphIndex(out)
         for flip in idx.nodes:
             if not _channel_flip(idx, flip):
                 continue
@@ -95,7 +91,7 @@ def _resolve(model, tensor, reversed_tensors, permute, shapes) -> None:
     for node in consumers:
         if node.op_type == "Split" and len(node.output) == 2:
             _fold_coupling(model, idx, node, reversed_tensors, permute, shapes)
-        elif node.op_type == "Conv" and node.input[0] == tensor and int(_int_attr(node, "group", 1)) == 1:
+        elif node.op_type == "Conv" and node.input[0] == tensor and int(node_attr(node, "group", 1)) == 1:
             permute(node, 1, lambda w: w[:, ::-1])
         elif node.op_type == "Mul" and all(i == tensor or shapes.get(i) == 1 for i in node.input):
             reversed_tensors.add(node.output[0])
@@ -106,10 +102,8 @@ def _resolve(model, tensor, reversed_tensors, permute, shapes) -> None:
 
 def _fold_coupling(model, idx: GraphIndex, split: onnx.NodeProto, reversed_tensors, permute, shapes) -> None:
     """A coupling layer whose input is reversed: swap halves, permute pre/post weights, swap the Concat."""
-    from surgery.seam import _constant_value
-
     first, second = split.output
-    sizes = _constant_value(idx, split.input[1]) if len(split.input) > 1 and split.input[1] else None
+    sizes = constant_value(idx, split.input[1]) if len(split.input) > 1 and split.input[1] else None
     if sizes is not None and len(set(np.ravel(sizes).tolist())) != 1:
         raise FlipFoldError(f"split {split.name!r} has unequal halves {sizes}; a flip does not map half to half")
     concats = [c for c in idx.consumers.get(first, []) if c.op_type == "Concat"]
@@ -121,7 +115,7 @@ def _fold_coupling(model, idx: GraphIndex, split: onnx.NodeProto, reversed_tenso
     for node in idx.consumers.get(first, []):
         if node is concat:
             continue
-        if node.op_type != "Conv" or int(_int_attr(node, "group", 1)) != 1:
+        if node.op_type != "Conv" or int(node_attr(node, "group", 1)) != 1:
             raise FlipFoldError(f"coupling half {first} feeds {node.op_type} {node.name!r}, expected the pre conv")
         permute(node, 1, lambda w: w[:, ::-1])
     # The transformed half: reverse the channels of every conv that feeds it besides the half itself.
@@ -162,12 +156,10 @@ def _feeding_convs(idx: GraphIndex, tensor: str, path: set[str], stop: set[str],
 
 def _weight_value(index: GraphIndex, name: str):
     """Value of a constant input, following Identity nodes to their initializer or Constant."""
-    from surgery.seam import _constant_value
-
     node = index.producer.get(name)
     while node is not None and node.op_type == "Identity":
         name, node = node.input[0], index.producer.get(node.input[0])
-    return _constant_value(index, name)
+    return constant_value(index, name)
 
 
 def _channel_dims(model: onnx.ModelProto) -> dict[str, int]:

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from surgery.seam import GraphIndex, _int_attr
+from surgery.seam import GraphIndex, node_attr
 
 
 def upsample_levels(model: onnx.ModelProto, decoder_input: str) -> dict[str, int]:
@@ -37,7 +37,7 @@ def level_strides(model: onnx.ModelProto, decoder_input: str) -> list[int]:
     for node in model.graph.node:
         if node.op_type != "ConvTranspose" or node.output[0] not in level:
             continue
-        stride = int(_int_attr(node, "strides", [1])[0])
+        stride = int(node_attr(node, "strides", [1])[0])
         depth = level[node.output[0]]
         if strides.setdefault(depth, stride) != stride:
             raise ValueError(f"upsampling level {depth} has ConvTransposes with strides {strides[depth]} and {stride}")

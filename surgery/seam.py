@@ -70,14 +70,14 @@ class GraphIndex:
         return [n for n in self.nodes if id(n) in needed]
 
 
-def _int_attr(node: onnx.NodeProto, name: str, default=None):
+def node_attr(node: onnx.NodeProto, name: str, default=None):
     for attr in node.attribute:
         if attr.name == name:
             return onnx.helper.get_attribute_value(attr)
     return default
 
 
-def _constant_value(index: GraphIndex, name: str):
+def constant_value(index: GraphIndex, name: str):
     """Value of a constant tensor (initializer or Constant node), else None."""
     from onnx import numpy_helper
 
@@ -94,7 +94,7 @@ def is_reversal(index: GraphIndex, node: onnx.NodeProto) -> bool:
     """A channel flip as exporters write `torch.flip`: a Slice with a negative constant step."""
     if node.op_type != "Slice" or len(node.input) < 5:
         return False
-    steps = _constant_value(index, node.input[4])
+    steps = constant_value(index, node.input[4])
     return steps is not None and bool((steps < 0).any())
 
 

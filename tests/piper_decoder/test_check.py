@@ -19,3 +19,47 @@ def test_check_piper_renders_both_paths(joe_exports, tmp_path):
     full, full_rate = read_wav(out.with_suffix(".full.wav"))
     assert rate == full_rate == 22050 and windowed.shape == full.shape and windowed.size > rate
     assert out.with_suffix(".png").is_file()
+
+
+def _convert(args):
+    """Run `convert` as the console script does (SetupError/GateFailure become exit codes 2/3)."""
+    import sys
+
+    from converters import cli
+
+    argv, sys.argv = sys.argv, ["convert", *args]
+    try:
+        cli.main()
+    except SystemExit as exit_:
+        return exit_.code
+    finally:
+        sys.argv = argv
+    return 0
+
+
+def test_convert_piper_refuses_a_graph_that_is_not_a_piper_voice(tmp_path, capsys):
+    import json
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((2, 2, 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    voice = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(graph), str(voice))
+    voice.with_name("conv.onnx.json").write_text(json.dumps({"audio": {"sample_rate": 22050}, "phoneme_id_map": {}}))
+    assert _convert(["piper", "--voice-onnx", str(voice), "--skip-rknn", "--out", str(tmp_path)]) == 2
+    assert "not a Piper VITS voice" in capsys.readouterr().err
+
+
+def test_convert_piper_encoder_hands_over_to_the_encoder_builder(monkeypatch, tmp_path):
+    from converters.families.piper import encoder
+
+    calls = []
+    monkeypatch.setattr(encoder, "run_encoder", lambda **kwargs: calls.append(kwargs))
+    assert _convert(["piper", "--encoder", "--frames", "128,192", "--skip-rknn", "--out", str(tmp_path)]) == 0
+    (call,) = calls
+    assert call["frames"] == [128, 192] and call["skip_rknn"] is True and call["out_dir"] == tmp_path

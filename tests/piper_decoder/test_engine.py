@@ -2,7 +2,6 @@
 runtime refuses an engine built for another voice."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from converters.engine import BuildOptions, build_engine
@@ -32,3 +31,29 @@ def test_runtime_refuses_an_engine_of_another_voice(joe_exports):
     decoder.VoiceDecoder(runner, contract, voice_channels=192)
     with pytest.raises(SetupError, match=r"192-channel latent but this voice has 16.*produced by: .*convert piper --voice-onnx"):
         decoder.VoiceDecoder(runner, contract, voice_channels=16)
+
+
+# Rows of the rk3588 --dec-mask build log: the toolkit places the y_mask input's rank adapter
+# ('y_mask_rs') after NPU layers, right before its first use. It is I/O glue, not a CPU op; the same
+# Reshape under a name of the graph's own still counts.
+DEC_MASK_TABLE = """\
+D RKNN: [05:06:27.421] ID   OpType             DataType Target InputShape                               OutputShape            Cycles(DDR/NPU/Total)    RW(KB)       FullName
+D RKNN: [05:06:27.421] ---------------------------------------------------------------------------------------------
+D RKNN: [05:06:27.421] 0    InputOperator      FLOAT16  CPU    \\                                        (1,192,93)             0/0/0                    0            InputOperator:z
+D RKNN: [05:06:27.421] 1    InputOperator      FLOAT16  CPU    \\                                        (1,1,93)               0/0/0                    0            InputOperator:y_mask
+D RKNN: [05:06:27.421] 2    Reshape            FLOAT16  CPU    (1,192,93),(4)                           (1,192,1,93)           0/0/0                    34           Reshape:z_rs
+D RKNN: [05:06:27.421] 3    Split              FLOAT16  NPU    (1,192,1,93),(2)                         (1,96,1,93),...        0/0/0                    34           Split:/flow/flows.6/Split
+D RKNN: [05:06:27.421] 4    Conv               FLOAT16  NPU    (1,96,1,93),(192,96,1,1),(192)           (1,192,1,93)           3856/3456/3856           54           Conv:/flow/flows.6/pre/Conv
+D RKNN: [05:06:27.421] 5    Reshape            FLOAT16  CPU    (1,1,93),(4)                             (1,1,1,93)             0/0/0                    0            Reshape:y_mask_rs
+D RKNN: [05:06:27.421] 6    Conv               FLOAT16  NPU    (1,96,1,93),(96,96,1,1),(96)             (1,96,1,93)            3856/3456/3856           54           Conv:/flow/flows.6/post/Conv
+D RKNN: [05:06:27.421] 7    OutputOperator     FLOAT16  CPU    (1,96,1,93)                              \\                      0/0/0                    34           OutputOperator:output
+D RKNN: [05:06:27.421] ---------------------------------------------------------------------------------------------
+"""
+
+
+def test_input_adapter_placed_late_is_glue_but_a_graph_reshape_is_not():
+    from gates.layer_table import cpu_ops_verdict, parse_layer_table
+
+    assert cpu_ops_verdict(parse_layer_table(DEC_MASK_TABLE)).passed
+    verdict = cpu_ops_verdict(parse_layer_table(DEC_MASK_TABLE.replace("Reshape:y_mask_rs", "Reshape:/dec/mask_rs")))
+    assert not verdict.passed and "/dec/mask_rs" in verdict.detail

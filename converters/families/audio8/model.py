@@ -7,7 +7,7 @@ the prompt's placeholder count N."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -236,8 +236,8 @@ class Audio8ASR(nn.Module):
 
 
 @dataclass
-class SmallConfig:
-    """A small random-init model of this architecture for tests and the host bench."""
+class ModelConfig:
+    """Shapes of one Audio8-ASR model (the published one, or a small one for tests)."""
 
     encoder: EncoderConfig
     adapter: AdapterConfig
@@ -245,7 +245,8 @@ class SmallConfig:
     prompt: PromptConfig
 
 
-def small_config(vocab: int = 160, hidden: int = 64, layers: int = 2, heads: int = 4) -> SmallConfig:
+def small_config(vocab: int = 160, hidden: int = 64, layers: int = 2, heads: int = 4) -> ModelConfig:
+    """A small model of this architecture for tests and the host bench (same frontend and token shapes)."""
     encoder = EncoderConfig(downsample_hidden_size=8, d_model=32, encoder_layers=2, encoder_attention_heads=2,
                             encoder_ffn_dim=64, output_dim=48)
     adapter = AdapterConfig(input_dim=48, hidden_dim=96, num_blocks=2, output_dim=hidden)
@@ -254,15 +255,15 @@ def small_config(vocab: int = 160, hidden: int = 64, layers: int = 2, heads: int
                    max_position_embeddings=1024, eos_token_id=vocab - 1, initializer_range=0.3)
     prompt = PromptConfig(prefix_ids=[1, 2, 3, 4], audio_token_id=5, suffix_ids=[6, vocab - 1, 3, 1, 7, 3],
                           eos_token_id=vocab - 1)
-    return SmallConfig(encoder, adapter, decoder, prompt)
+    return ModelConfig(encoder, adapter, decoder, prompt)
 
 
-def real_shape_config() -> SmallConfig:
+def real_shape_config() -> ModelConfig:
     """The published architecture's shapes (for random-weight engine builds: no weights here)."""
-    return SmallConfig(EncoderConfig(), AdapterConfig(), dict(DECODER_REAL), PromptConfig())
+    return ModelConfig(EncoderConfig(), AdapterConfig(), dict(DECODER_REAL), PromptConfig())
 
 
-def build_random(config: SmallConfig, seed: int = 0, embedding_std: float = 1.0, eos_row_scale: float = 1.3
+def build_random(config: ModelConfig, seed: int = 0, embedding_std: float = 1.0, eos_row_scale: float = 1.3
                  ) -> Audio8ASR:
     """Random-init model. A wide embedding spread (tied to the LM head) keeps top-2 logit margins far above
     fp32 rounding, so two fp32 implementations agree by construction, not by luck; a longer EOS row makes
@@ -305,8 +306,3 @@ def load_snapshot(model_dir: Path) -> Audio8ASR:
     prompt = PromptConfig(eos_token_id=int(getattr(config, "eos_token_id", None) or PromptConfig.eos_token_id),
                           audio_token_id=int(getattr(config, "audio_token_id", PromptConfig.audio_token_id)))
     return Audio8ASR(parts["encoder"], parts["adapter"], parts["decoder"], prompt).eval()
-
-
-def describe(config: SmallConfig) -> dict:
-    return {"encoder": asdict(config.encoder), "adapter": asdict(config.adapter), "decoder": config.decoder,
-            "prompt": asdict(config.prompt)}

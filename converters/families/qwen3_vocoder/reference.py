@@ -58,7 +58,7 @@ def randomize_(decoder, codes, seed: int = 0, spread: float = 0.3, output_rms: f
                 continue  # a divisor: perturbing it towards 0 would blow single codes up
             noise = torch.randn(parameter.shape, generator=generator)
             if parameter.dim() >= 2 and name.startswith(("quantizer.", "pre_transformer.")):
-                parameter.copy_(noise / parameter[0].numel() ** 0.5)  # unit gain: 1/sqrt(fan-in)
+                parameter.copy_(noise * 0.5 / parameter[0].numel() ** 0.5)  # half gain: 0.5/sqrt(fan-in)
             else:
                 # Constant-initialised ones (LayerScale 0.01, ConvNeXt gamma 1e-6, Snake 0): absolute noise.
                 width = float(parameter.std()) if parameter.numel() > 1 else 0.0
