@@ -62,7 +62,8 @@ def engine_rows(manifests: list[Path]) -> list[dict]:
         frames = contract.get("frames") or manifest["inputs"][0]["shape"][-1]
         cycles = manifest.get("est_cycles")
         cpu = [op["type"] for op in manifest.get("ops", {}).get("cpu_ops", [])]
-        rows.append({"config": "engine", "what": f"{manifest['role']} B={frames} {manifest['target']}",
+        rows.append({"config": f"engine, cache_numel {contract.get('cache_numel')}",
+                     "what": f"{manifest['role']} B={frames} {manifest['target']}",
                      "engine_bytes": manifest["rknn"]["bytes"], "est_cycles_per_step": cycles,
                      "est_cycles_per_frame": round(cycles / frames) if cycles else None,
                      "cpu_ops": len(cpu), "cpu_op_types": ",".join(sorted(set(cpu)))})

@@ -57,11 +57,18 @@ def test_cache_free_gate_fails_on_an_in_graph_concat_cache(tmp_path):
     assert not verdict.passed and verdict.value == 2  # the Concat and the past_* input
 
 
+def _replace_graph(plan_dir, stem, module, example_inputs, input_names, output_names):
+    """Overwrite one exported graph with `module`, keeping its contract (a known-bad artifact)."""
+    from converters.families.audio8.export import _export
+
+    contract = get_contract(plan_dir / f"{stem}.onnx")
+    _export(module, example_inputs, input_names, output_names, contract, plan_dir / f"{stem}.onnx")
+
+
 def test_adapter_gate_catches_first_rows_of_the_largest_adapter(small_model, small_plan, tmp_path):
     """The spec's early mistake: the T100 adapter's first N rows instead of pooling to N."""
     import torch
 
-    from converters.families.audio8.export import _export
     from converters.families.audio8.graphs import AdapterGraph
 
     class FirstRows(torch.nn.Module):
@@ -74,13 +81,49 @@ def test_adapter_gate_catches_first_rows_of_the_largest_adapter(small_model, sma
 
     bad = tmp_path / "bad"
     shutil.copytree(small_plan, bad)
-    contract = get_contract(bad / "adapter_t25.onnx")
-    _export(FirstRows(), (torch.zeros(104, 48),), ["audio_hidden"], ["audio_embeddings"], contract,
-            bad / "adapter_t25.onnx")
+    _replace_graph(bad, "adapter_t25", FirstRows(), (torch.zeros(104, 48),), ["audio_hidden"], ["audio_embeddings"])
     verdicts = {v.name: v for v in checks.graph_verdicts(small_model, bad, stress=False, say=lambda _: None)}
     print(verdicts["adapter_rel_l2[T25]"].line(), verdicts["greedy_tokens[T25]"].line())
     assert not verdicts["adapter_rel_l2[T25]"].passed and verdicts["adapter_rel_l2[T25]"].value > 0.3
     assert verdicts["adapter_rel_l2[T50]"].passed
+
+
+def test_prefill_and_stress_gates_catch_a_graph_without_rope(small_model, small_plan, tmp_path):
+    """RoPE left out of the S35 prefill and of one layer's 512 block: the prefill figure catches the first, and
+    only the stress run reaches the 512 bucket to catch the second."""
+    import torch
+
+    from converters.families.audio8.graphs import BlockGraph, PrefillGraph
+
+    class PrefillWithoutRope(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = PrefillGraph(small_model.decoder, 35)
+
+        def forward(self, inputs_embeds, cos, sin):
+            return self.inner(inputs_embeds, torch.ones_like(cos), torch.zeros_like(sin))
+
+    class BlockWithoutRope(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = BlockGraph(small_model.decoder, 0)
+
+        def forward(self, hidden, full_k, full_v, cos, sin, mask):
+            return self.inner(hidden, full_k, full_v, torch.ones_like(cos), torch.zeros_like(sin), mask)
+
+    bad = tmp_path / "bad"
+    shutil.copytree(small_plan, bad)
+    caches = [f"{kind}_{i}" for i in range(2) for kind in ("key", "value")]
+    _replace_graph(bad, "prefill_s35", PrefillWithoutRope(), (torch.zeros(1, 35, 64), torch.ones(35, 16),
+                   torch.zeros(35, 16)), ["inputs_embeds", "cos", "sin"], ["last_logits", *caches])
+    _replace_graph(bad, "block_l0_s512", BlockWithoutRope(),
+                   (torch.zeros(1, 1, 64), torch.zeros(4, 512, 16), torch.zeros(4, 512, 16), torch.ones(1, 16),
+                    torch.zeros(1, 16), torch.zeros(4, 1, 512)),
+                   ["hidden", "full_k", "full_v", "cos", "sin", "mask"], ["hidden_out"])
+    verdicts = {v.name: v for v in checks.graph_verdicts(small_model, bad, say=lambda _: None)}
+    failed = sorted(name for name, v in verdicts.items() if not v.passed)
+    assert "prefill_logits_rel_l2[T25]" in failed and any(name.startswith("stress_tokens") for name in failed)
+    assert not any(name.endswith(("[T50]", "[T75]", "[T100]")) for name in failed), failed
 
 
 def test_token_gate_fails_on_a_different_sequence():

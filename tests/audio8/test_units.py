@@ -49,3 +49,17 @@ def test_rope_tables_match_transformers():
 def test_placeholder_counts_of_the_spec():
     assert [placeholder_count(s * 16000, 160) for s in (2, 4, 6, 8)] == [25, 50, 75, 100]
     assert placeholder_count(10, 160) == 1
+
+
+def test_rms_norm_matches_float64_reference():
+    import torch
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+    norm = Qwen2RMSNorm(64, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = np.random.default_rng(2).standard_normal((5, 64))
+    expected = norm.weight.detach().double().numpy() * x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6)
+    with torch.no_grad():
+        ours = graphs.rms_norm(norm, torch.from_numpy(x).float()).double().numpy()
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)

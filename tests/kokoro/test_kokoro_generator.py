@@ -1,4 +1,5 @@
-"""Kokoro generator: rewrites against float64 references, the module against kokoro's own Generator,
+"""Kokoro generator: rewrites (weight norm, fused masked instance norm, polyphase upsampling, sine forms) against
+float64 references, the module against kokoro's own Generator,
 padded-window exactness, export gate, the field-limit refusal, and the sine gate failing on a bad form."""
 from __future__ import annotations
 
@@ -206,3 +207,32 @@ def test_frames_past_the_field_limit_are_refused():
         kokoro.check_frames(137)
     with pytest.raises(SetupError, match="13-bit"):
         kokoro.check_frames(512)
+
+
+LAYER_TABLE_HEAD = ("ID   OpType             DataType Target InputShape                               OutputShape"
+                    "            Cycles(DDR/NPU/Total)    RW(KB)       FullName")
+
+
+def layer_table_log(late_reshape_name: str) -> str:
+    """A layer table (rows as the rk3588 Kokoro build logged them) where the compiler scheduled the `har` input's
+    rank-adapting Reshape after NPU layers, under the given node name."""
+    rows = ["0    InputOperator      FLOAT16  CPU    \\                                        (1,22,7681)"
+            "            0/0/0                    0            InputOperator:har",
+            "1    Conv               FLOAT16  NPU    (1,512,1,128),(2560,512,1,2),(2560)      (1,2560,1,129)"
+            "         255546/737280/737280     5258         Conv:/ups.0/conv/Conv",
+            f"2    Reshape            FLOAT16  CPU    (1,22,7681),(4)                          (1,22,1,7681)"
+            f"          0/0/0                    330          Reshape:{late_reshape_name}",
+            "3    Conv               FLOAT16  NPU    (1,22,1,7681),(256,22,1,12),(256)        (1,256,1,1280)"
+            "         51648/245760/245760      553          Conv:/noise_convs.0/Conv"]
+    lines = ["-" * 40, LAYER_TABLE_HEAD, "-" * 40, *rows, "-" * 40]
+    return "\n".join(f"D RKNN: [05:10:32.841] {line}" for line in lines)
+
+
+def test_cpu_ops_gate_counts_a_late_input_reshape_as_glue_only_for_an_input():
+    """`har_rs` is the har input's own Reshape (glue); the same row under another node's name is CPU compute."""
+    from gates.layer_table import cpu_ops_verdict, parse_layer_table
+
+    assert cpu_ops_verdict(parse_layer_table(layer_table_log("har_rs"))).passed
+    inside = parse_layer_table(layer_table_log("/noise_convs.0/Mul_rs"))
+    assert not cpu_ops_verdict(inside).passed
+    assert [op["type"] for op in inside.ops_json()["cpu_ops"]] == ["Reshape"]

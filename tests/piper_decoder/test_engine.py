@@ -57,3 +57,22 @@ def test_input_adapter_placed_late_is_glue_but_a_graph_reshape_is_not():
     assert cpu_ops_verdict(parse_layer_table(DEC_MASK_TABLE)).passed
     verdict = cpu_ops_verdict(parse_layer_table(DEC_MASK_TABLE.replace("Reshape:y_mask_rs", "Reshape:/dec/mask_rs")))
     assert not verdict.passed and "/dec/mask_rs" in verdict.detail
+
+
+def test_window_walk_through_the_simulator(joe, joe_exports, require_converter):
+    """The same walk over the toolkit simulator (fp16): every window within the build's 35 dB gate."""
+    from gates.snr import snr_db
+    from runtime.backends import SimulatorBackend
+    from runtime.window_walk import WindowContract, walk
+
+    require_converter("2.3.2")
+    export = joe_exports[False]
+    contract = WindowContract.from_onnx(export.onnx_path)
+    z = joe.latents[0]["z"][:, :, : 2 * contract.window]
+    reference = walk(decoder.OrtRunner(export.onnx_path), z, contract)
+    with SimulatorBackend(export.onnx_path, "rk3588") as simulator:
+        simulated = walk(simulator, z, contract)
+    assert [w.kind for w in simulated.windows] == ["first", "interior", "last"]
+    for win in simulated.windows:
+        span = simulated.span(win)
+        assert snr_db(reference.output[..., span], simulated.output[..., span]) >= 35.0

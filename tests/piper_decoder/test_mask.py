@@ -1,5 +1,6 @@
-"""Decoder-half mask injection: exact against a float64 numpy reference; on joe it fixes short tails,
-leaves interiors byte-identical, and the known-bad variants (mask 1 over padding, Resize upsampler) fail."""
+"""Decoder-half mask injection and the polyphase last level: exact against a float64 numpy reference; on
+joe the mask fixes short tails, leaves interiors byte-identical, and the known-bad variants (mask 1 over
+padding, Resize upsampler) fail."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,13 +13,14 @@ from gates import opscan
 from runtime.window_walk import WindowContract, walk
 from surgery.mask import level_strides, mask_decoder
 from surgery.metadata import get_contract
+from surgery.polyphase_tail import polyphase_tail
 
 
-def conv1d(x, w, b, pad):
-    """float64 reference: x [C_in, T], w [C_out, C_in, K]."""
+def conv1d(x, w, b, pad, dilation=1):
+    """float64 reference: x [C_in, T], w [C_out, C_in, K], 'same' padding."""
     xp = np.pad(x, ((0, 0), (pad, pad)))
-    k = w.shape[2]
-    out = np.stack([np.einsum("oc,ct->ot", w[:, :, j], xp[:, j : j + xp.shape[1] - k + 1]) for j in range(k)]).sum(0)
+    length = x.shape[1]
+    out = sum(np.einsum("oc,ct->ot", w[:, :, j], xp[:, j * dilation : j * dilation + length]) for j in range(w.shape[2]))
     return out + b[:, None]
 
 
@@ -32,18 +34,22 @@ def conv_transpose1d(x, w, b, stride, pad):
 
 
 def tiny_decoder(rng):
-    """x [1,3,N] -> Conv -> LeakyRelu -> ConvT(s2) -> Conv -> ConvT(s3) -> Conv -> y (a 2-level HiFi-GAN shape)."""
+    """x [1,3,N] -> Conv -> LeakyRelu -> ConvT(s2) -> Conv -> ConvT(s3) -> Conv(dilation 2) -> Tanh -> Conv -> y
+    (a 2-level HiFi-GAN shape)."""
     p = {"w0": rng.standard_normal((4, 3, 3)), "b0": rng.standard_normal(4),
          "u1": rng.standard_normal((4, 3, 4)), "c1": rng.standard_normal(3),
          "w2": rng.standard_normal((3, 3, 3)), "b2": rng.standard_normal(3),
          "u3": rng.standard_normal((3, 2, 3)), "c3": rng.standard_normal(2),
-         "w4": rng.standard_normal((1, 2, 3)), "b4": rng.standard_normal(1)}
+         "w4": rng.standard_normal((2, 2, 3)), "b4": rng.standard_normal(2),
+         "w5": rng.standard_normal((1, 2, 3)), "b5": rng.standard_normal(1)}
     nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["h0"], pads=[1, 1]),
              helper.make_node("LeakyRelu", ["h0"], ["a0"], alpha=0.1),
              helper.make_node("ConvTranspose", ["a0", "u1", "c1"], ["h1"], strides=[2], pads=[1, 1]),
              helper.make_node("Conv", ["h1", "w2", "b2"], ["h2"], pads=[1, 1]),
              helper.make_node("ConvTranspose", ["h2", "u3", "c3"], ["h3"], strides=[3]),
-             helper.make_node("Conv", ["h3", "w4", "b4"], ["y"], pads=[1, 1])]
+             helper.make_node("Conv", ["h3", "w4", "b4"], ["h4"], pads=[2, 2], dilations=[2]),
+             helper.make_node("Tanh", ["h4"], ["a4"]),
+             helper.make_node("Conv", ["a4", "w5", "b5"], ["y"], pads=[1, 1])]
     graph = helper.make_graph(nodes, "dec", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, None]),
                                              helper.make_tensor_value_info("m", TensorProto.FLOAT, [1, 1, None])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -59,10 +65,11 @@ def reference(p, x, m):
     h = conv_transpose1d(h, p["u1"], p["c1"], 2, 1) * m1
     h = conv1d(h, p["w2"], p["b2"], 1) * m1
     h = conv_transpose1d(h, p["u3"], p["c3"], 3, 0) * m2
-    return conv1d(h, p["w4"], p["b4"], 1) * m2
+    h = np.tanh(conv1d(h, p["w4"], p["b4"], 2, dilation=2) * m2)
+    return conv1d(h, p["w5"], p["b5"], 1) * m2
 
 
-def test_mask_decoder_matches_float64_reference():
+def test_mask_decoder_and_polyphase_match_float64_reference():
     rng = np.random.default_rng(0)
     model, params = tiny_decoder(rng)
     assert level_strides(model, "x") == [2, 3]
@@ -74,6 +81,12 @@ def test_mask_decoder_matches_float64_reference():
     want = reference(params, x[0], m[0, 0])
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-4)
     assert np.all(got[0, :, 7 * 6 :] == 0.0)  # the padding stays exactly zero at the output rate
+    # The polyphase last level (phases of the stride-3 ConvTranspose stacked on channels) is the same map.
+    last = decoder.last_upsampler_output(masked, "x")
+    phased = polyphase_tail(masked, last)
+    assert {n.op_type for n in phased.graph.node if n.output[0] == last} == {"Conv"}
+    got = decoder.OrtRunner(phased).run({"x": x.astype(np.float32), "m": m.astype(np.float32)})["y"]
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-4)
     # With the mask all ones the pass changes nothing.
     ones = {"x": x.astype(np.float32), "m": np.ones((1, 1, 11), np.float32)}
     plain, ones = decoder.OrtRunner(model).run(ones)["y"], decoder.OrtRunner(masked).run(ones)["y"]
@@ -155,3 +168,15 @@ def test_export_records_the_window_contract(joe_exports):
     assert contract["latent_channels"] == 192 and contract["strides"] == [8, 8, 4]
     assert contract["sample_rate"] == 22050 and contract["dec_mask"] is True
     assert all(v.passed for v in joe_exports[True].verdicts)
+
+
+def test_polyphase_joe_engine_is_the_same_map(joe):
+    plain = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050)
+    phased = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050, polyphase=True)
+    assert get_contract(phased)["polyphase"] == 4
+    feeds = {decoder.LATENT: joe.latents[0]["z"][:, :, :93], decoder.MASK: np.ones((1, 1, 93), np.float32)}
+    from gates.snr import snr_db
+
+    assert snr_db(decoder.OrtRunner(plain).run(feeds)["output"], decoder.OrtRunner(phased).run(feeds)["output"]) > 120.0
+    assert decoder.needs_polyphase("rk3566", 93, 256) and decoder.needs_polyphase("rk3576", 93, 256)
+    assert not decoder.needs_polyphase("rk3588", 93, 256) and not decoder.needs_polyphase("rk3566", 31, 256)

@@ -64,7 +64,13 @@ def test_tiny_cache_layout(tiny_step):
 
 @pytest.mark.slow
 def test_real_shape_stepwise_matches_full_decode():
-    """Real-shape config, random weights: B=16, B=64 and the B=16 -> B=64 hand-over against the package decoder."""
+    """Real-shape config, random weights: B=64 steps and a B=16 step handing its cache to B=64 steps.
+
+    In float64 the stepwise decode must equal the package's full decode (> 100 dB: no seams, nothing
+    approximated). In fp32 the random real-shape decoder is ill-conditioned: the package's own fp32 decode
+    is only ~100 dB from its float64 decode, so the fp32 step is held to that floor (within 1 dB) instead."""
+    import copy
+
     config = REAL_SHAPE_DECODER_CONFIG
     reference = random_reference(config, seed=3)
     step = step_of(reference, config)
@@ -74,10 +80,16 @@ def test_real_shape_stepwise_matches_full_decode():
     assert contract["cache_numel"] == independent_cache_numel(config)
     assert contract["kv_len"] == config["sliding_window"] - 1 and contract["samples_per_frame"] == 1920
     codes = random_codes(config, 128, seed=4)
-    full, steps = full_and_steps(reference, step, codes, {"B=64": [64, 64], "16 then 64": [16, 64, 16, 16, 16]})
-    for name, pcm in steps.items():
-        print(f"real-shape {name}: {snr_db(full, pcm):.1f} dB vs full decode")
-        assert snr_db(full, pcm) > MIN_FP32_DB, name
-    first = 16 * 1920
-    assert snr_db(full[..., :first], steps["16 then 64"][..., :first]) > MIN_FP32_DB  # the B=16 step alone
-    assert snr_db(steps["B=64"][..., : 80 * 1920], steps["16 then 64"][..., : 80 * 1920]) > MIN_FP32_DB
+    plans = {"B=64": [64, 64], "16 then 64": [16, 64, 48]}
+    exact, exact_steps = full_and_steps(copy.deepcopy(reference).double(), copy.deepcopy(step).double(), codes, plans)
+    full, steps = full_and_steps(reference, step, codes, plans)
+    floor = snr_db(exact, full)
+    print(f"real-shape: package fp32 full decode vs float64: {floor:.1f} dB")
+    for name in plans:
+        print(f"real-shape {name}: float64 {snr_db(exact, exact_steps[name]):.1f} dB, fp32 "
+              f"{snr_db(full, steps[name]):.1f} dB vs full decode, fp32 vs float64 {snr_db(exact, steps[name]):.1f} dB")
+        assert snr_db(exact, exact_steps[name]) > MIN_FP32_DB, name
+        assert snr_db(exact, steps[name]) > floor - 1.0, name
+    first = 16 * 1920  # the B=16 step alone, then the B=16 cache feeding B=64 against all-B=64
+    assert snr_db(exact[..., :first], exact_steps["16 then 64"][..., :first]) > MIN_FP32_DB
+    assert snr_db(exact_steps["B=64"], exact_steps["16 then 64"]) > MIN_FP32_DB

@@ -49,6 +49,12 @@ class _RotaryHeads(nn.Module):
         return x * cos + torch.matmul(x, self.rotate) * sin
 
 
+def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A Qwen2RMSNorm as x / sqrt(mean(x^2) + eps) * weight: the exported rsqrt (Div of 1 by Sqrt) runs on the
+    CPU in rknn-toolkit2 2.3.2 (rk3576), a tensor-by-tensor Div stays on the NPU."""
+    return norm.weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
+
+
 def _attention(q, k, v, mask, head_dim):
     scores = torch.matmul(q, k.transpose(1, 2)) * (1.0 / math.sqrt(head_dim)) + mask
     return torch.matmul(torch.softmax(scores, dim=-1), v)
@@ -86,15 +92,15 @@ class PrefillGraph(nn.Module):
         caches = []
         for layer in inner.layers:
             attn = layer.self_attn
-            x = layer.input_layernorm(h)
+            x = rms_norm(layer.input_layernorm, h)
             q = self.heads.rope(self.heads.split(attn.q_proj(x)), cos, sin)
             k = self.heads.rope(self.heads.split(attn.k_proj(x)), cos, sin)
             v = self.heads.split(attn.v_proj(x))
             out = _attention(q, k, v, self.mask, self.heads.head_dim)
             h = h + attn.o_proj(out.transpose(0, 1).reshape(h.shape))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = h + layer.mlp(rms_norm(layer.post_attention_layernorm, h))
             caches += [k, v]
-        last = inner.norm(h[-1:])
+        last = rms_norm(inner.norm, h[-1:])
         return (self.decoder.lm_head(last), *caches)
 
 
@@ -108,7 +114,7 @@ class KVProjectionGraph(nn.Module):
         self.heads = _RotaryHeads(config.num_attention_heads, config.hidden_size // config.num_attention_heads)
 
     def forward(self, hidden, cos, sin):
-        x = self.layer.input_layernorm(hidden.flatten(0, 1))
+        x = rms_norm(self.layer.input_layernorm, hidden.flatten(0, 1))
         attn = self.layer.self_attn
         key = self.heads.rope(self.heads.split(attn.k_proj(x)), cos, sin)
         return key, self.heads.split(attn.v_proj(x))
@@ -127,10 +133,10 @@ class BlockGraph(nn.Module):
     def forward(self, hidden, full_k, full_v, cos, sin, mask):
         h = hidden.flatten(0, 1)
         attn = self.layer.self_attn
-        q = self.heads.rope(self.heads.split(attn.q_proj(self.layer.input_layernorm(h))), cos, sin)
+        q = self.heads.rope(self.heads.split(attn.q_proj(rms_norm(self.layer.input_layernorm, h))), cos, sin)
         out = _attention(q, full_k, full_v, mask, self.heads.head_dim)
         h = h + attn.o_proj(out.transpose(0, 1).reshape(h.shape))
-        h = h + self.layer.mlp(self.layer.post_attention_layernorm(h))
+        h = h + self.layer.mlp(rms_norm(self.layer.post_attention_layernorm, h))
         return h.unsqueeze(0)
 
 
@@ -143,7 +149,7 @@ class HeadShardGraph(nn.Module):
         self.register_buffer("rows", decoder.lm_head.weight.detach()[start:stop].clone(), persistent=False)
 
     def forward(self, hidden):
-        return torch.matmul(self.norm(hidden.flatten(0, 1)), self.rows.T)
+        return torch.matmul(rms_norm(self.norm, hidden.flatten(0, 1)), self.rows.T)
 
 
 def shard_ranges(vocab: int, shards: int) -> list[tuple[int, int]]:

@@ -31,6 +31,8 @@ SHORT_LATENT = 47
 TAIL_SLICES = 8
 MIN_PADDED_DB = 90.0
 MIN_DEC_MASK_TAIL_DB = 100.0
+# Longest time axis each target's op registers hold (REGTASK "limit" field, measured on this toolkit).
+TIME_FIELD_LIMIT = {"rk3576": 0x3FFF, "rk3566": 0x1FFF, "rk3568": 0x1FFF}
 SELFCHECK_TEXT = "The quick brown fox jumps over the lazy dog, while five wizards box quickly."
 NOISE_SEED = 0
 
@@ -97,15 +99,34 @@ def _cond_channels(model) -> int:
     raise SetupError("the multi-speaker slice has a g input but no conv reads it directly")
 
 
+def needs_polyphase(target: str | None, window: int, hop: int) -> bool:
+    """Whether the window's full-rate axis overflows the target's time field (then the last level runs
+    in polyphase form). Measured: rk3576 limit 0x3fff, rk3566/rk3568 0x1fff; rk3588/rk3562 log no
+    REGTASK line even at 65537 samples."""
+    limit = TIME_FIELD_LIMIT.get(target or "")
+    return limit is not None and window * hop > limit
+
+
+def last_upsampler_output(model, decoder_input: str) -> str:
+    """Output of the decoder's deepest upsampling ConvTranspose (mask upsamplers are not below decoder_input)."""
+    from surgery.mask import upsample_levels
+
+    level = upsample_levels(model, decoder_input)
+    ups = [n for n in model.graph.node if n.op_type == "ConvTranspose" and n.output[0] in level]
+    return max(ups, key=lambda n: level[n.output[0]]).output[0]
+
+
 def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask: bool, voice_name: str,
-                       sample_rate: int):
-    """The engine graph: flips folded, optional decoder mask, shapes pinned at `window`, contract set."""
+                       sample_rate: int, polyphase: bool = False):
+    """The engine graph: flips folded, optional decoder mask, optional polyphase last level, shapes
+    pinned at `window`, contract set."""
     from converters.contract import make_contract
     from runtime.window_walk import WindowContract
     from surgery.flip_fold import fold_flips
     from surgery.fold import fold_fixed
     from surgery.mask import mask_decoder
     from surgery.metadata import set_contract
+    from surgery.polyphase_tail import PolyphaseError, polyphase_tail
 
     emitted = window - 2 * context
     if emitted < 1:
@@ -114,6 +135,13 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     model = fold_flips(piece.model)
     if dec_mask:
         model = mask_decoder(model, piece.decoder_input, MASK)
+    if polyphase:
+        try:
+            model = polyphase_tail(model, last_upsampler_output(model, piece.decoder_input))
+        except PolyphaseError as error:
+            raise SetupError(f"the window's full-rate axis ({window} x {piece.hop}) overflows the target's op "
+                             f"registers and the last level cannot run in polyphase form ({error}); "
+                             "use a smaller --window") from None
     shapes = {LATENT: [1, piece.channels, window], MASK: [1, 1, window]}
     if piece.cond_channels:
         shapes[COND] = [1, piece.cond_channels, 1]
@@ -121,7 +149,8 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     contract = WindowContract(window=window, context=context, emitted=emitted, hop=piece.hop, latent_input=LATENT,
                               output=model.graph.output[0].name, mask_input=MASK, latent_channels=piece.channels)
     fields = {**contract.fields(), "sample_rate": sample_rate, "dec_mask": dec_mask, "voice": voice_name,
-              "strides": piece.strides, "cond_input": COND if piece.cond_channels else None,
+              "strides": piece.strides, "polyphase": piece.strides[-1] if polyphase else None,
+              "cond_input": COND if piece.cond_channels else None,
               "cond_channels": piece.cond_channels}
     return set_contract(model, make_contract(FAMILY, COMPONENT, "main", EXEC_PLAN_OPTION, **fields))
 
@@ -325,12 +354,14 @@ def export_decoder(voice_onnx: Path | None, out_dir: Path, window: int = 93, con
     voice_model = onnx.load(str(voice.onnx_path))
     piece = slice_voice(voice_model)
     voice_name = voice.onnx_path.name.removesuffix(".onnx")
-    model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config))
+    polyphase = needs_polyphase(target, window, piece.hop)
+    model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config), polyphase)
     latents = voice_latents(voice_model, piece.seam, voice.config)
     verdicts, tables = selfcheck(model, piece, latents, noise_length=3 * window + window // 2, target=target)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{voice_name}_decoder_w{window}_c{context}" + ("_decmask" if dec_mask else "")
+    stem = f"{voice_name}_decoder_w{window}_c{context}" + ("_decmask" if dec_mask else "") + \
+        (f"_poly{piece.strides[-1]}" if polyphase else "")
     onnx_path = out_dir / f"{stem}.onnx"
     onnx.save(model, str(onnx_path))
     npz = onnx_path.with_suffix(".selfcheck.npz")

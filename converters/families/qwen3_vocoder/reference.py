@@ -45,10 +45,10 @@ def reference_decoder(decoder_config: dict, state_dict: dict | None = None):
 
 def randomize_(decoder, codes, seed: int = 0, spread: float = 0.3, output_rms: float = 0.3):
     """Random weights for tests and benches (no weights are downloadable here): the codebooks and the
-    transformer at unit gain, so attention and every layer move the output; the conv decoder keeps the
-    package's small init plus noise (at unit gain its Snake activations see arguments so large that fp32
-    itself, package decoder included, is only ~83 dB from float64). The last conv is scaled so `codes`
-    decode to `output_rms` before the clamp: audio that is neither silent nor clipped."""
+    transformer at half gain (0.5/sqrt(fan-in)), so attention and every layer move the output; the conv
+    decoder keeps the package's small init plus noise (at unit gain its Snake activations see arguments
+    so large that fp32 itself, package decoder included, is only ~83 dB from float64). The last conv is
+    scaled so `codes` decode to `output_rms` before the clamp: audio neither silent nor clipped."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
