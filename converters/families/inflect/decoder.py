@@ -145,7 +145,7 @@ def _declare_inputs(model, channels: int):
 def slice_decoder(decode_model, model: InflectModel, window: int, context: int, dec_mask: bool = True):
     """decode.onnx -> fixed-window engine graph z [1,C,W], y_mask [1,1,W] -> waveform, folded, with its contract."""
     from converters.contract import make_contract
-    from converters.families.inflect.conv_pad import cap_conv_padding
+    from surgery.conv_pad import cap_conv_padding
     from runtime.window_walk import WindowContract
     from surgery.flip_fold import FlipFoldError, fold_flips
     from surgery.fold import fold_fixed

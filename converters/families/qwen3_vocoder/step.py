@@ -54,9 +54,11 @@ class CacheLayout:
         return sum(e.numel for e in self.entries)
 
     def split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        # One Split node: a Slice at offset 0 of the flat input compiles into a one-hot conv over all N inputs.
-        pieces = torch.split(flat, [e.numel for e in self.entries])
-        return {e.name: piece.reshape(e.shape) for e, piece in zip(self.entries, pieces)}
+        out, offset = {}, 0
+        for entry in self.entries:
+            out[entry.name] = flat[offset : offset + entry.numel].reshape(entry.shape)
+            offset += entry.numel
+        return out
 
     def join(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([parts[e.name].reshape(-1) for e in self.entries])

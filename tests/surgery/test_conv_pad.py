@@ -6,7 +6,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from converters.families.inflect.conv_pad import cap_conv_padding
+from surgery.conv_pad import cap_conv_padding
 from surgery.fold import op_histogram
 
 

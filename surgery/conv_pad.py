@@ -4,7 +4,7 @@ Why the NPU needs it: rknn.build compiles pads up to 15 inside the conv, but spl
 (HiFi-GAN's kernel-11 dilation-5 conv pads 25) into a separate Pad layer, and that Pad lands on the
 CPU once the padded axis passes 65535 (a 256-slice window reaches 65536 samples at the last level).
 A Concat of zeros is the same padding and stays on the NPU (measured on rk3588, toolkit 2.3.2).
-General: it knows no family; it lives here until surgery/ takes it."""
+General: it knows no family (Inflect and any HiFi-GAN-style decoder with wide dilated convs use it)."""
 from __future__ import annotations
 
 import numpy as np
