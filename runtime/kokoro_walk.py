@@ -123,28 +123,29 @@ class KokoroWindow:
     @classmethod
     def from_contract(cls, contract: dict, params: dict | None = None) -> "KokoroWindow":
         params = {**contract.get("exec_params", {}), **(params or {})}
-        walk = cls(int(contract["window"]), int(contract["context"]), int(contract["emitted"]),
+        layout = cls(int(contract["window"]), int(contract["context"]), int(contract["emitted"]),
                    int(contract["hop"]), int(contract["coarse_length"]) // int(contract["window"]),
                    int(contract["n_fft"]), int(params.get("overlap", 0)), bool(params.get("gain", False)))
-        if not 0 <= walk.overlap <= min(walk.context, walk.emitted - 1):
-            raise ValueError(f"params.overlap must be an integer in [0, {min(walk.context, walk.emitted - 1)}] "
-                             f"for this engine (context {walk.context}, emitted {walk.emitted}), got {walk.overlap}")
-        return walk
+        widest = min(layout.context, layout.emitted - 1)
+        if not 0 <= layout.overlap <= widest:
+            raise ValueError(f"params.overlap must be an integer in [0, {widest}] for this engine (context "
+                             f"{layout.context}, emitted {layout.emitted}), got {layout.overlap}")
+        return layout
 
 
-def window_feeds(x, har, style, start: int, walk: KokoroWindow) -> dict:
+def window_feeds(x, har, style, start: int, layout: KokoroWindow) -> dict:
     """Inputs of the window starting at latent frame `start`; frames past the utterance are zero, mask 0."""
-    frames, w = x.shape[-1], walk.window
+    frames, w = x.shape[-1], layout.window
     real = min(w, frames - start)
-    fine = walk.hop * w + 1
+    fine = layout.hop * w + 1
     x_win = np.zeros((1, x.shape[1], w), np.float32)
     x_win[..., :real] = x[..., start: start + real]
     har_win = np.zeros((1, har.shape[1], fine), np.float32)
-    har_win[..., : walk.hop * real + 1] = har[..., walk.hop * start: walk.hop * (start + real) + 1]
-    mask_coarse = np.zeros((1, 1, walk.coarse_hop * w), np.float32)
-    mask_coarse[..., : walk.coarse_hop * real] = 1
+    har_win[..., : layout.hop * real + 1] = har[..., layout.hop * start: layout.hop * (start + real) + 1]
+    mask_coarse = np.zeros((1, 1, layout.coarse_hop * w), np.float32)
+    mask_coarse[..., : layout.coarse_hop * real] = 1
     mask_fine = np.zeros((1, 1, fine), np.float32)
-    mask_fine[..., : walk.hop * real + 1] = 1
+    mask_fine[..., : layout.hop * real + 1] = 1
     return {"x": x_win, "har": har_win, "style": np.asarray(style, np.float32), "mask_coarse": mask_coarse,
             "mask_fine": mask_fine}
 
@@ -166,33 +167,33 @@ def apply_gain(window_out: np.ndarray, reference: np.ndarray, bins: int) -> np.n
     return out
 
 
-def walk(backend, x: np.ndarray, har: np.ndarray, style: np.ndarray, walk: KokoroWindow,
+def walk(backend, x: np.ndarray, har: np.ndarray, style: np.ndarray, layout: KokoroWindow,
          full_decode=None) -> np.ndarray:
     """spec_phase [1, 22, 60N+1] of an utterance of N latent frames, window by window through `backend.run`.
 
-    `full_decode(x, har, style) -> spec_phase` (a full-length CPU decode) is required when `walk.gain` is set."""
-    if walk.gain and full_decode is None:
+    `full_decode(x, har, style) -> spec_phase` (a full-length CPU decode) is required when `layout.gain` is set."""
+    if layout.gain and full_decode is None:
         raise ValueError("params.gain needs a full-length CPU decode of the utterance (full_decode)")
     frames = x.shape[-1]
-    bins = walk.n_fft // 2 + 1
-    reference = full_decode(x, har, style) if walk.gain else None
-    windows = plan_windows(frames, walk.window, walk.context, walk.emitted - walk.overlap)
-    out = np.zeros((1, har.shape[1], walk.hop * frames + 1))
+    bins = layout.n_fft // 2 + 1
+    reference = full_decode(x, har, style) if layout.gain else None
+    windows = plan_windows(frames, layout.window, layout.context, layout.emitted - layout.overlap)
+    out = np.zeros((1, har.shape[1], layout.hop * frames + 1))
     weight = np.zeros(out.shape[-1])
     shared = 0  # columns the previous window emitted past this window's emit_start
     for i, win in enumerate(windows):
-        spec = np.asarray(backend.run(window_feeds(x, har, style, win.start, walk))["spec_phase"], np.float64)
+        spec = np.asarray(backend.run(window_feeds(x, har, style, win.start, layout))["spec_phase"], np.float64)
         last = i == len(windows) - 1
-        tail = 0 if last else min(walk.overlap, frames - win.emit_end)
-        lo = walk.hop * win.emit_start
-        hi = walk.hop * (win.emit_end + tail) + (1 if last else 0)
-        piece = spec[..., lo - walk.hop * win.start: hi - walk.hop * win.start]
+        tail = 0 if last else min(layout.overlap, frames - win.emit_end)
+        lo = layout.hop * win.emit_start
+        hi = layout.hop * (win.emit_end + tail) + (1 if last else 0)
+        piece = spec[..., lo - layout.hop * win.start: hi - layout.hop * win.start]
         if reference is not None:
             piece = apply_gain(piece, reference[..., lo:hi], bins)
         blend = np.ones(hi - lo)
         if shared:  # rising edge where the previous window's falling tail lies
             blend[:shared] = 1 - _raised_cosine(shared)
-        shared = walk.hop * tail
+        shared = layout.hop * tail
         if tail:
             blend[hi - lo - shared:] = _raised_cosine(shared)
         out[..., lo:hi] += piece * blend

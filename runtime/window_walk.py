@@ -12,7 +12,7 @@ The walk knows nothing about models: it runs any backend with `run(feeds) -> out
 its window contract (window/context/emitted/hop/input names) from the ONNX metadata."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,7 +44,6 @@ class WindowContract:
     output: str
     mask_input: str | None = None
     latent_channels: int | None = None
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.emitted < 1 or self.context < 0 or self.emitted + 2 * self.context > self.window:

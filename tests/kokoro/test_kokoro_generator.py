@@ -131,6 +131,16 @@ def test_alpha_fold_is_exact(module):
     assert snr_db(plain, folded) > 110
 
 
+def test_resblock_mean_fold_is_exact_in_float64(module):
+    from converters.families.kokoro.generator import fold_resblock_mean
+
+    feeds = kokoro.window_inputs(SMALL, FRAMES, seed=6)
+    plain = kokoro.float64(module)
+    folded = fold_resblock_mean(plain)
+    assert folded.mean_folded and not plain.mean_folded
+    assert snr_db(kokoro.run_torch(plain, feeds), kokoro.run_torch(folded, feeds)) > 250
+
+
 def test_module_matches_kokoro_generator(weights, module):
     verdict = kokoro.reference_verdict(SMALL, weights[1], module, FRAMES)
     assert verdict.passed, verdict.line()

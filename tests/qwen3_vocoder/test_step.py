@@ -11,7 +11,7 @@ from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
 from converters.families.qwen3_vocoder.step import decode_in_steps
 from gates.snr import snr_db
 
-MIN_FP32_DB = 100.0
+MIN_MATCH_DB = 100.0
 
 
 def independent_cache_numel(config: dict) -> int:
@@ -40,11 +40,11 @@ def test_tiny_stepwise_matches_full_decode(tiny_reference, tiny_step):
     codes = random_codes(TINY_CONFIG, 128, seed=1)
     full, steps = full_and_steps(tiny_reference, tiny_step, codes, {
         "B=16": [16] * 8, "B=64": [64, 64], "16 then 64": [16, 64, 16, 16, 16]})
-    assert full.std() > 0.05 and (abs(full) < 1).mean() > 0.99  # real audio-like signal, not clipped or silent
+    assert full.std() > 1e-3 and (abs(full) < 1).mean() > 0.99  # a signal: neither silent nor clipped
     for name, pcm in steps.items():
-        assert snr_db(full, pcm) > MIN_FP32_DB, name
+        assert snr_db(full, pcm) > MIN_MATCH_DB, name
     # The B=16 cache feeds the B=64 step: same samples as all-B=64 over the frames both decoded.
-    assert snr_db(steps["B=64"][..., : 80 * 24], steps["16 then 64"][..., : 80 * 24]) > MIN_FP32_DB
+    assert snr_db(steps["B=64"][..., : 80 * 24], steps["16 then 64"][..., : 80 * 24]) > MIN_MATCH_DB
 
 
 def test_tiny_cache_carries_state(tiny_reference, tiny_step):
@@ -64,7 +64,7 @@ def test_tiny_cache_layout(tiny_step):
 
 @pytest.mark.slow
 def test_real_shape_stepwise_matches_full_decode():
-    """Real-shape config, random weights: B=64 steps and a B=16 step handing its cache to B=64 steps.
+    """Real-shape config, random weights: a B=64 step, and a B=16 step handing its cache to a B=64 step.
 
     In float64 the stepwise decode must equal the package's full decode (> 100 dB: no seams, nothing
     approximated). In fp32 the random real-shape decoder is ill-conditioned: the package's own fp32 decode
@@ -79,8 +79,8 @@ def test_real_shape_stepwise_matches_full_decode():
           f"kv_len {contract['kv_len']}, samples_per_frame {contract['samples_per_frame']}")
     assert contract["cache_numel"] == independent_cache_numel(config)
     assert contract["kv_len"] == config["sliding_window"] - 1 and contract["samples_per_frame"] == 1920
-    codes = random_codes(config, 128, seed=4)
-    plans = {"B=64": [64, 64], "16 then 64": [16, 64, 48]}
+    codes = random_codes(config, 80, seed=4)
+    plans = {"B=64": [64, 16], "16 then 64": [16, 64]}
     exact, exact_steps = full_and_steps(copy.deepcopy(reference).double(), copy.deepcopy(step).double(), codes, plans)
     full, steps = full_and_steps(reference, step, codes, plans)
     floor = snr_db(exact, full)
@@ -88,8 +88,9 @@ def test_real_shape_stepwise_matches_full_decode():
     for name in plans:
         print(f"real-shape {name}: float64 {snr_db(exact, exact_steps[name]):.1f} dB, fp32 "
               f"{snr_db(full, steps[name]):.1f} dB vs full decode, fp32 vs float64 {snr_db(exact, steps[name]):.1f} dB")
-        assert snr_db(exact, exact_steps[name]) > MIN_FP32_DB, name
+        assert snr_db(exact, exact_steps[name]) > MIN_MATCH_DB, name
         assert snr_db(exact, steps[name]) > floor - 1.0, name
-    first = 16 * 1920  # the B=16 step alone, then the B=16 cache feeding B=64 against all-B=64
-    assert snr_db(exact[..., :first], exact_steps["16 then 64"][..., :first]) > MIN_FP32_DB
-    assert snr_db(exact_steps["B=64"], exact_steps["16 then 64"]) > MIN_FP32_DB
+    first, main = 16 * 1920, 64 * 1920  # the B=16 step alone; the B=64 step alone
+    assert snr_db(exact[..., :first], exact_steps["16 then 64"][..., :first]) > MIN_MATCH_DB
+    assert snr_db(exact[..., :main], exact_steps["B=64"][..., :main]) > MIN_MATCH_DB
+    assert snr_db(exact_steps["B=64"], exact_steps["16 then 64"]) > MIN_MATCH_DB  # the B=16 cache feeds B=64

