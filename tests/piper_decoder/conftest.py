@@ -27,7 +27,7 @@ def joe():
 
 @pytest.fixture(scope="session")
 def joe_exports(tmp_path_factory):
-    """The default (93/45/24) and the --dec-mask decoder exports of the joe voice."""
+    """The spec's 93/45/24 window and its --dec-mask twin, exported for rk3588 (no polyphase tail)."""
     from converters.families.piper.decoder import export_decoder
 
     out = tmp_path_factory.mktemp("joe_decoder")
