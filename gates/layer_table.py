@@ -90,9 +90,6 @@ def _boundary_ids(layers: list[Layer]) -> frozenset:
                 break
             if layer.target == "CPU":
                 ids.add(layer.id)
-    # an input's own rank-adapting Reshape (named '<input>_rs') is glue wherever the compiler schedules it
-    input_reshapes = {f"{l.node}_rs" for l in layers if l.op_type == "InputOperator"}
-    ids.update(l.id for l in layers if l.target == "CPU" and l.node in input_reshapes and _rank_adapting(l))
     return frozenset(ids)
 
 

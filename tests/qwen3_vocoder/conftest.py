@@ -8,7 +8,9 @@ from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_r
 
 @pytest.fixture(scope="session")
 def tiny_reference():
-    return random_reference(TINY_CONFIG, seed=0)
+    # Unit gain: the tiny decoder stays well-conditioned (> 100 dB stepwise in fp32) and its attention
+    # moves the output more than at the real-shape default of 0.5.
+    return random_reference(TINY_CONFIG, seed=0, gain=1.0)
 
 
 @pytest.fixture(scope="session")

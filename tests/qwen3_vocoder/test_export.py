@@ -61,15 +61,14 @@ def test_window_role_reproduces_chunked_decode(exported, tiny_reference):
     windowed = window_decode(codes[0].numpy(), OnnxBackend(exported["window"].onnx), contract)
     vs_chunked, vs_full = snr_db(chunked, windowed), snr_db(full, windowed)
     print(f"window role: {vs_chunked:.1f} dB vs the package chunked_decode, {vs_full:.1f} dB vs its full decode")
-    assert vs_chunked > MIN_FP32_DB
-    assert vs_full < vs_chunked  # windows without state are not the full decode: the role exists for that match
+    assert vs_chunked > MIN_FP32_DB  # vs_full is reported only: how far it falls depends on the weights
 
 
 def test_stepwise_gate_fails_on_a_wrong_reference(tiny_step, tmp_path):
     """The export self-check fails when the step does not decode what the reference decodes."""
     from converters.families.qwen3_vocoder.random_model import random_reference
 
-    other = random_reference(TINY_CONFIG, seed=9)
+    other = random_reference(TINY_CONFIG, seed=9, gain=1.0)
     result = E.export_step(tiny_step, 16, "first", tmp_path / "bad.onnx", reference=other)
     stepwise = [v for v in result.verdicts if v.name.startswith("stepwise_vs_full")]
     assert len(stepwise) == 1 and not stepwise[0].passed

@@ -20,14 +20,15 @@ def random_codes(config: dict, frames: int, seed: int):
     return torch.randint(0, config["codebook_size"], (1, config["num_quantizers"], frames), generator=generator)
 
 
-def random_reference(config: dict, seed: int):
-    """The package decoder for `config` with random weights whose audio is neither silent nor clipped."""
+def random_reference(config: dict, seed: int, gain: float = 0.5):
+    """The package decoder for `config` with random weights whose audio is neither silent nor clipped
+    (`gain`: of the codebooks and the transformer, see `reference.randomize_`)."""
     import torch
 
     from converters.families.qwen3_vocoder.reference import randomize_, reference_decoder
 
     torch.manual_seed(seed)
-    return randomize_(reference_decoder(config), random_codes(config, 24, seed), seed=seed)
+    return randomize_(reference_decoder(config), random_codes(config, 24, seed), seed=seed, gain=gain)
 
 
 def step_of(reference, config: dict):

@@ -43,11 +43,12 @@ def reference_decoder(decoder_config: dict, state_dict: dict | None = None):
     return decoder.eval()
 
 
-def randomize_(decoder, codes, seed: int = 0, spread: float = 0.3, output_rms: float = 0.3):
+def randomize_(decoder, codes, seed: int = 0, gain: float = 0.5, spread: float = 0.3, output_rms: float = 0.3):
     """Random weights for tests and benches (no weights are downloadable here): the codebooks and the
-    transformer at half gain (0.5/sqrt(fan-in)), so attention and every layer move the output; the conv
-    decoder keeps the package's small init plus noise (at unit gain its Snake activations see arguments
-    so large that fp32 itself, package decoder included, is only ~83 dB from float64). The last conv is
+    transformer at `gain`/sqrt(fan-in), so attention and every layer move the output (the real-shape decoder
+    at gain 1 is so ill-conditioned that the package's own fp32 decode is 97.7 dB from float64; 0.5 gives
+    99.8 dB); the conv decoder keeps the package's small init plus noise (at unit gain there, Snake sees
+    arguments so large that fp32 is only ~83 dB from float64). The last conv is
     scaled so `codes` decode to `output_rms` before the clamp: audio neither silent nor clipped."""
     import torch
 
@@ -58,7 +59,7 @@ def randomize_(decoder, codes, seed: int = 0, spread: float = 0.3, output_rms: f
                 continue  # a divisor: perturbing it towards 0 would blow single codes up
             noise = torch.randn(parameter.shape, generator=generator)
             if parameter.dim() >= 2 and name.startswith(("quantizer.", "pre_transformer.")):
-                parameter.copy_(noise * 0.5 / parameter[0].numel() ** 0.5)  # half gain: 0.5/sqrt(fan-in)
+                parameter.copy_(noise * gain / parameter[0].numel() ** 0.5)
             else:
                 # Constant-initialised ones (LayerScale 0.01, ConvNeXt gamma 1e-6, Snake 0): absolute noise.
                 width = float(parameter.std()) if parameter.numel() > 1 else 0.0
