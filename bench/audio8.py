@@ -1,30 +1,19 @@
 """Audio8-ASR bench: per-stage host milliseconds (onnxruntime), K/V migration copy costs, peak RSS, and with
 --build the engine bytes, estimated cycles, CPU ops and REGTASK lines per graph.
 
-    .venv/export/bin/python bench/audio8.py [--real-shape] [--build rk3576] [--out /tmp/audio8/bench]
+    AUDIO8_BENCH_ARGS="[--real-shape] [--build rk3576] [--out /tmp/audio8/bench]" make bench NAME=audio8
 
 Weights are random (no checkpoint here); --real-shape uses the published shapes, so timings and engine
-figures are those of the real graphs. Writes bench/results/audio8.json."""
+figures are those of the real graphs. The harness writes bench/results/audio8.json."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
-import sys
+import shlex
 import time
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-
-def _table(rows: list[dict]) -> str:
-    columns = list(rows[0])
-    widths = [max(len(str(c)), *(len(str(r[c])) for r in rows)) for c in columns]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(columns, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(str(r[c]).ljust(w) for c, w in zip(columns, widths)) for r in rows]
-    return "\n".join(lines)
 
 
 def host_timings(plan_dir: Path, steps: int) -> list[dict]:
@@ -82,12 +71,14 @@ def build_all(plan_dir: Path, plan: dict, target: str, toolkit: str) -> list[dic
                      "engine_bytes": data["rknn"]["bytes"], "est_cycles": data["est_cycles"],
                      "rw_kb": round(data["rw_kb"]), "regtask": data["regtask"]["lines"],
                      "cpu_ops": ",".join(f"{op['type']}:{op['name']}" for op in data["ops"]["cpu_ops"]) or "0"})
-        print(rows[-1], flush=True)
+        print(f"built {rows[-1]['graph']} in {rows[-1]['build_s']} s", flush=True)
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> list[dict]:
+    """Rows for the harness (`make bench NAME=audio8`); options come from AUDIO8_BENCH_ARGS, e.g.
+    AUDIO8_BENCH_ARGS="--real-shape --build rk3576" (the harness passes no argv)."""
+    parser = argparse.ArgumentParser(prog="AUDIO8_BENCH_ARGS", description=__doc__.splitlines()[0])
     parser.add_argument("--real-shape", action="store_true", help="the published shapes (random weights)")
     parser.add_argument("--build", metavar="TARGET", help="also compile every graph for TARGET")
     parser.add_argument("--toolkit", default="2.3.2")
@@ -96,13 +87,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/audio8/bench"))
     parser.add_argument("--reuse", action="store_true", help="keep the graphs already exported in --out")
     parser.add_argument("--skip-host", action="store_true", help="no onnxruntime timings (engine figures only)")
-    args = parser.parse_args()
+    args = parser.parse_args(shlex.split(os.environ.get("AUDIO8_BENCH_ARGS", "")))
 
     from converters.families.audio8 import model as M
     from converters.families.audio8.export import export_all
     from runtime.kv_buckets import PLAN_FILE
 
-    export_s = None
+    config_name = "real-shape" if args.real_shape else "small"
+    rows = []
     if args.reuse and (args.out / PLAN_FILE).is_file():
         plan = json.loads((args.out / PLAN_FILE).read_text())
     else:
@@ -110,32 +102,12 @@ def main() -> None:
         config = M.real_shape_config() if args.real_shape else M.small_config()
         plan = export_all(M.build_random(config, seed=0), args.out, [25, 50, 75, 100], [128, 256, 512],
                           args.head_shards)
-        export_s = round(time.perf_counter() - start, 1)
-    host = [] if args.skip_host else host_timings(args.out, args.steps)
-    if host:
-        print(_table(host))
-    out = REPO / "bench" / "results" / "audio8.json"
-    config_name = "real-shape" if args.real_shape else "small"
-    # A run that skips a part keeps that part's figures from the previous run of the same config.
-    previous = json.loads(out.read_text()) if out.is_file() else {}
-    result = previous if previous.get("config") == config_name else {"config": config_name}
-    peak_rss_mib = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    if export_s is not None:
-        result.update(export_s=export_s, export_peak_rss_mib=peak_rss_mib)
-    if host:
-        # after an export in the same process this peak is the export's
-        result.update(host_onnxruntime=host, host_peak_rss_mib=peak_rss_mib)
+        rows.append({"config": config_name, "part": "export", "export_s": round(time.perf_counter() - start, 1),
+                     "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)})
+    if not args.skip_host:
+        # after an export in the same process the peak RSS is the export's
+        rows += [{"config": config_name, "part": "host", **row} for row in host_timings(args.out, args.steps)]
     if args.build:
-        engines = build_all(args.out, plan, args.build, args.toolkit)
-        print(_table(engines))
-        result.update(target=args.build, toolkit=args.toolkit, engines=engines,
-                      total_engine_bytes=sum(r["engine_bytes"] for r in engines),
-                      total_regtask_lines=sum(r["regtask"] for r in engines))
-    print(f"export {export_s} s, peak RSS {peak_rss_mib} MiB")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {out}")
-
-
-if __name__ == "__main__":
-    main()
+        rows += [{"config": config_name, "part": f"engine {args.build}/{args.toolkit}", **row}
+                 for row in build_all(args.out, plan, args.build, args.toolkit)]
+    return rows

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from converters.contract import producer_info
 from converters.package import format_table
-from gates.manifest import _json_safe  # inf/nan as strings, like the manifests
+from gates.manifest import json_safe
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -49,7 +49,7 @@ def run(name: str, bench_dir: Path = BENCH_DIR, results_dir: Path = RESULTS_DIR)
     }
     results_dir.mkdir(parents=True, exist_ok=True)
     out = results_dir / f"{name}.json"
-    out.write_text(json.dumps(_json_safe(result), indent=2) + "\n")
+    out.write_text(json.dumps(json_safe(result), indent=2) + "\n")
     print(f"wrote {out}")
     return out
 

@@ -75,8 +75,9 @@ def staged_package(dist_target_dir: Path, name: str) -> Iterator[tuple[Path, Pat
 
 
 def assemble(results: list, package_dir: Path) -> list[dict]:
-    """Copy each engine (`converters.engine.EngineResult`), its manifest and build log into `package_dir`
-    and write the merged `exec_plan.json`. Returns the manifests as written."""
+    """Copy each engine (`converters.engine.EngineResult`), its manifest and build log, and the files its
+    contract lists under `package_files`, into `package_dir`; write the merged `exec_plan.json`.
+    Returns the manifests as written."""
     seen: set[str] = set()
     manifests, engines = [], []
     for result in results:
@@ -88,7 +89,18 @@ def assemble(results: list, package_dir: Path) -> list[dict]:
             shutil.copy2(source, package_dir / source.name)
             seen.add(source.name)
         manifests.append(result.manifest_data)
-        engines.append((Path(result.rknn).name, result.manifest_data["contract"]))
+        contract = result.manifest_data["contract"]
+        engines.append((Path(result.rknn).name, contract))
+        # Files the runtime needs beside the engines (a plan, a CPU-side table), named by the contract
+        # relative to the ONNX they were exported with; shared by many engines, copied once.
+        for name in contract.get("package_files", []):
+            if name not in seen:
+                onnx_path = Path(result.manifest).parent / result.manifest_data["onnx"]["path"]
+                source = onnx_path.parent / name
+                if not source.is_file():
+                    raise PackageError(f"{Path(result.rknn).name}'s contract names {name}, not found at {source}")
+                shutil.copy2(source, package_dir / name)
+                seen.add(name)
     (package_dir / "exec_plan.json").write_text(json.dumps(merge_exec_plan(engines), indent=2) + "\n")
     return manifests
 

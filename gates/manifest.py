@@ -39,14 +39,14 @@ def exec_plan_fragment(contract: dict, rknn_name: str) -> dict:
     return {option: {component: entry}}
 
 
-def _json_safe(value):
+def json_safe(value):
     """JSON has no inf/nan: write them as strings ('inf' for an exact simulator match)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
+        return {key: json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
+        return [json_safe(item) for item in value]
     return value
 
 
@@ -57,7 +57,7 @@ def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs
 
     producer = contract.get("producer") or producer_info()
     rknn_name, manifest_dir = Path(rknn_path).name, Path(rknn_path).parent
-    return _json_safe({
+    return json_safe({
         "family": contract.get("family"),
         "component": contract.get("component"),
         "role": contract.get("role"),

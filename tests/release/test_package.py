@@ -78,3 +78,33 @@ def test_format_table_aligns_columns():
     lines = text.splitlines()
     assert lines[0].split() == ["a", "b"] and lines[2].split() == ["x", "1,234,567"] and lines[3].split() == ["longer", "-"]
     assert lines[2].index("1,234,567") == lines[3].index("-") == lines[0].index("b")
+
+
+def test_assemble_copies_contract_package_files_once_and_refuses_a_missing_one(tmp_path):
+    from types import SimpleNamespace
+
+    from converters.package import assemble
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "plan.json").write_text("{}")
+    results = []
+    for stem in ("a", "b"):
+        for suffix in (".onnx", ".rknn", ".manifest.json", ".build.log"):
+            (work / f"{stem}{suffix}").write_text(stem)
+        contract = {"exec_plan_option": "x.exec_plan", "component": "c", "role": stem, "package_files": ["plan.json"]}
+        results.append(SimpleNamespace(rknn=work / f"{stem}.rknn", manifest=work / f"{stem}.manifest.json",
+                                       build_log=work / f"{stem}.build.log",
+                                       manifest_data={"contract": contract, "onnx": {"path": f"{stem}.onnx"}}))
+    package = tmp_path / "pkg"
+    package.mkdir()
+    assemble(results, package)
+    assert (package / "plan.json").read_text() == "{}"
+    assert sorted(p.name for p in package.iterdir()) == sorted(
+        ["plan.json", "exec_plan.json", *(f"{s}{x}" for s in "ab" for x in (".rknn", ".manifest.json", ".build.log"))])
+
+    (work / "plan.json").unlink()
+    other = tmp_path / "pkg2"
+    other.mkdir()
+    with pytest.raises(PackageError, match="names plan.json, not found"):
+        assemble(results, other)

@@ -79,6 +79,8 @@ def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list
         kv_buckets=kv_buckets, head_shards=head_shards, layers=decoder_config.num_hidden_layers, heads=heads,
         head_dim=head_dim, hidden=hidden, vocab=vocab, rope_theta=float(decoder_config.rope_theta),
         mask_value=graphs.MASKED, kv_layout="heads,Smax,head_dim",
+        # the board runtime reads the plan (graph roles, buckets) and the fp32 embedding table beside the engines
+        package_files=[PLAN_FILE, EMBED_FILE],
         prompt={"prefix_ids": list(model.prompt.prefix_ids), "audio_token_id": model.prompt.audio_token_id,
                 "suffix_ids": list(model.prompt.suffix_ids), "eos_token_id": model.prompt.eos_token_id},
     )
