@@ -246,3 +246,23 @@ def test_cpu_ops_gate_counts_a_late_input_reshape_as_glue_only_for_an_input():
     inside = parse_layer_table(layer_table_log("/noise_convs.0/Mul_rs"))
     assert not cpu_ops_verdict(inside).passed
     assert [op["type"] for op in inside.ops_json()["cpu_ops"]] == ["Reshape"]
+
+
+def test_onnx_vs_torch_gate_fails_on_an_export_that_drifted_from_its_torch_graph(tmp_path, weights):
+    import copy
+
+    import onnx
+    from onnx import numpy_helper
+
+    _, reference, verdicts, module = kokoro.export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
+    graph = kokoro.prepare(copy.deepcopy(module), "round", True)
+    feeds = dict(np.load(tmp_path / f"kokoro_generator_w{FRAMES}.selfcheck.npz"))
+    assert kokoro.export_verdict(graph, reference, feeds, "round").passed
+    # A known-bad export: one weight tensor off by 0.1%, as a stale or mis-traced graph would be.
+    model = onnx.load(str(reference))
+    largest = max(model.graph.initializer, key=lambda init: int(np.prod(init.dims)))
+    largest.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(largest) * 1.001, largest.name))
+    tampered = tmp_path / "tampered.onnx"
+    onnx.save(model, str(tampered))
+    verdict = kokoro.export_verdict(graph, tampered, feeds, "round")
+    assert not verdict.passed and verdict.value < kokoro.MIN_EXPORT_DB
