@@ -34,7 +34,7 @@ def main() -> list[dict]:
     from gates.snr import snr_db
 
     work = Path(os.environ.get("KOKORO_BENCH_WORK", tempfile.gettempdir())) / "bench-kokoro-generator"
-    config, state, label = kokoro.load_generator(None, None, work, use_cache=False)
+    config, state, label, _ = kokoro.load_generator(None, None, work, use_cache=False)
     exact_path, _, _, _ = kokoro.export(config, state, label, FRAMES, work / "exact", "exact", snake_fold=True)
     rows = []
     for form in FORMS:
