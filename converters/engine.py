@@ -379,7 +379,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     import numpy as np
     import onnx
 
-    from gates import layer_table, manifest, regtask
+    from gates import fp16_range, layer_table, manifest, regtask
     from surgery.metadata import get_contract
 
     check_target(options.target)
@@ -394,6 +394,10 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     partial_rknn = out_dir / f".{stem}.rknn.partial"
     for stale in (final_rknn, final_manifest, partial_rknn):
         stale.unlink(missing_ok=True)
+
+    constants = fp16_range.fp16_constants_verdict(onnx.load(str(onnx_path)))
+    if not constants.passed:  # fail before a compile that can take minutes
+        raise GateFailure([constants], advice=fp16_range.ADVICE, context=f"{stem} for {options.target}")
 
     feeds = None
     if selfcheck is not None:
@@ -424,7 +428,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
             table = layer_table.parse_layer_table(log_text)
         except ValueError as error:
             raise BuildError("parse log", str(error), _log_tail(log_path), log_path) from None
-        verdicts = [*export_verdicts, regtask.regtask_verdict(regtask_report, options.max_regtask_lines)]
+        verdicts = [*export_verdicts, constants, regtask.regtask_verdict(regtask_report, options.max_regtask_lines)]
         advice = {verdicts[-1].name: regtask.ADVICE}
         if options.fail_on_cpu_ops:
             verdicts.append(layer_table.cpu_ops_verdict(table))

@@ -52,9 +52,10 @@ def sine_coefficients() -> tuple[float, ...]:
 
 
 @functools.cache
-def sin2_coefficients() -> tuple[float, ...]:
-    """Even degree-6 fit of h(r) = sin(pi*r)^2/pi on r in [-1/2, 1/2], zero at 0 (so a masked 0 stays 0)."""
-    return tuple(minimax(lambda r: np.sin(np.pi * r) ** 2 / np.pi, (2, 4, 6), 0.0, 0.5))
+def sin2_coefficients(degree: int = 6) -> tuple[float, ...]:
+    """Even fit (powers 2, 4, .., degree) of h(r) = sin(pi*r)^2/pi on r in [-1/2, 1/2], zero at 0 (so a masked
+    0 stays 0). Sine-level SNR: 60.9 dB at degree 6, 91.9 dB at 8 (one more multiply-add per Snake)."""
+    return tuple(minimax(lambda r: np.sin(np.pi * r) ** 2 / np.pi, tuple(range(2, degree + 1, 2)), 0.0, 0.5))
 
 
 def _odd_sine_squared(c):
@@ -64,8 +65,9 @@ def _odd_sine_squared(c):
     return s * s
 
 
-def half_turn_sin2(w, form: str, round_shift):
-    """h(w) = sin(pi*w)^2/pi in the given form (torch tensors); `round_shift` is a tensor holding M."""
+def half_turn_sin2(w, form: str, round_shift, degree: int = 6):
+    """h(w) = sin(pi*w)^2/pi in the given form (torch tensors); `round_shift` is a tensor holding M; `degree`
+    is the round form's polynomial degree."""
     if form == "exact":
         s = torch.sin(w * math.pi)
         return s * s * (1.0 / math.pi)
@@ -75,13 +77,16 @@ def half_turn_sin2(w, form: str, round_shift):
         return _odd_sine_squared(w - 2.0 * torch.floor(w * 0.5 + 0.5))
     if form == "round":
         r = w - (torch.relu(w + round_shift) - round_shift)
-        b2, b4, b6 = sin2_coefficients()
         v = r * r
-        return v * (b2 + v * (b4 + v * b6))
+        coefficients = sin2_coefficients(degree)
+        horner = coefficients[-1]
+        for coefficient in reversed(coefficients[:-1]):
+            horner = coefficient + v * horner
+        return v * horner
     raise ValueError(f"unknown sine form {form!r}; one of {SINE_FORMS}")
 
 
-def half_turn_sin2_reference(w: np.ndarray, form: str) -> np.ndarray:
+def half_turn_sin2_reference(w: np.ndarray, form: str, degree: int = 6) -> np.ndarray:
     """The same forms in numpy float64 with exact rounding (the tests' independent reference)."""
     w = np.asarray(w, dtype=np.float64)
     if form == "exact":
@@ -92,8 +97,7 @@ def half_turn_sin2_reference(w: np.ndarray, form: str) -> np.ndarray:
         return (c1 * c + c3 * c**3 + c5 * c**5) ** 2
     if form == "round":
         r = w - np.round(w)
-        b2, b4, b6 = sin2_coefficients()
-        return b2 * r**2 + b4 * r**4 + b6 * r**6
+        return sum(b * r ** (2 * (i + 1)) for i, b in enumerate(sin2_coefficients(degree)))
     raise ValueError(form)
 
 

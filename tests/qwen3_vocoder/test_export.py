@@ -42,7 +42,7 @@ def test_streaming_and_offline_over_onnxruntime(exported, tiny_reference):
     codes = random_codes(TINY_CONFIG, 150, seed=5)
     with torch.no_grad():
         full = tiny_reference(codes)[0, 0].numpy()
-    main, first = OnnxBackend(exported["main"].onnx), OnnxBackend(exported["first"].onnx)
+    main, first = OnnxBackend(exported["main"].reference_onnx), OnnxBackend(exported["first"].reference_onnx)
     main_contract, first_contract = get_contract(exported["main"].onnx), get_contract(exported["first"].onnx)
     streamed, available = stream_decode(codes[0].numpy(), main, main_contract, first, first_contract, event_frames=4)
     samples = main_contract["samples_per_frame"]
@@ -58,7 +58,7 @@ def test_window_role_reproduces_chunked_decode(exported, tiny_reference):
         chunked = tiny_reference.chunked_decode(codes, chunk_size=contract["emitted"],
                                                 left_context_size=contract["context"])[0, 0].numpy()
         full = tiny_reference(codes)[0, 0].numpy()
-    windowed = window_decode(codes[0].numpy(), OnnxBackend(exported["window"].onnx), contract)
+    windowed = window_decode(codes[0].numpy(), OnnxBackend(exported["window"].reference_onnx), contract)
     vs_chunked, vs_full = snr_db(chunked, windowed), snr_db(full, windowed)
     print(f"window role: {vs_chunked:.1f} dB vs the package chunked_decode, {vs_full:.1f} dB vs its full decode")
     assert vs_chunked > MIN_FP32_DB  # vs_full is reported only: how far it falls depends on the weights
@@ -87,3 +87,13 @@ def test_export_health_warns_on_decomposed_layernorm(tmp_path, exported):
     assert "warning: export health" in stream.getvalue()
     compact = io.StringIO()
     assert E.export_health(onnx.load(str(exported["main"].onnx)), compact).passed and not compact.getvalue()
+
+
+def test_sine_form_gate_fails_on_a_clipped_sine(tiny_step, tmp_path):
+    """The sine-form gate compares the engine graph's SnakeBeta sine with the exact one: the clip form (no
+    range reduction) is far from it at these arguments and fails; the exact graph is still written beside it."""
+    result = E.export_step(tiny_step, 16, "first", tmp_path / "clip.onnx", sine_form="clip")
+    sine = [v for v in result.verdicts if v.name.startswith("sine_form")]
+    print(sine[0].line())
+    assert len(sine) == 1 and not sine[0].passed
+    assert result.reference_onnx.is_file() and get_contract(result.reference_onnx)["sine_form"] == "exact"

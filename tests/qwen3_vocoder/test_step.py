@@ -94,3 +94,38 @@ def test_real_shape_stepwise_matches_full_decode():
     assert snr_db(exact[..., :first], exact_steps["16 then 64"][..., :first]) > MIN_MATCH_DB
     assert snr_db(exact[..., :main], exact_steps["B=64"][..., :main]) > MIN_MATCH_DB
     assert snr_db(exact_steps["B=64"], exact_steps["16 then 64"]) > MIN_MATCH_DB  # the B=16 cache feeds B=64
+
+
+def test_rows_reproduce_the_package_decoder(tiny_reference):
+    """A row limit small enough that every row is one code frame and halos reach back over several rows
+    (the ConvNeXt and dilated convs need more context than a row holds): still the package's full decode.
+    Step sizes include a prime (7), whose only row length is one frame."""
+    from converters.families.qwen3_vocoder.step import StreamingDecoder
+
+    narrow = StreamingDecoder(TINY_CONFIG, row_samples_limit=80)
+    narrow.load_state_dict(tiny_reference.state_dict(), strict=True)
+    narrow.eval()
+    assert narrow.frames_per_row(64) == 1 and narrow.frames_per_row(7) == 1
+    codes = random_codes(TINY_CONFIG, 64, seed=7)
+    full, steps = full_and_steps(tiny_reference, narrow, codes, {"B=64": [64], "7, 9, 16, 32": [7, 9, 16, 32]})
+    for name, pcm in steps.items():
+        assert snr_db(full, pcm) > MIN_MATCH_DB, name
+
+
+def test_row_length_keeps_every_axis_within_the_limit():
+    """Real shape: rows of 4 code frames (7680 samples + the widest halo, 54, stays under 8191) for B=64 and
+    B=16; a prime window (25 + 12 = 37 frames) falls back to rows of one frame."""
+    from converters.families.qwen3_vocoder.step import ROW_SAMPLES_LIMIT, StreamingDecoder
+
+    step = StreamingDecoder(REAL_SHAPE_DECODER_CONFIG)
+    assert step.max_frames_per_row == 4 and 4 * 1920 + 54 <= ROW_SAMPLES_LIMIT < 5 * 1920 + 54
+    assert (step.frames_per_row(64), step.frames_per_row(16), step.frames_per_row(37)) == (4, 4, 1)
+
+
+def test_round_sine_form_stays_close_to_the_exact_sine(tiny_step):
+    codes = random_codes(TINY_CONFIG, 32, seed=8)
+    exact, _ = decode_in_steps(tiny_step, codes, [16, 16])
+    rounded, _ = decode_in_steps(tiny_step.with_sine_form("round"), codes, [16, 16])
+    clipped, _ = decode_in_steps(tiny_step.with_sine_form("clip"), codes, [16, 16])
+    assert snr_db(exact.numpy(), rounded.numpy()) > 60.0
+    assert snr_db(exact.numpy(), clipped.numpy()) < snr_db(exact.numpy(), rounded.numpy())

@@ -33,6 +33,21 @@ def test_symbolic_input_is_a_setup_error_naming_input_and_dimension(graph, tmp_p
     assert not (tmp_path / "out" / "symbolic.rknn").exists()
 
 
+def test_constant_beyond_fp16_fails_before_the_build(graph, tmp_path):
+    """Weights of 1e5 are inf in an fp16 engine: the fp16_constants gate names the tensor and stops the build
+    before the compiler runs (no child, no artifacts)."""
+    from gates.fp16_range import fp16_constants_verdict
+    from gates.verdict import GateFailure
+
+    path = graph("huge", gain=3e5)
+    verdict = fp16_constants_verdict(onnx.load(str(path)))
+    assert not verdict.passed and "w0 max|x|" in verdict.detail
+    assert fp16_constants_verdict(onnx.load(str(graph("fits")))).passed
+    with pytest.raises(GateFailure, match=r"fp16_constants.*w0"):
+        build_engine(path, tmp_path / "out", BuildOptions(target="rk3588"))
+    assert not list((tmp_path / "out").glob("huge*"))
+
+
 @pytest.mark.parametrize("target, reason", [("rv1106", "no fp16 build"), ("rk9999", "unknown target")])
 def test_unsupported_target_refused_before_any_build(graph, tmp_path, target, reason):
     with pytest.raises(SetupError, match=reason):

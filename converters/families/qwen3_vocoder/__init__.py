@@ -29,14 +29,18 @@ Role = Annotated[str, typer.Option(
 Output = Annotated[Optional[Path], typer.Option(
     "--output", help="ONNX path to write (default: OUT/qwen3_vocoder_<role>_<B>.onnx).")]
 MinSnr = Annotated[float, typer.Option("--min-simulator-snr-db", help="Gate: the simulator's outputs against "
-                                       "onnxruntime fp32.")]
+                                       "onnxruntime fp32 on the exact graph (<stem>.fp32.onnx).")]
+SineForm = Annotated[str, typer.Option("--sine-form", help="SnakeBeta sine in the engine graph: round (default; a "
+                                       "polynomial after native fp16 rounding, all NPU), exact (Sin: CPU on rk3588), "
+                                       "clip or floor (see surgery/snake.py).")]
 
 
 def onnx_name(role: str, frames: int) -> str:
     return f"qwen3_vocoder_{role}_{frames}.onnx"
 
 
-def export_from_snapshot(model_dir: str | Path, frames: int, role: str, onnx_path: Path, say=print):
+def export_from_snapshot(model_dir: str | Path, frames: int, role: str, onnx_path: Path, say=print,
+                         sine_form: str | None = None):
     """Load the snapshot, build the step and the package reference decoder from the same state dict, export."""
     import torch
 
@@ -44,9 +48,13 @@ def export_from_snapshot(model_dir: str | Path, frames: int, role: str, onnx_pat
     from converters.families.qwen3_vocoder import snapshot
     from converters.families.qwen3_vocoder.reference import reference_decoder
     from converters.families.qwen3_vocoder.step import StreamingDecoder
+    from surgery.snake import SINE_FORMS
 
     if role not in E.ROLES:
         raise SetupError(f"--role {role!r}: one of {', '.join(E.ROLES)}")
+    sine_form = sine_form or E.DEFAULT_SINE_FORM
+    if sine_form not in SINE_FORMS:
+        raise SetupError(f"--sine-form {sine_form!r}: one of {', '.join(SINE_FORMS)}")
     source = snapshot.load(model_dir)
     step = StreamingDecoder(source.decoder_config)
     try:
@@ -57,8 +65,8 @@ def export_from_snapshot(model_dir: str | Path, frames: int, role: str, onnx_pat
     reference = reference_decoder(source.decoder_config, source.state_dict)
     window = frames + E.WINDOW_CONTEXT if role == "window" else frames
     with torch.no_grad():
-        result = E.export_step(step, window, role, onnx_path, reference=reference)
-    say(f"wrote {result.onnx} (role {role}, B={window}); cache_numel {result.contract['cache_numel']}, head_dim "
+        result = E.export_step(step, window, role, onnx_path, reference=reference, sine_form=sine_form)
+    say(f"wrote {result.onnx} and {result.reference_onnx.name} (role {role}, B={window}); cache_numel {result.contract['cache_numel']}, head_dim "
         f"{result.contract['head_dim']}, kv_len {result.contract['kv_len']}")
     for verdict in result.verdicts:
         say(verdict.line())
@@ -76,12 +84,14 @@ def build(onnx_path: Path, out_dir: Path, options, say=print):
         raise SetupError(f"{onnx_path} was not written by `convert {COMMAND}` (its contract names family "
                          f"{contract.get('family')!r}); export it first with --skip-rknn")
     selfcheck = Path(onnx_path).with_suffix(".selfcheck.npz")
-    if not selfcheck.is_file():
-        raise SetupError(f"no self-check inputs {selfcheck} beside {onnx_path} (the export writes both)")
+    reference = Path(onnx_path).parent / contract["reference_onnx"]
+    for needed, what in ((selfcheck, "self-check inputs"), (reference, "exact fp32 graph")):
+        if not needed.is_file():
+            raise SetupError(f"no {what} {needed} beside {onnx_path} (the export writes all three)")
     say(f"{onnx_path.name}: role {contract['role']}, B={contract['frames']}, cache_numel {contract['cache_numel']}, "
         f"head_dim {contract['head_dim']}, kv_len {contract['kv_len']} (from the ONNX contract)")
     result = build_engine(onnx_path, out_dir, options, selfcheck=selfcheck,
-                          export_verdicts=export_verdicts_of(contract))
+                          export_verdicts=export_verdicts_of(contract), reference_onnx=reference)
     for verdict in result.verdicts:
         say(verdict.line())
     ops = result.manifest_data.get("ops", {})
@@ -103,6 +113,7 @@ def command(
     max_regtask_lines: MaxRegtaskLines = 0,
     fail_on_cpu_ops: FailOnCpuOps = False,
     min_simulator_snr_db: MinSnr = MIN_SIMULATOR_SNR_DB,
+    sine_form: SineForm = "round",
 ) -> None:
     """Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role."""
     from converters.engine import BuildOptions
@@ -117,7 +128,7 @@ def command(
         check_toolkit(toolkit)
     if onnx is None:
         onnx_path = output or Path(out) / onnx_name(role, codes_length)
-        result = export_from_snapshot(model_dir, codes_length, role, onnx_path)
+        result = export_from_snapshot(model_dir, codes_length, role, onnx_path, sine_form=sine_form)
         require_all(result.verdicts, onnx_path.name)
         if skip_rknn:
             return
@@ -156,7 +167,8 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
     for engine in recipe["options"].get("engines", []):
         role, frames = engine["role"], int(engine["codes_length"])
         onnx_path = Path(work_dir) / onnx_name(role, frames)
-        exported = export_from_snapshot(directory, frames, role, onnx_path)
+        exported = export_from_snapshot(directory, frames, role, onnx_path,
+                                        sine_form=recipe["options"].get("sine_form"))
         require_all(exported.verdicts, onnx_path.name)
         results.append(build(onnx_path, Path(work_dir) / "engines", options))
     return results

@@ -16,6 +16,9 @@ ROLES = ("main", "first", "window")
 WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
 MIN_STEPWISE_SNR_DB = 40.0
 MIN_ONNX_SNR_DB = 80.0
+# SnakeBeta sine in the engine graph (surgery.snake): the NPU has no Sin on rk3588 (29 CPU Sin layers at B=64).
+DEFAULT_SINE_FORM = "round"
+MIN_SINE_FORM_DB = 50.0
 OPSET = 17
 # Ops that a decomposed LayerNorm / Softmax (a newer exporter) leaves behind; the compact export has none.
 DECOMPOSITION_MARKERS = ("Pad", "Exp", "Shape", "ConstantOfShape")
@@ -23,7 +26,8 @@ DECOMPOSITION_MARKERS = ("Pad", "Exp", "Shape", "ConstantOfShape")
 
 @dataclass
 class ExportResult:
-    onnx: Path
+    onnx: Path            # the engine graph
+    reference_onnx: Path  # the exact fp32 graph: host runtime, simulator reference
     selfcheck: Path
     contract: dict
     verdicts: list[Verdict] = field(default_factory=list)
@@ -92,8 +96,11 @@ def export_health(model, stream=None) -> Verdict:
     return at_most("export health", total, 0, "nodes", detail)
 
 
-def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None, seed: int = 0) -> ExportResult:
-    """Trace `step` for `frames` code frames, check it, write `onnx_path` (+ `<stem>.selfcheck.npz`).
+def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None, seed: int = 0,
+                sine_form: str = DEFAULT_SINE_FORM) -> ExportResult:
+    """Trace `step` for `frames` code frames, check it, and write two graphs: `onnx_path`, the engine graph
+    (SnakeBeta sines in `sine_form`), and `<stem>.fp32.onnx`, the exact graph (the host runtime's graph and the
+    simulator gate's reference), plus `<stem>.selfcheck.npz`.
 
     Stateful roles (main, first): the stepwise decode (steps of `frames`) must match a full decode of the same
     codes by `reference` (the package decoder; the step itself at full length when None)."""
@@ -104,8 +111,8 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
     from converters.contract import make_contract
     from converters.families.qwen3_vocoder.step import decode_in_steps
     from gates.snr import snr_db
-    from surgery.fold import fold_fixed
     from surgery.metadata import set_contract
+    from surgery.snake import fp16_round_shift
 
     if role not in ROLES:
         raise ValueError(f"role {role!r}: one of {ROLES}")
@@ -114,6 +121,7 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
     generator = torch.Generator().manual_seed(seed)
     onnx_path = Path(onnx_path)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    reference_path = onnx_path.with_suffix(".fp32.onnx")
     verdicts: list[Verdict] = []
     fields = step.contract_fields()
 
@@ -121,7 +129,7 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
         if frames <= WINDOW_CONTEXT:
             raise ValueError(f"a window of {frames} frames leaves nothing after {WINDOW_CONTEXT} context frames")
         fields.update(window=frames, context=WINDOW_CONTEXT, emitted=frames - WINDOW_CONTEXT)
-        wrapper = _FixedStep.window(step)
+        wrap = _FixedStep.window
         codes = torch.randint(0, book, (1, quantizers, frames), generator=generator)
         feeds = {"codes": codes}
         names_in, names_out = ["codes"], ["pcm"]
@@ -137,39 +145,66 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
         verdicts.append(at_least(f"stepwise_vs_full[B={frames}]", stepwise_snr, MIN_STEPWISE_SNR_DB, "dB",
                                  f"2 steps of {frames} frames vs one full decode"
                                  + (" by the qwen-tts package decoder" if reference is not None else "")))
-        wrapper = _FixedStep.stateful(step)
+        wrap = _FixedStep.stateful
         feeds = {"codes": codes_all[..., frames:], "cache_in": warm}
         names_in, names_out = ["codes", "cache_in"], ["pcm", "cache_out"]
-    fields["frames"] = frames
+    fields.update(frames=frames, sine_form=sine_form, reference_onnx=reference_path.name)
+    contract = make_contract(FAMILY, COMPONENT, role, EXEC_PLAN_OPTION, ladder_key=frames, **fields)
 
-    raw_path = onnx_path.with_suffix(".raw.onnx")
+    exact, exact_outputs = _trace(wrap(step), feeds, names_in, names_out, reference_path)
+    verdicts += _onnx_verdicts(exact, feeds, names_out, exact_outputs, "exact sine")
+    if sine_form == "exact":
+        engine = exact
+    else:
+        engine, engine_outputs = _trace(wrap(step.with_sine_form(sine_form)), feeds, names_in, names_out, onnx_path)
+        verdicts.append(at_least(f"sine_form[{sine_form}]", snr_db(exact_outputs[0], engine_outputs[0]),
+                                 MIN_SINE_FORM_DB, "dB", f"torch fp32, SnakeBeta sine as {sine_form} vs exact"))
+        verdicts += _onnx_verdicts(engine, feeds, names_out, engine_outputs, f"{sine_form} sine")
+        if sine_form == "round":
+            engine = fp16_round_shift(engine)
+    health = export_health(engine)
+    verdicts.append(health)
+    print(f"export: {len(engine.graph.node)} nodes, opset {OPSET}; cache_numel {fields['cache_numel']}, "
+          f"head_dim {fields['head_dim']}, kv_len {fields['kv_len']}, rows of "
+          f"{step.frames_per_row(frames)} frames", file=sys.stderr)
+
+    contract["export_verdicts"] = [v.to_json() for v in verdicts]
+    onnx.save(set_contract(engine, contract), str(onnx_path))
+    onnx.save(set_contract(exact, {**contract, "sine_form": "exact"}), str(reference_path))
+    selfcheck = onnx_path.with_suffix(".selfcheck.npz")
+    np.savez(selfcheck, **{name: value.numpy() for name, value in feeds.items()})
+    return ExportResult(onnx_path, reference_path, selfcheck, contract, verdicts)
+
+
+def _trace(module, feeds: dict, names_in: list[str], names_out: list[str], path: Path):
+    """torch.onnx.export (legacy exporter, OPSET) + fold; returns (model, the torch outputs as numpy)."""
+    import onnx
+    import torch
+
+    from surgery.fold import fold_fixed
+
+    raw_path = path.with_suffix(".raw.onnx")
     with torch.no_grad():
-        expected = wrapper(*feeds.values())
-        torch.onnx.export(wrapper, tuple(feeds.values()), str(raw_path), dynamo=False, opset_version=OPSET,
+        expected = module(*feeds.values())
+        torch.onnx.export(module, tuple(feeds.values()), str(raw_path), dynamo=False, opset_version=OPSET,
                           input_names=names_in, output_names=names_out, do_constant_folding=True)
-    expected = expected if isinstance(expected, tuple) else (expected,)
     try:
         model = fold_fixed(onnx.load(str(raw_path)))
     finally:
         raw_path.unlink(missing_ok=True)
-    health = export_health(model)
-    verdicts.append(health)
-    print(f"export: {len(model.graph.node)} nodes, opset {OPSET}; cache_numel {fields['cache_numel']}, "
-          f"head_dim {fields['head_dim']}, kv_len {fields['kv_len']}", file=sys.stderr)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    return model, [value.numpy() for value in expected]
 
-    contract = make_contract(FAMILY, COMPONENT, role, EXEC_PLAN_OPTION, ladder_key=frames, **fields)
+
+def _onnx_verdicts(model, feeds: dict, names_out: list[str], expected: list, what: str) -> list[Verdict]:
     import onnxruntime as ort
+
+    from gates.snr import snr_db
 
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(names_out, {name: value.numpy() for name, value in feeds.items()})
-    for name, want, have in zip(names_out, expected, got):
-        verdicts.append(at_least(f"onnx_vs_torch[{name}]", snr_db(want.numpy(), have), MIN_ONNX_SNR_DB, "dB",
-                                 "onnxruntime fp32 vs the traced torch step"))
-    contract["export_verdicts"] = [v.to_json() for v in verdicts]
-    onnx.save(set_contract(model, contract), str(onnx_path))
-    selfcheck = onnx_path.with_suffix(".selfcheck.npz")
-    np.savez(selfcheck, **{name: value.numpy() for name, value in feeds.items()})
-    return ExportResult(onnx_path, selfcheck, contract, verdicts)
+    return [at_least(f"onnx_vs_torch[{name}, {what}]", snr_db(want, have), MIN_ONNX_SNR_DB, "dB",
+                     "onnxruntime fp32 vs the traced torch step") for name, want, have in zip(names_out, expected, got)]
 
 
 def export_verdicts_of(contract: dict) -> list[Verdict]:

@@ -38,3 +38,27 @@ def step_of(reference, config: dict):
     step = StreamingDecoder(config)
     step.load_state_dict(reference.state_dict(), strict=True)
     return step.eval()
+
+
+def write_random_snapshot(directory, config: dict, seed: int = 3):
+    """A `speech_tokenizer/` snapshot (config.json + model.safetensors) of a random-weight decoder."""
+    from pathlib import Path
+
+    from converters.families.qwen3_vocoder import snapshot
+
+    return snapshot.write(Path(directory), config, random_reference(config, seed).state_dict())
+
+
+if __name__ == "__main__":
+    import argparse
+
+    from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
+
+    parser = argparse.ArgumentParser(description="Write a random-weight Qwen3-TTS speech-tokenizer snapshot "
+                                     "(for `convert qwen3-vocoder --model-dir`; no real weights are downloadable here).")
+    parser.add_argument("directory")
+    parser.add_argument("--tiny", action="store_true", help="the tiny test config instead of the real shape")
+    parser.add_argument("--seed", type=int, default=3)
+    arguments = parser.parse_args()
+    config = TINY_CONFIG if arguments.tiny else REAL_SHAPE_DECODER_CONFIG
+    print(write_random_snapshot(arguments.directory, config, arguments.seed))

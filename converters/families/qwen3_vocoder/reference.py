@@ -44,7 +44,7 @@ def reference_decoder(decoder_config: dict, state_dict: dict | None = None):
 
 
 def randomize_(decoder, codes, seed: int = 0, gain: float = 0.5, spread: float = 0.3, output_rms: float = 0.3):
-    """Random weights for tests and benches (no weights are downloadable here): the codebooks and the
+    """Random weights for tests and benches (no weights are downloadable here): codebook centroids and the
     transformer at `gain`/sqrt(fan-in), so attention and every layer move the output (the real-shape decoder
     at gain 1 is so ill-conditioned that the package's own fp32 decode is 97.7 dB from float64; 0.5 gives
     99.8 dB); the conv decoder keeps the package's small init plus noise (at unit gain there, Snake sees
@@ -56,7 +56,10 @@ def randomize_(decoder, codes, seed: int = 0, gain: float = 0.5, spread: float =
     with torch.no_grad():
         for name, parameter in decoder.named_parameters():
             if name.endswith("cluster_usage"):
-                continue  # a divisor: perturbing it towards 0 would blow single codes up
+                # EMA counts, strictly positive; the matching embedding_sum is set below as counts x centroid,
+                # as training leaves it (an independent random sum over a small count makes 1e5-sized centroids)
+                parameter.copy_(torch.empty(parameter.shape).uniform_(0.5, 2.0, generator=generator))
+                continue
             noise = torch.randn(parameter.shape, generator=generator)
             if parameter.dim() >= 2 and name.startswith(("quantizer.", "pre_transformer.")):
                 parameter.copy_(noise * gain / parameter[0].numel() ** 0.5)
@@ -64,6 +67,9 @@ def randomize_(decoder, codes, seed: int = 0, gain: float = 0.5, spread: float =
                 # Constant-initialised ones (LayerScale 0.01, ConvNeXt gamma 1e-6, Snake 0): absolute noise.
                 width = float(parameter.std()) if parameter.numel() > 1 else 0.0
                 parameter.add_(noise * spread * (width if width > 1e-6 else 1.0))
+        for module in decoder.modules():
+            if hasattr(module, "cluster_usage") and hasattr(module, "embedding_sum"):
+                module.embedding_sum.mul_(module.cluster_usage[:, None])
         seen = {}
         hook = decoder.decoder[-1].register_forward_hook(lambda module, args, out: seen.update(out=out))
         decoder(codes)

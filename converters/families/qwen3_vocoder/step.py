@@ -12,7 +12,12 @@ reproduces one full-length decode exactly, with no seams and no re-decoded conte
 
 Everything is fixed-shape and built from constants the exporter folds: RoPE tables use positions
 relative to the window (RoPE scores depend only on position differences), masks are precomputed
-additive masks, and Snake's exp(alpha)/1/exp(beta) fold to per-channel constants."""
+additive masks, and Snake's exp(alpha)/1/exp(beta) fold to per-channel constants.
+
+Shaped for the rk3588 compiler (each choice measured on the real-shape graph, see the classes): the
+quantizer and pre-conv stay time-major, the signal after the transformer travels as rows of a few code
+frames (no axis past the 13-bit field), transposed convs are polyphase convs, and the SnakeBeta sine can
+be the NPU's native-rounding polynomial (`with_sine_form`)."""
 from __future__ import annotations
 
 import math
@@ -21,6 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from surgery.snake import ROUND_SHIFT_FP32, SINE_FORMS, half_turn_sin2
 
 SAMPLES_PER_FRAME_KEY = "samples_per_frame"
 # Additive mask value: exp(-1e4) is exactly 0 in fp32 and the value stays finite in fp16.
@@ -101,63 +108,133 @@ def decoder_dims(config: dict) -> dict:
 
 # ---------------------------------------------------------------- stateful building blocks
 
-class CausalConv(nn.Module):
-    """Mirrors the package's causal conv (`.conv`); the left padding comes from the cache instead of zeros."""
+# Degree of the round sine form's polynomial: degree 6 left the real-shape decoder (30 Snakes) at 44.5 dB from
+# the exact sine in fp32; 8 adds one multiply-add per Snake and 31 dB at the sine.
+ROUND_SINE_DEGREE = 8
+
+# The NPU encodes a Concat/Slice axis in a 13-bit field: along a time axis longer than this the rk3588 compiler
+# logs REGTASK lines (measured: 10240 samples logs them, 7680 does not). So the conv decoder never holds one long
+# time axis: it works on rows, [1, C, rows, row_length], each row a run of consecutive samples whose left context
+# (the halo) comes from the rows before it, or from the cache for the first row.
+ROW_SAMPLES_LIMIT = 8191
+
+
+def extend_rows(x: torch.Tensor, tail: torch.Tensor, context: int):
+    """x [1,C,R,L] rows of one signal, tail [1,C,1,context] the samples before it -> (extended
+    [1,C,R,context+L], each row preceded by the `context` samples before it in the signal; the new tail)."""
+    channels, rows, length = (int(d) for d in x.shape[1:])  # python ints: the graph stays fixed-shape
+    spans = -(-context // length)  # how many rows back a halo reaches
+    if spans == 1:
+        halo = tail
+        if rows > 1:
+            halo = torch.cat([halo, x[:, :, : rows - 1, length - context :]], dim=2)
+    else:
+        padding = torch.zeros(1, channels, spans * length - context, dtype=x.dtype)
+        before = torch.cat([padding, tail.reshape(1, channels, context)], dim=-1).reshape(1, channels, spans, length)
+        stacked = torch.cat([before, x], dim=2)  # [1, C, spans + R, L]
+        halo = torch.cat([stacked[:, :, spans - back : spans - back + rows] for back in range(spans, 0, -1)],
+                         dim=-1)[..., spans * length - context :]
+    extended = torch.cat([halo, x], dim=-1)
+    return extended, extended[:, :, rows - 1 :, -context:]
+
+
+class RowCausalConv(nn.Module):
+    """The package's causal conv (`.conv`, same weights) on rows: left context from the halo, not zeros."""
 
     def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, kernel: int, dilation: int = 1,
                  groups: int = 1):
         super().__init__()
         self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation, groups=groups)
         self.context = (kernel - 1) * dilation
-        self.tail = layout.add(name, (1, cin, self.context)) if self.context else None
+        # stored in the row layout, so reading it from the cache is the cache's one Reshape
+        self.tail = layout.add(name, (1, cin, 1, self.context)) if self.context else None
 
     def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
-        if self.tail is None:
-            return self.conv(x)
-        full = torch.cat([state[self.tail], x], dim=-1)
-        new_state[self.tail] = full[..., -self.context :]
-        return self.conv(full)
+        weight = self.conv.weight.unsqueeze(2)
+        if self.tail is not None:
+            x, new_state[self.tail] = extend_rows(x, state[self.tail], self.context)
+        return F.conv2d(x, weight, self.conv.bias, dilation=(1, self.conv.dilation[0]), groups=self.conv.groups)
 
 
-class CausalTransposedConv(nn.Module):
-    """Mirrors the package's causal transposed conv (`.conv`, right side trimmed). Output samples that
-    overlap the previous frame need that frame, so its input tail is carried in the cache."""
+class RowTransposedConv(nn.Module):
+    """The package's causal transposed conv (`.conv`, right side trimmed) on rows, in polyphase form: one conv
+    whose output channel p*cout + c is phase p of channel c (y[c, m*s + p] = sum_j W[:, c, p + j*s] . x[m - j]),
+    then the phases interleaved by Reshape + Concat + Reshape, all NPU layers. The rk3588 compiler lowers a
+    stride-5 or stride-3 ConvTranspose to a CPU zero-insertion, and even its native stride-8 one estimates 8x
+    the cycles of this form (measured on the decoder's own shapes)."""
 
     def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, kernel: int, stride: int):
         super().__init__()
         self.conv = nn.ConvTranspose1d(cin, cout, kernel, stride=stride)
         self.stride = stride
-        self.context = -(-(kernel - stride) // stride)
-        self.tail = layout.add(name, (1, cin, self.context)) if self.context else None
+        self.taps = -(-kernel // stride)
+        self.context = self.taps - 1
+        self.tail = layout.add(name, (1, cin, 1, self.context)) if self.context else None
+
+    def phase_weight(self) -> torch.Tensor:
+        """[s*cout, cin, 1, taps]: conv tap q reads frame m - (taps-1-q)."""
+        weight, stride, taps = self.conv.weight, self.stride, self.taps
+        cin, cout, kernel = (int(d) for d in weight.shape)
+        if taps * stride > kernel:
+            weight = torch.cat([weight, weight.new_zeros(cin, cout, taps * stride - kernel)], dim=-1)
+        return weight.reshape(cin, cout, taps, stride).flip(2).permute(3, 1, 0, 2).reshape(stride * cout, cin, 1, taps)
 
     def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
-        frames = x.shape[-1]
         if self.tail is not None:
-            x = torch.cat([state[self.tail], x], dim=-1)
-            new_state[self.tail] = x[..., -self.context :]
-        start = self.context * self.stride
-        return self.conv(x)[..., start : start + frames * self.stride]
+            x, new_state[self.tail] = extend_rows(x, state[self.tail], self.context)
+        cout = self.conv.out_channels
+        phases = F.conv2d(x, self.phase_weight(), self.conv.bias.repeat(self.stride))
+        rows, length = (int(d) for d in phases.shape[2:])
+        # [1, cout, R, L] per phase -> [1, cout*R, L, 1] (a view), stacked on the last axis, read back as rows.
+        stacked = torch.cat([phase.reshape(1, cout * rows, length, 1) for phase in torch.split(phases, cout, dim=1)],
+                            dim=-1)
+        return stacked.reshape(1, cout, rows, length * self.stride)
+
+
+class TimeMajorCausalConv(nn.Module):
+    """The package's causal pre-conv (`.conv`) on time-major [1,B,C] input, as one matmul per tap: the
+    quantizer's output is time-major, and a Concat of a channel-major tail there compiled to a one-hot
+    gather convolution of 2.3 GB (rk3588, B=64)."""
+
+    def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, kernel: int):
+        super().__init__()
+        self.conv = nn.Conv1d(cin, cout, kernel)
+        self.context = kernel - 1
+        self.tail = layout.add(name, (1, self.context, cin))
+
+    def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
+        frames = int(x.shape[1])
+        full = torch.cat([state[self.tail], x], dim=1)
+        new_state[self.tail] = full[:, -self.context :]
+        out = self.conv.bias
+        for tap in range(self.conv.kernel_size[0]):
+            out = out + F.linear(full[:, tap : tap + frames], self.conv.weight[:, :, tap])
+        return out
 
 
 class SnakeBeta(nn.Module):
-    """x + sin^2(x * e^alpha) / e^beta, with the same parameters as the package's SnakeBeta."""
+    """x + sin^2(x * e^alpha) / e^beta, with the same parameters as the package's SnakeBeta. With
+    w = x * e^alpha / pi it is x + (pi / e^beta) * h(w), h(w) = sin(pi*w)^2/pi, evaluated in
+    `sine_form` (surgery.snake: the NPU has no Sin on rk3588; `round` is its native-rounding polynomial)."""
 
     def __init__(self, channels: int):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
+        self.sine_form = "exact"
+        self.register_buffer("round_shift", torch.tensor(ROUND_SHIFT_FP32), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        frequency = torch.exp(self.alpha)[None, :, None]
-        inverse_magnitude = 1.0 / (torch.exp(self.beta)[None, :, None] + 1e-9)
-        sine = torch.sin(x * frequency)
-        return x + inverse_magnitude * (sine * sine)
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        half_turns = (torch.exp(self.alpha) / math.pi).reshape(shape)
+        magnitude = (math.pi / (torch.exp(self.beta) + 1e-9)).reshape(shape)
+        return x + magnitude * half_turn_sin2(x * half_turns, self.sine_form, self.round_shift, ROUND_SINE_DEGREE)
 
 
 class ConvNeXtBlock(nn.Module):
     def __init__(self, layout: CacheLayout, name: str, dim: int):
         super().__init__()
-        self.dwconv = CausalConv(layout, name, dim, dim, 7, groups=dim)
+        self.dwconv = RowCausalConv(layout, name, dim, dim, 7, groups=dim)
         self.norm = nn.LayerNorm(dim, eps=1e-6)
         self.pwconv1 = nn.Linear(dim, 4 * dim)
         self.act = nn.GELU()
@@ -165,18 +242,18 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
     def forward(self, x, state, new_state):
-        h = self.dwconv(x, state, new_state).transpose(1, 2)
+        h = self.dwconv(x, state, new_state).permute(0, 2, 3, 1)  # channels last for the norm and the MLP
         h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
-        return x + (self.gamma * h).transpose(1, 2)
+        return x + (self.gamma * h).permute(0, 3, 1, 2)
 
 
 class ResidualUnit(nn.Module):
     def __init__(self, layout: CacheLayout, name: str, dim: int, dilation: int):
         super().__init__()
         self.act1 = SnakeBeta(dim)
-        self.conv1 = CausalConv(layout, name, dim, dim, 7, dilation=dilation)
+        self.conv1 = RowCausalConv(layout, name, dim, dim, 7, dilation=dilation)
         self.act2 = SnakeBeta(dim)
-        self.conv2 = CausalConv(layout, name + ".pointwise", dim, dim, 1)
+        self.conv2 = RowCausalConv(layout, name + ".pointwise", dim, dim, 1)
 
     def forward(self, x, state, new_state):
         h = self.conv1(self.act1(x), state, new_state)
@@ -186,7 +263,7 @@ class ResidualUnit(nn.Module):
 class DecoderBlock(nn.Module):
     def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, rate: int):
         super().__init__()
-        blocks = [SnakeBeta(cin), CausalTransposedConv(layout, name + ".up", cin, cout, 2 * rate, rate)]
+        blocks = [SnakeBeta(cin), RowTransposedConv(layout, name + ".up", cin, cout, 2 * rate, rate)]
         blocks += [ResidualUnit(layout, f"{name}.res{d}", cout, d) for d in (1, 3, 9)]
         self.block = nn.ModuleList(blocks)
 
@@ -371,30 +448,34 @@ class QuantizerGroup(nn.Module):
 
 
 class Quantizer(nn.Module):
-    """Codes -> embeddings: one Gather over all codebooks of a group, summed, then the group's 1x1 projection."""
+    """Codes -> embeddings: one Gather of every codebook from one stacked table, then per group the sum and the
+    group's 1x1 projection. The codes tensor is never sliced: the toolkit rewrites slices of it into a Split
+    whose sizes it gets wrong (rk3588, B=64: sizes summing to 226 for 16 rows, then garbage indices and inf)."""
 
     def __init__(self, dims: dict):
         super().__init__()
         size, outer = dims["codebook_size"], dims["codebook_dim"]
-        self.size = size
         self.rvq_first = QuantizerGroup(1, size, outer // 2, outer)
         self.rvq_rest = QuantizerGroup(dims["num_quantizers"] - 1, size, outer // 2, outer)
+        self.register_buffer("offsets", torch.arange(dims["num_quantizers"])[:, None] * size, persistent=False)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes [1,K,B] -> [1,codebook_dim,B]."""
-        codes = codes[0]
-        offsets = (torch.arange(codes.shape[0] - 1) * self.size)[:, None]
-        first = F.embedding(codes[:1], self.rvq_first.table()).sum(0)
-        rest = F.embedding(codes[1:] + offsets, self.rvq_rest.table()).sum(0)
-        first = F.linear(first, self.rvq_first.output_proj.weight[:, :, 0])
-        rest = F.linear(rest, self.rvq_rest.output_proj.weight[:, :, 0])
-        return (first + rest).transpose(0, 1)[None]
+        """codes [1,K,B] -> [1,B,codebook_dim] (time-major)."""
+        quantizers, frames = (int(d) for d in codes.shape[1:])
+        table = torch.cat([self.rvq_first.table(), self.rvq_rest.table()])
+        embedded = F.embedding(codes.reshape(quantizers, frames) + self.offsets, table)  # [K, B, dim]
+        first = F.linear(embedded[0], self.rvq_first.output_proj.weight[:, :, 0])
+        rest = F.linear(embedded[1:].sum(0), self.rvq_rest.output_proj.weight[:, :, 0])
+        return (first + rest)[None]
 
 
 class StreamingDecoder(nn.Module):
-    """(codes [1,K,B] int64, cache [N] fp32) -> (pcm [1, B*samples_per_frame], cache [N])."""
+    """(codes [1,K,B] int64, cache [N] fp32) -> (pcm [1, B*samples_per_frame], cache [N]).
 
-    def __init__(self, config: dict):
+    After the transformer the signal travels as rows of `frames_per_row(B)` code frames, so that no time axis
+    in the graph exceeds `row_samples_limit` samples (see ROW_SAMPLES_LIMIT)."""
+
+    def __init__(self, config: dict, row_samples_limit: int = ROW_SAMPLES_LIMIT):
         super().__init__()
         dims = decoder_dims(config)
         self.dims = dims
@@ -402,20 +483,41 @@ class StreamingDecoder(nn.Module):
         layout = self.layout
         latent = dims["latent_dim"]
         self.quantizer = Quantizer(dims)
-        self.pre_conv = CausalConv(layout, "pre_conv", dims["codebook_dim"], latent, 3)
+        self.pre_conv = TimeMajorCausalConv(layout, "pre_conv", dims["codebook_dim"], latent, 3)
         self.pre_transformer = Transformer(layout, dims)
         self.upsample = nn.ModuleList(
-            nn.ModuleList([CausalTransposedConv(layout, f"upsample{i}.up", latent, latent, factor, factor),
+            nn.ModuleList([RowTransposedConv(layout, f"upsample{i}.up", latent, latent, factor, factor),
                            ConvNeXtBlock(layout, f"upsample{i}.convnext", latent)])
             for i, factor in enumerate(dims["upsampling_ratios"]))
         width = dims["decoder_dim"]
-        decoder = [CausalConv(layout, "decoder.in", latent, width, 7)]
+        decoder = [RowCausalConv(layout, "decoder.in", latent, width, 7)]
         for i, rate in enumerate(dims["upsample_rates"]):
             decoder.append(DecoderBlock(layout, f"decoder.block{i}", width // 2**i, width // 2 ** (i + 1), rate))
         out_dim = width // 2 ** len(dims["upsample_rates"])
-        decoder += [SnakeBeta(out_dim), CausalConv(layout, "decoder.out", out_dim, 1, 7)]
+        decoder += [SnakeBeta(out_dim), RowCausalConv(layout, "decoder.out", out_dim, 1, 7)]
         self.decoder = nn.ModuleList(decoder)
         self.samples_per_frame = math.prod(dims["upsample_rates"] + dims["upsampling_ratios"])
+        # The longest axis is a sample-rate row extended by the widest halo at that rate.
+        sample_rate_convs = [*self.decoder[-3].modules(), self.decoder[-1]]
+        final_context = max(c.context for c in sample_rate_convs if isinstance(c, RowCausalConv))
+        self.row_samples_limit = row_samples_limit
+        self.max_frames_per_row = max(1, (row_samples_limit - final_context) // self.samples_per_frame)
+
+    def frames_per_row(self, frames: int) -> int:
+        """The longest row (in code frames) that divides `frames` and keeps every axis within the limit."""
+        return max(d for d in range(1, min(frames, self.max_frames_per_row) + 1) if frames % d == 0)
+
+    def with_sine_form(self, form: str) -> "StreamingDecoder":
+        """A copy whose SnakeBeta sines are evaluated in `form` (surgery.snake.SINE_FORMS)."""
+        import copy
+
+        if form not in SINE_FORMS:
+            raise ValueError(f"unknown sine form {form!r}; one of {SINE_FORMS}")
+        step = copy.deepcopy(self)
+        for unit in step.modules():
+            if isinstance(unit, SnakeBeta):
+                unit.sine_form = form
+        return step
 
     @property
     def cache_numel(self) -> int:
@@ -430,8 +532,11 @@ class StreamingDecoder(nn.Module):
 
     def forward(self, codes: torch.Tensor, cache: torch.Tensor):
         state, new_state = self.layout.split(cache), {}
+        frames = int(codes.shape[-1])
         hidden = self.pre_conv(self.quantizer(codes), state, new_state)
-        hidden = self.pre_transformer(hidden.transpose(1, 2), state, new_state).transpose(1, 2)
+        hidden = self.pre_transformer(hidden, state, new_state).transpose(1, 2)
+        rows = frames // self.frames_per_row(frames)
+        hidden = hidden.reshape(1, self.dims["latent_dim"], rows, frames // rows)
         for transposed, convnext in self.upsample:
             hidden = convnext(transposed(hidden, state, new_state), state, new_state)
         wav = self.decoder[0](hidden, state, new_state)
@@ -450,6 +555,8 @@ class StreamingDecoder(nn.Module):
             "kv_heads": self.dims["kv_heads"],
             "num_quantizers": self.dims["num_quantizers"],
             SAMPLES_PER_FRAME_KEY: self.samples_per_frame,
+            "row_samples_limit": self.row_samples_limit,
+            "sine_degree": ROUND_SINE_DEGREE,
             "cache_layout": self.layout.to_json(),
         }
 
