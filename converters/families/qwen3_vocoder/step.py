@@ -138,6 +138,20 @@ def extend_rows(x: torch.Tensor, tail: torch.Tensor, context: int):
     return extended, extended[:, :, rows - 1 :, -context:]
 
 
+def add_row_tail(layout: CacheLayout, name: str, channels: int, context: int) -> str:
+    """A row conv's tail in the cache, time-major [1, 1, context, C]: read from the flat cache in that order it is
+    an NPU Reshape + Transpose; channel-major [1, C, 1, context] reshapes landed on the CPU (rk3588, 34 of them
+    in the real-shape step: the narrow context axis is the innermost one)."""
+    return layout.add(name, (1, 1, context, channels))
+
+
+def extend_rows_from_cache(x: torch.Tensor, state: dict, new_state: dict, name: str, context: int) -> torch.Tensor:
+    """`extend_rows` with the tail read from and written back to the cache entry `name` (see add_row_tail)."""
+    extended, tail = extend_rows(x, state[name].permute(0, 3, 1, 2), context)
+    new_state[name] = tail.permute(0, 2, 3, 1)
+    return extended
+
+
 class RowCausalConv(nn.Module):
     """The package's causal conv (`.conv`, same weights) on rows: left context from the halo, not zeros."""
 
@@ -146,13 +160,12 @@ class RowCausalConv(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation, groups=groups)
         self.context = (kernel - 1) * dilation
-        # stored in the row layout, so reading it from the cache is the cache's one Reshape
-        self.tail = layout.add(name, (1, cin, 1, self.context)) if self.context else None
+        self.tail = add_row_tail(layout, name, cin, self.context) if self.context else None
 
     def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
         weight = self.conv.weight.unsqueeze(2)
         if self.tail is not None:
-            x, new_state[self.tail] = extend_rows(x, state[self.tail], self.context)
+            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context)
         return F.conv2d(x, weight, self.conv.bias, dilation=(1, self.conv.dilation[0]), groups=self.conv.groups)
 
 
@@ -169,7 +182,7 @@ class RowTransposedConv(nn.Module):
         self.stride = stride
         self.taps = -(-kernel // stride)
         self.context = self.taps - 1
-        self.tail = layout.add(name, (1, cin, 1, self.context)) if self.context else None
+        self.tail = add_row_tail(layout, name, cin, self.context) if self.context else None
 
     def phase_weight(self) -> torch.Tensor:
         """[s*cout, cin, 1, taps]: conv tap q reads frame m - (taps-1-q)."""
@@ -181,7 +194,7 @@ class RowTransposedConv(nn.Module):
 
     def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
         if self.tail is not None:
-            x, new_state[self.tail] = extend_rows(x, state[self.tail], self.context)
+            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context)
         cout = self.conv.out_channels
         phases = F.conv2d(x, self.phase_weight(), self.conv.bias.repeat(self.stride))
         rows, length = (int(d) for d in phases.shape[2:])
