@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from converters.engine import BuildError, BuildOptions, ConverterChild, build_engine
@@ -92,9 +93,13 @@ def test_cpu_ops_gate_fails_on_floor(graph, tmp_path, require_converter):
 
 def test_simulator_gate_fails_on_fp16_overflow(graph, inputs_npz, tmp_path, require_converter):
     require_converter()
-    # Weights scaled so the conv output passes fp16's 65504: fine in fp32, inf in the simulator.
-    onnx_path = graph("overflow", gain=3e5)
-    selfcheck = inputs_npz(onnx_path)
+    # Weights that fit fp16 (the fp16_constants gate passes) but whose conv output passes 65504: fine in fp32,
+    # inf in the simulator.
+    from gates.fp16_range import fp16_constants_verdict
+
+    onnx_path = graph("overflow", gain=3e4)
+    assert fp16_constants_verdict(onnx.load(str(onnx_path))).passed
+    selfcheck = inputs_npz(onnx_path, scale=4.0)
     reference = OnnxBackend(onnx_path).run(dict(np.load(selfcheck)))["y"]
     assert np.isfinite(reference).all() and np.abs(reference).max() > 65504
     with pytest.raises(GateFailure) as failure:
