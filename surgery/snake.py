@@ -138,12 +138,13 @@ def fold_snake_alpha(module):
 
 
 def reduce_snake_sine(module, form: str):
-    """Evaluate every Snake's sine in `form` (see SINE_FORMS): the NPU has no Sin on rk3588/rk3566."""
+    """A copy whose every Snake unit (any submodule with a `sine_form`: AdaSnakeConv here, the Qwen3 vocoder's
+    SnakeBeta) evaluates its sine in `form` (see SINE_FORMS): the NPU has no Sin on rk3588/rk3566."""
     if form not in SINE_FORMS:
         raise ValueError(f"unknown sine form {form!r}; one of {SINE_FORMS}")
     module = copy.deepcopy(module)
     for unit in module.modules():
-        if isinstance(unit, AdaSnakeConv):
+        if hasattr(unit, "sine_form"):
             unit.sine_form = form
     return module
 

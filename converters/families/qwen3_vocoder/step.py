@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from surgery.snake import ROUND_SHIFT_FP32, SINE_FORMS, half_turn_sin2
+from surgery.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
 
 SAMPLES_PER_FRAME_KEY = "samples_per_frame"
 # Additive mask value: exp(-1e4) is exactly 0 in fp32 and the value stays finite in fp16.
@@ -522,15 +522,7 @@ class StreamingDecoder(nn.Module):
 
     def with_sine_form(self, form: str) -> "StreamingDecoder":
         """A copy whose SnakeBeta sines are evaluated in `form` (surgery.snake.SINE_FORMS)."""
-        import copy
-
-        if form not in SINE_FORMS:
-            raise ValueError(f"unknown sine form {form!r}; one of {SINE_FORMS}")
-        step = copy.deepcopy(self)
-        for unit in step.modules():
-            if isinstance(unit, SnakeBeta):
-                unit.sine_form = form
-        return step
+        return reduce_snake_sine(self, form)
 
     @property
     def cache_numel(self) -> int:
