@@ -8,7 +8,7 @@ from pathlib import Path
 
 from converters.engine import BuildOptions, build_engine
 from converters.families import example
-from converters.toolkit import SUPPORTED_TOOLKITS
+from toolkit.versions import SUPPORTED_TOOLKITS
 
 CHANNELS = 16
 FRAMES = (64, 1024, 8192)

@@ -31,7 +31,7 @@ def main() -> list[dict]:
     from converters.families.inflect import decoder as D
     from converters.families.inflect.reference import MICRO, NANO, export_official
     from runtime.backends import OnnxBackend
-    from surgery.metadata import get_contract
+    from core.contract import get_contract
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-inflect-") as scratch:

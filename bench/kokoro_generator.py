@@ -23,7 +23,7 @@ ARGUMENT_RANGE = 20.5  # |alpha*x| reached on real decodes (measured-facts: 19.6
 
 def sine_snr_db(form: str) -> float:
     from gates.snr import snr_db
-    from surgery.snake import half_turn_sin2_reference
+    from surgery.modules.snake import half_turn_sin2_reference
 
     w = np.linspace(-ARGUMENT_RANGE, ARGUMENT_RANGE, 200001) / math.pi
     return snr_db(half_turn_sin2_reference(w, "exact"), half_turn_sin2_reference(w, form))

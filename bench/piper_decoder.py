@@ -15,7 +15,7 @@ from converters.engine import BuildOptions, build_engine
 from converters.families.piper import decoder
 from converters.families.piper.voice import resolve_voice
 from runtime.window_walk import WindowContract, walk
-from surgery.metadata import get_contract
+from core.contract import get_contract
 
 TARGETS = ("rk3588", "rk3576", "rk3566")
 TOOLKIT = "2.3.2"

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from converters.contract import producer_info
+from core.contract import producer_info
 from converters.package import format_table
 from gates.manifest import json_safe
 

@@ -1,2 +1,3 @@
-"""Exporters and the engine build. Imports nothing: the converter-venv child imports
-`converters.build_engine` alone and must not pull torch-era packages in with the package."""
+"""Orchestration and the top of the house: the engine build (`engine`), the one family pipeline (`pipeline`),
+recipes and packaging, the shared CLI options; above them the families (`families/<name>/`) and the CLI
+(`commands`, `cli`). Imports nothing itself, so importing a family does not pull in the others."""

@@ -1,17 +1,17 @@
 """`convert`: one sub-command per family plus build / check / inspect / engines.
 
-Families are discovered from `converters.families`: each module's `register(app)` adds its commands.
-Heavy imports (torch, onnx, the model packages) happen inside the commands, so `--help` is fast."""
+Families are discovered from `converters.families` (converters.commands.register): each family's
+`register(app, check_app)` adds its commands. Heavy imports (torch, onnx, the model packages) happen inside
+the commands, so `--help` is fast. Errors a user can hit end in one clean line with the exit code that
+`core.errors` assigns them (2 setup, 3 gate, 4 dead build child)."""
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 
 import typer
 
-from converters.toolkit import SetupError
-from gates.verdict import GateFailure
+from converters import commands
+from core.errors import exit_code
 
 app = typer.Typer(
     name="convert",
@@ -24,28 +24,33 @@ app = typer.Typer(
 check_app = typer.Typer(help="End-to-end checks that render audio through the windowed engine path.", no_args_is_help=True)
 app.add_typer(check_app, name="check")
 
+# Old spellings of renamed flags, accepted (and not shown) for one release.
+FLAG_ALIASES = {"--min-snr": "--min-snr-db", "--min-simulator-snr-db": "--min-snr-db"}
+
 
 def _register_all() -> None:
-    import converters.families as families
-    importlib.import_module("converters.spine_commands").register(app, check_app)
-    from converters import recipes
+    commands.register(app, check_app)
 
-    recipes.register(app)
 
-    for info in sorted(pkgutil.iter_modules(families.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"converters.families.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(app, check_app)
+def _respell(argv: list[str]) -> list[str]:
+    """argv with every old flag spelling (`--old` or `--old=value`) replaced by the current one."""
+    out = []
+    for arg in argv:
+        flag, sep, value = arg.partition("=")
+        out.append(FLAG_ALIASES[flag] + sep + value if flag in FLAG_ALIASES else arg)
+    return out
 
 
 def main() -> None:
     _register_all()
     try:
-        app()
-    except (SetupError, GateFailure) as error:
+        app(args=_respell(sys.argv[1:]), prog_name="convert")
+    except Exception as error:
+        code = exit_code(error)
+        if code is None:
+            raise
         typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
-        sys.exit(2 if isinstance(error, SetupError) else 3)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.toolkit import DEFAULT_TOOLKIT, FP16_TARGETS
+from toolkit.versions import DEFAULT_TOOLKIT, FP16_TARGETS
 
 Target = Annotated[
     str,
@@ -41,4 +41,9 @@ FailOnCpuOps = Annotated[
     bool,
     typer.Option("--fail-on-cpu-ops", help="Fail if the layer table places any compute op on the CPU "
                  "(Input/OutputOperator and their rank-adapting Reshapes do not count)."),
+]
+MinSnrDb = Annotated[
+    float,
+    typer.Option("--min-snr-db", help="Fail when the simulator's output is below this SNR (dB) against "
+                 "onnxruntime fp32 (the exact fp32 twin where the engine graph has one)."),
 ]

@@ -2,7 +2,7 @@
 build log, and one merged `exec_plan.json`; plus the summary table `make engines` prints.
 
 The package is staged in a hidden directory beside its final place and renamed in one step, so a
-failed or interrupted build never leaves a half-written package behind. Stdlib only."""
+failed or interrupted build never leaves a half-written package behind. Stdlib only (and core)."""
 from __future__ import annotations
 
 import json
@@ -13,9 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-
-class PackageError(ValueError):
-    """The engines of one package cannot form a consistent execution plan."""
+from core.errors import PackageError
 
 
 def package_name(package: str, target: str) -> str:

@@ -1,43 +1,38 @@
-"""Recipes (`recipes/<package>.toml`) and `convert engines --target T`: build every recipe for T whose
-checkpoint is present into `dist/<T>/<package>_<T>/`, skip the others with one line, print a summary.
+"""Recipes (`recipes/<package>.toml`) and what `convert engines --target T` does with them: build every recipe
+for T whose checkpoint is present into `dist/<T>/<package>_<T>/`, skip the others with one line, and return
+the summary rows.
 
 A recipe is a TOML table:
 
     package = "example_conv"            # dist name: <package>_<target>
-    family = "example"                  # converters/families/<family>.py, which has build_recipe()
+    family = "example"                  # converters/families/<family>/, whose build_recipe() builds it
     targets = ["rk3588", "rk3576"]
     [source]   # family-specific: where the checkpoint comes from (a path, a PyPI package name, ...)
     [options]  # family-specific export options (frames, window, ...)
     [gates]    # thresholds; keys named like BuildOptions fields (min_simulator_snr_db, max_regtask_lines,
-               # fail_on_cpu_ops) reach build_engine through build_options(), the rest are the family's
+               # fail_on_cpu_ops) reach build_engine through BuildOptions.from_recipe(), the rest are the family's
 
 Heavy modules are imported inside functions: `convert --help` must stay fast."""
 from __future__ import annotations
 
-import importlib
 import shutil
-import sys
 import time
 import tomllib
 import traceback
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Callable
 
-import typer
+from converters.package import assemble, package_name, staged_package, summary_row
+from core.errors import BuildError, GateFailure, MissingSource, PackageError, SetupError
+from core.paths import REPO_ROOT
+from toolkit.versions import DEFAULT_TOOLKIT, FP16_TARGETS, check_target, check_toolkit
 
-from converters.options import Toolkit
-from converters.package import PackageError, assemble, format_table, package_name, staged_package, summary_row
-from converters.toolkit import DEFAULT_TOOLKIT, FP16_TARGETS, REPO_ROOT, SetupError, check_target, check_toolkit
-from gates.verdict import GateFailure
+# A family's build_recipe(recipe, target, toolkit, work_dir) -> list[EngineResult].
+BuildRecipe = Callable[[dict, str, str, Path], list]
 
 RECIPES_DIR = REPO_ROOT / "recipes"
 DIST_DIR = REPO_ROOT / "dist"
 SUMMARY_COLUMNS = ["package", "status", "gates", "worst_snr_db", "engine_bytes", "cpu_ops", "regtask_lines"]
-
-
-class MissingSource(Exception):
-    """The recipe's checkpoint is not on this machine; the message names it and how to supply it."""
-
 
 def load_recipe(path: Path) -> dict:
     """Parse and check one recipe; `source`, `options` and `gates` default to empty tables."""
@@ -69,40 +64,15 @@ def load_recipes(directory: Path = RECIPES_DIR) -> list[dict]:
     return recipes
 
 
-def build_options(recipe: dict, target: str, toolkit: str):
-    """`BuildOptions` for one recipe: its `[gates]` keys that name BuildOptions fields override the defaults."""
-    from dataclasses import fields
-
-    from converters.engine import BuildOptions
-
-    names = {f.name for f in fields(BuildOptions)} - {"target", "toolkit"}
-    return BuildOptions(target=target, toolkit=toolkit, **{k: v for k, v in recipe["gates"].items() if k in names})
-
-
-def family_module(name: str):
-    """The family module that builds recipes of `name` (it must define build_recipe)."""
-    try:
-        module = importlib.import_module(f"converters.families.{name}")
-    except ModuleNotFoundError as error:
-        if error.name != f"converters.families.{name}":
-            raise
-        raise SetupError(f"no family '{name}' (expected converters/families/{name}.py or {name}/)") from None
-    if not hasattr(module, "build_recipe"):
-        raise SetupError(f"family '{name}' has no build_recipe(recipe, target, toolkit, work_dir)")
-    return module
-
-
-def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, say: Callable[[str], None]) -> dict:
+def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build: BuildRecipe,
+                  say: Callable[[str], None]) -> dict:
     """Build one recipe into `dist_dir/<target>/<package>_<target>/`; returns its summary row.
 
     A missing source is a skip; a failed gate, a dead build child or a family bug is a failure whose
     work dir (ONNX, build logs) is kept in `<package>_<target>.failed/` and whose package dir never appears."""
-    from converters.engine import BuildError
-
     name = package_name(recipe["package"], target)
     target_dir = Path(dist_dir) / target
     failed_dir = target_dir / f"{name}.failed"
-    build = family_module(recipe["family"]).build_recipe
     try:
         with staged_package(target_dir, name) as (work_dir, package_dir):
             try:
@@ -128,56 +98,22 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, say: 
     return summary_row(name, "ok", manifests)
 
 
-def build_all(target: str, toolkit: str = DEFAULT_TOOLKIT, recipes_dir: Path = RECIPES_DIR,
-              dist_dir: Path = DIST_DIR, only: list[str] | None = None,
+def build_all(target: str, builder_for: Callable[[str], BuildRecipe], toolkit: str = DEFAULT_TOOLKIT,
+              recipes_dir: Path = RECIPES_DIR, dist_dir: Path = DIST_DIR, only: list[str] | None = None,
               say: Callable[[str], None] = print) -> list[dict]:
-    """Build every recipe listing `target` (restricted to `only` packages); one summary row per recipe."""
+    """Build every recipe listing `target` (restricted to `only` packages); one summary row per recipe.
+    `builder_for(family)` is that family's `build_recipe` (the CLI looks the families up: they sit above)."""
     target, toolkit = check_target(target), check_toolkit(toolkit)
     recipes = load_recipes(recipes_dir)
     unknown = sorted(set(only or ()) - {r["package"] for r in recipes})
     if unknown:
         raise SetupError(f"--only names no recipe: {unknown}; recipes: {[r['package'] for r in recipes]}")
     chosen = [r for r in recipes if target in r["targets"] and (not only or r["package"] in only)]
-    for recipe in chosen:
-        family_module(recipe["family"])  # a recipe naming no family fails before anything is built
+    builders = {family: builder_for(family) for family in {r["family"] for r in chosen}}  # fail before building
     rows = []
     for index, recipe in enumerate(chosen, 1):
         say(f"[{index}/{len(chosen)}] {recipe['package']} ({recipe['family']}) for {target}, toolkit {toolkit} ...")
         started = time.monotonic()
-        rows.append(build_package(recipe, target, toolkit, dist_dir, say))
+        rows.append(build_package(recipe, target, toolkit, dist_dir, builders[recipe["family"]], say))
         say(f"[{index}/{len(chosen)}] {recipe['package']}: {rows[-1]['status']} in {time.monotonic() - started:.1f} s")
     return rows
-
-
-def engines(
-    target: Annotated[str, typer.Option("--target", "-t", help="SoC to build for; every recipe whose `targets` "
-                                        f"list it is built. One of: {', '.join(FP16_TARGETS)}.")],
-    toolkit: Toolkit = DEFAULT_TOOLKIT,
-    only: Annotated[Optional[list[str]], typer.Option("--only", help="Build only this package (a recipe's "
-                                                      "`package` name); repeat for several.")] = None,
-    list_recipes: Annotated[bool, typer.Option("--list", help="List the recipes (package, family, targets, "
-                                               "source) and build nothing.")] = False,
-    recipes_dir: Annotated[Path, typer.Option("--recipes", help="Directory of recipe TOML files.")] = RECIPES_DIR,
-    dist_dir: Annotated[Path, typer.Option("--dist", help="Output root: packages go to DIST/<target>/"
-                                           "<package>_<target>/.")] = DIST_DIR,
-) -> None:
-    """Build the release engines of every recipe for one target into dist/ (what `make engines` runs).
-
-    A recipe whose checkpoint is missing is skipped with one line saying how to supply it.
-    The exit code is 3 if any built recipe failed; the others are still built."""
-    if list_recipes:
-        rows = [{"package": r["package"], "family": r["family"], "targets": ",".join(r["targets"]),
-                 "builds_for_target": target in r["targets"],
-                 "source": ", ".join(f"{key}={value}" for key, value in r["source"].items()) or "-"}
-                for r in load_recipes(recipes_dir)]
-        print(format_table(rows))
-        return
-    rows = build_all(target, toolkit, recipes_dir, dist_dir, only)
-    print()
-    print(format_table(rows, SUMMARY_COLUMNS) if rows else f"no recipe in {recipes_dir} lists target {target}")
-    if any(row["status"] == "FAILED" for row in rows):
-        sys.exit(3)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("engines")(engines)

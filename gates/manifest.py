@@ -1,6 +1,6 @@
 """The manifest written beside every engine, and the exec_plan fragment that selects it at runtime.
 
-Everything comes from the ONNX contract (surgery/metadata.py) and the build's own measurements;
+Everything comes from the ONNX contract (core/contract.py) and the build's own measurements;
 nothing here is family-specific."""
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import hashlib
 import json
 import math
 from pathlib import Path
+
+from core.contract import producer_info
+from core.errors import SetupError
 
 MANIFEST_SUFFIX = ".manifest.json"
 
@@ -53,8 +56,6 @@ def json_safe(value):
 def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs, onnx_path: Path,
                    rknn_path: Path, build_log: Path, regtask_report, table, verdicts, simulator: dict) -> dict:
     """The manifest of one engine (see HACKING.md); `inputs`/`outputs` are TensorSpecs, `table` a LayerTable."""
-    from converters.contract import producer_info
-
     producer = contract.get("producer") or producer_info()
     rknn_name, manifest_dir = Path(rknn_path).name, Path(rknn_path).parent
     return json_safe({
@@ -100,8 +101,6 @@ def manifest_path_for(engine_or_manifest: Path) -> Path:
 def read_manifest(engine_or_manifest: Path) -> dict:
     path = manifest_path_for(engine_or_manifest)
     if not path.is_file():
-        from converters.toolkit import SetupError
-
         raise SetupError(f"no manifest at {path}: engines built by `convert build` have one beside the .rknn")
     return json.loads(path.read_text())
 

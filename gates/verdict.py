@@ -1,8 +1,10 @@
-"""The one verdict type every gate returns, and the failure that stops a build."""
+"""The one verdict type every gate returns, and `require`, which stops a build on a failed one."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+
+from core.errors import GateFailure
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,12 @@ class Verdict:
                 out[key] = str(out[key])
         return out
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Verdict":
+        """Inverse of `to_json` (non-finite figures come back from their strings)."""
+        return cls(data["name"], float(data["value"]), float(data["threshold"]), data["unit"], bool(data["passed"]),
+                   data.get("detail", ""))
+
     def line(self) -> str:
         mark = "PASS" if self.passed else "FAIL"
         text = f"[{mark}] {self.name}: {self.value:.4g} {self.unit} (threshold {self.threshold:.4g})"
@@ -38,23 +46,6 @@ def at_least(name: str, value: float, threshold: float, unit: str, detail: str =
 def at_most(name: str, value: float, threshold: float, unit: str, detail: str = "") -> Verdict:
     """A gate that passes when `value <= threshold` (counts, error magnitudes; NaN never passes)."""
     return Verdict(name, float(value), float(threshold), unit, bool(value <= threshold), detail)
-
-
-@dataclass
-class GateFailure(Exception):
-    """Raised when a gate fails: carries the failing verdicts and what the user should do."""
-
-    verdicts: list[Verdict]
-    advice: str = ""
-    context: str = ""
-    extra: dict = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        head = f"{self.context}: " if self.context else ""
-        lines = [head + "gate failed"] + ["  " + v.line() for v in self.verdicts if not v.passed]
-        if self.advice:
-            lines.append("  what to do: " + self.advice)
-        return "\n".join(lines)
 
 
 def require(verdicts: list[Verdict], advice: str = "", context: str = "") -> list[Verdict]:

@@ -1,26 +1,50 @@
 """Backends with one interface, `run(feeds) -> outputs` (dicts keyed by tensor name) plus `input_names` /
 `output_names`: onnxruntime, the rknn-toolkit2 simulator (converter-venv child) and rknnlite on a board.
-The window walks, streams and bucket loops in runtime/ run over any of them."""
+The window walks, streams and bucket loops in runtime/ run over any of them. Module level is stdlib only:
+`RknnLiteBackend` runs on a board with numpy and rknn-toolkit-lite2 alone."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from converters.toolkit import DEFAULT_TOOLKIT
+from toolkit.versions import DEFAULT_TOOLKIT
 
 
 class OnnxBackend:
-    """onnxruntime fp32 on the CPU: the reference every engine is gated against."""
+    """onnxruntime fp32 on the CPU: the reference every engine is gated against, and the one place rkaudio
+    opens an onnxruntime session. `model` is an ONNX path, serialized bytes or an onnx.ModelProto;
+    `extra_outputs` names intermediate tensors to return too (taps); `threads` caps intra-op threads."""
 
-    def __init__(self, onnx_path):
+    def __init__(self, model, extra_outputs: tuple[str, ...] = (), threads: int | None = None):
         import onnxruntime as ort
 
-        self._session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        if extra_outputs:
+            import onnx
+
+            model = onnx.load(str(model)) if isinstance(model, (str, Path)) else model
+            model = onnx.load_from_string(model) if isinstance(model, bytes) else model
+            tapped = onnx.ModelProto()
+            tapped.CopyFrom(model)
+            known = {o.name for o in tapped.graph.output}
+            tapped.graph.output.extend(onnx.ValueInfoProto(name=name) for name in extra_outputs if name not in known)
+            model = tapped
+        if isinstance(model, (str, Path)):
+            source = str(model)
+        elif isinstance(model, bytes):
+            source = model
+        else:
+            source = model.SerializeToString()
+        options = ort.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        self._session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.output_names = [o.name for o in self._session.get_outputs()]
 
-    def run(self, feeds: dict) -> dict:
-        outputs = self._session.run(self.output_names, {name: feeds[name] for name in self.input_names})
-        return dict(zip(self.output_names, outputs))
+    def run(self, feeds: dict, outputs: list[str] | None = None) -> dict:
+        """Outputs by name (all graph outputs, or just `outputs`); feeds beyond the graph's inputs are ignored."""
+        names = list(outputs) if outputs is not None else self.output_names
+        values = self._session.run(names, {name: feeds[name] for name in self.input_names})
+        return dict(zip(names, values))
 
     def close(self) -> None:
         pass
@@ -38,7 +62,7 @@ class SimulatorBackend:
     invisible to it). Use as a context manager so the child always exits."""
 
     def __init__(self, onnx_path, target: str, toolkit: str = DEFAULT_TOOLKIT, timeout_s: float | None = None):
-        from converters.engine import ConverterChild
+        from toolkit.session import ConverterChild
 
         self._child = ConverterChild(Path(onnx_path), target, toolkit, log_path=None, rknn_path=None, simulate=True,
                                      timeout_s=timeout_s)

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 PLAN_FILE = "audio8_plan.json"
 

@@ -64,7 +64,7 @@ class WindowContract:
 
     @classmethod
     def from_onnx(cls, onnx_path) -> "WindowContract":
-        from surgery.metadata import get_contract
+        from core.contract import get_contract
 
         return cls.from_contract(get_contract(onnx_path))
 

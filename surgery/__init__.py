@@ -1,1 +1,3 @@
-"""Pure ONNX rewrites, each `ModelProto -> ModelProto`, each knowing nothing of the family using it."""
+"""Rewrites that make a graph NPU-friendly and stay exact, each knowing nothing of the family that uses it:
+`surgery.graph` holds ONNX passes (`ModelProto -> ModelProto`), `surgery.modules` torch passes
+(`nn.Module -> nn.Module`, applied before tracing). Surgery rewrites; it never judges (gates do)."""

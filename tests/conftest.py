@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from converters.toolkit import SetupError, converter_python
+from core.errors import SetupError
+from toolkit.versions import converter_python
 
 
 def converter_available(version: str) -> bool:

@@ -5,7 +5,10 @@ set -euo pipefail
 kind=$1 venv=$2 pins=$3 nodeps=${4:-}
 python=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")/.." && pwd)
-want=$(cat "$pins" ${nodeps:+"$nodeps"} "$0" | sha256sum | cut -d' ' -f1)
+# The export venv holds rkaudio itself (editable): pyproject.toml's package list is part of its pins.
+own=()
+[[ $kind == export ]] && own=("$here/pyproject.toml")
+want=$(cat "$pins" ${nodeps:+"$nodeps"} "$0" "${own[@]}" | sha256sum | cut -d' ' -f1)
 stamp="$venv/.rkaudio-pins"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   echo "venv $venv is up to date"

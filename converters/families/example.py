@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 
 from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
-from converters.toolkit import DEFAULT_TOOLKIT, SetupError
+from toolkit.versions import DEFAULT_TOOLKIT
+from core.errors import SetupError
 
 FAMILY = "example"
 COMPONENT = "conv"
@@ -50,11 +51,11 @@ def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | N
     import onnxruntime as ort
     import torch
 
-    from converters.contract import make_contract
+    from core.contract import make_contract
     from gates import opscan
     from gates.snr import snr_verdict
-    from surgery.fold import fold_fixed
-    from surgery.metadata import set_contract
+    from surgery.graph.fold import fold_fixed
+    from core.contract import set_contract
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

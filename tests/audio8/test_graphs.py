@@ -13,7 +13,7 @@ from converters.families.audio8 import checks
 from converters.families.audio8.export import cache_free_verdict
 from runtime.kv_buckets import PLAN_FILE, Audio8Runtime, BucketError, Timings
 from runtime.mel import log_mel
-from surgery.metadata import get_contract
+from core.contract import get_contract
 
 
 def test_graph_decoding_matches_torch_greedy_and_stress(small_model, small_plan):
@@ -196,8 +196,8 @@ def test_runtime_opens_engine_artifacts(small_plan, tmp_path):
 def test_missing_snapshot_is_a_clear_error(tmp_path):
     from converters.families.audio8 import _snapshot_dir
     from converters.families.audio8.model import load_snapshot
-    from converters.recipes import MissingSource
-    from converters.toolkit import SetupError
+    from core.errors import MissingSource
+    from core.errors import SetupError
 
     with pytest.raises(SetupError, match="no Audio8-ASR snapshot"):
         load_snapshot(tmp_path)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from converters.families.inflect import build_recipe
-from converters.recipes import MissingSource, load_recipe
-from converters.toolkit import REPO_ROOT
+from core.errors import MissingSource
+from converters.recipes import load_recipe
+from core.paths import REPO_ROOT
 
 RECIPES = {"micro": "inflect_micro_v2_decoder", "nano": "inflect_nano_v2_decoder"}
 

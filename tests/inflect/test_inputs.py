@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from converters.families.inflect import decoder as D
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 
 def test_decode_onnx_without_the_expected_inputs_is_refused(official, tmp_path):

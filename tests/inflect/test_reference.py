@@ -8,7 +8,7 @@ import torch
 
 from converters.families.inflect.reference import build_models, one_torch_thread
 from gates.snr import snr_db
-from surgery.fold import op_histogram
+from surgery.graph.fold import op_histogram
 
 
 def _dims(value):

@@ -8,10 +8,10 @@ from typer.testing import CliRunner
 
 from converters.families.inflect.decoder import full_decode
 from converters.families.inflect.synth import InflectSynth, check_engine_matches, load_engine, runtime_model
-from converters.toolkit import SetupError
+from core.errors import SetupError
 from gates.snr import snr_db
 from runtime.audio import read_wav
-from surgery.metadata import get_contract
+from core.contract import get_contract
 
 TOKENS = [0, 12, 0, 40, 0, 77, 0, 3, 0, 150, 0, 9, 0]
 

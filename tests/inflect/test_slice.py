@@ -6,8 +6,8 @@ import onnx
 
 from converters.families.inflect import MIN_INTERIOR_DB, TAIL_LENGTHS, selfcheck_verdicts
 from gates import opscan
-from surgery.fold import op_histogram
-from surgery.metadata import get_contract, set_contract
+from surgery.graph.fold import op_histogram
+from core.contract import get_contract, set_contract
 
 
 def _dims(value):

@@ -12,13 +12,14 @@ import torch
 from converters.families import kokoro
 from converters.families.kokoro.generator import GeneratorConfig, KokoroGenerator, load_reference_state
 from converters.families.kokoro.reference import reference_generator, reference_spec_phase
-from converters.toolkit import SetupError
+from core.errors import SetupError
 from gates.snr import snr_db
-from surgery.instance_norm import mask_instance_norm
-from surgery.polyphase import polyphase_upsample
-from surgery.snake import (SINE_FORMS, fold_snake_alpha, fp16_round_shift, half_turn_sin2,
-                           half_turn_sin2_reference, reduce_snake_sine)
-from surgery.weight_norm import fold_weight_norm
+from surgery.modules.instance_norm import mask_instance_norm
+from surgery.modules.polyphase import polyphase_upsample
+from surgery.modules.snake import SINE_FORMS, half_turn_sin2, half_turn_sin2_reference, reduce_snake_sine
+from converters.families.kokoro.ada_snake import fold_snake_alpha
+from surgery.graph.round_shift import fp16_round_shift
+from surgery.modules.weight_norm import fold_weight_norm
 
 SMALL = GeneratorConfig(style_dim=8, upsample_initial_channel=16)
 FRAMES = 64  # 28 context frames per side + 8 emitted
@@ -213,7 +214,7 @@ def test_export_gate_and_engine_graph(tmp_path, weights):
     assert not ops & {"Sin", "Floor", "Round", "Cast", "ReduceL2", "InstanceNormalization", "ReduceSum"}, ops
     assert "GlobalAveragePool" in ops
     assert [i.name for i in model.graph.input] == list(kokoro.INPUTS)
-    from surgery.metadata import get_contract
+    from core.contract import get_contract
 
     contract = get_contract(model)
     assert contract["exec_params"] == {"overlap": 0, "gain": False}

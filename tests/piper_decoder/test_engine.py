@@ -6,7 +6,7 @@ import pytest
 
 from converters.engine import BuildOptions, build_engine
 from converters.families.piper import decoder
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 
 def test_joe_engine_builds_clean_for_rk3588(joe_exports, tmp_path, require_converter):

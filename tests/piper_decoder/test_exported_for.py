@@ -2,7 +2,7 @@
 import pytest
 
 from converters.families.piper import _check_exported_for
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 
 def test_rk3588_export_is_refused_for_rk3576_with_the_reexport_command(joe_exports):

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from converters.families.piper import decoder
 from gates import opscan
-from surgery.flip_fold import FlipFoldError, fold_flips
+from surgery.graph.flip_fold import FlipFoldError, fold_flips
 
 HALF = 3
 

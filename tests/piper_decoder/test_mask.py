@@ -11,9 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 from converters.families.piper import decoder
 from gates import opscan
 from runtime.window_walk import WindowContract, walk
-from surgery.mask import level_strides, mask_decoder
-from surgery.metadata import get_contract
-from surgery.polyphase_tail import polyphase_tail
+from surgery.graph.mask import level_strides, mask_decoder
+from core.contract import get_contract
+from surgery.graph.polyphase_tail import polyphase_tail
 
 
 def conv1d(x, w, b, pad, dilation=1):

@@ -9,7 +9,7 @@ from converters.families.piper import decoder
 from gates.snr import snr_db
 from runtime.window_walk import WindowContract, walk
 
-from surgery.metadata import get_contract
+from core.contract import get_contract
 
 
 def multispeaker_feeds(length: int, speaker: int, seed: int = 0) -> dict[str, np.ndarray]:

@@ -7,8 +7,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from converters.families.piper import decoder
-from converters.toolkit import SetupError
-from surgery.seam import SeamError, cut, find_vits_seam, rename_tensors
+from core.errors import SetupError
+from surgery.graph.vits_seam import SeamError, find_vits_seam
+from core.onnx_graph import cut, rename_tensors
 
 
 def _anonymised(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from converters.families.piper import encoder
-from gates.verdict import GateFailure
-from surgery.metadata import get_contract
+from core.errors import GateFailure
+from core.contract import get_contract
 
 
 @pytest.fixture(scope="module")

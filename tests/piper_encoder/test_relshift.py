@@ -1,4 +1,4 @@
-"""surgery.relshift on a small random-init VITS relative attention (piper-tts's own module), exported at a
+"""surgery.graph.relshift on a small random-init VITS relative attention (piper-tts's own module), exported at a
 fixed width: the chain detector (a gate) and the banded rewrite against a numpy float64 reference."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from surgery.fold import fold_fixed, fold_static_shapes
-from surgery.relshift import banded_relative_attention, find_shift_chains, shift_chain_verdict, skew_reference
+from surgery.graph.fold import fold_fixed, fold_static_shapes
+from surgery.graph.relshift import banded_relative_attention, find_shift_chains, shift_chain_verdict, skew_reference
 
 CHANNELS, HEADS, WINDOW = 16, 2, 4
 
@@ -43,7 +43,7 @@ def _export(attention, width: int, path) -> onnx.ModelProto:
     torch.onnx.export(Masked(attention), (x, mask), str(path), input_names=["x", "x_mask"], output_names=["y"],
                       opset_version=15, dynamo=False, dynamic_axes={"x": {2: "n"}, "x_mask": {2: "n"}})
     model = onnx.load(str(path))
-    from surgery.fold import pin_input_shapes
+    from surgery.graph.fold import pin_input_shapes
 
     return fold_fixed(fold_static_shapes(pin_input_shapes(model, {"x": [1, CHANNELS, width],
                                                                    "x_mask": [1, 1, width]})))

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from converters.families.qwen3_vocoder import snapshot
-from converters.toolkit import REPO_ROOT, SetupError
+from core.paths import REPO_ROOT
+from core.errors import SetupError
 
 
 def convert(*args: str) -> subprocess.CompletedProcess:
@@ -78,7 +79,8 @@ def test_two_stages_build_a_tiny_engine(tiny_snapshot, tmp_path, require_convert
 
 def test_recipe_is_skipped_without_a_snapshot(tmp_path, monkeypatch):
     from converters.families import qwen3_vocoder
-    from converters.recipes import MissingSource, load_recipe
+    from core.errors import MissingSource
+    from converters.recipes import load_recipe
 
     monkeypatch.setenv("RKAUDIO_MODELS", str(tmp_path))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))

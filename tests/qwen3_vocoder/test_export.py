@@ -11,7 +11,7 @@ from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_c
 from gates.snr import snr_db
 from runtime.backends import OnnxBackend
 from runtime.stream import offline_decode, stream_decode, window_decode
-from surgery.metadata import get_contract
+from core.contract import get_contract
 
 MIN_FP32_DB = 100.0
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from converters.toolkit import REPO_ROOT
+from core.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from converters import cli, recipes
+from converters.commands import recipe_builder
 from converters.families import example
-from converters.toolkit import REPO_ROOT, SetupError
-from surgery.metadata import get_contract
+from core.paths import REPO_ROOT
+from core.errors import SetupError
+from core.contract import get_contract
 
 
 def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publishes_nothing(tmp_path, require_converter):
@@ -26,7 +28,7 @@ def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publish
     (recipes_dir / "example_strict.toml").write_text(strict)
 
     lines = []
-    rows = recipes.build_all("rk3588", "2.3.2", recipes_dir, dist, say=lines.append)
+    rows = recipes.build_all("rk3588", recipe_builder, "2.3.2", recipes_dir, dist, say=lines.append)
 
     assert [(r["package"], r["status"]) for r in rows] == [("example_conv_rk3588", "ok"), ("example_strict_rk3588", "FAILED")]
     assert not (dist / "rk3588" / "example_strict_rk3588").exists()

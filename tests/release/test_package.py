@@ -1,7 +1,8 @@
 """Packaging: the merged exec_plan (ladders in ladder_key order), the atomic package dir, the summary row."""
 import pytest
 
-from converters.package import PackageError, format_table, merge_exec_plan, staged_package, summary_row
+from core.errors import PackageError
+from converters.package import format_table, merge_exec_plan, staged_package, summary_row
 
 
 def _contract(component="decoder", role="main", option="piper_tts.exec_plan", **extra):

@@ -10,10 +10,10 @@ import typer
 from typer.testing import CliRunner
 
 from converters import recipes
-from converters.engine import EngineResult
-from converters.recipes import MissingSource
-from converters.toolkit import SetupError
-from gates.verdict import GateFailure, at_least
+from converters.commands import engines, recipe_builder
+from converters.engine import BuildOptions, EngineResult
+from core.errors import GateFailure, MissingSource, SetupError
+from gates.verdict import at_least
 
 
 def _write_recipe(directory: Path, package: str, family: str, targets=("rk3588",), extra: str = "") -> None:
@@ -82,7 +82,7 @@ def test_recipe_validation_names_the_file_and_the_problem(tmp_path):
 
 def test_gates_table_reaches_build_options():
     recipe = {"gates": {"min_simulator_snr_db": 55.0, "max_regtask_lines": 0, "min_export_snr_db": 90.0}}
-    options = recipes.build_options(recipe, "rk3576", "2.5.0")
+    options = BuildOptions.from_recipe(recipe, "rk3576", "2.5.0")
     assert (options.target, options.toolkit, options.min_simulator_snr_db, options.max_regtask_lines) == (
         "rk3576", "2.5.0", 55.0, 0)
 
@@ -90,7 +90,7 @@ def test_gates_table_reaches_build_options():
 def test_missing_source_is_one_skip_line_and_no_package(tmp_path, fake_families):
     _write_recipe(tmp_path / "r", "voice", "fake_missing", extra='[source]\npath = "/nowhere/voice.pt"\n')
     lines = []
-    rows = recipes.build_all("rk3588", recipes_dir=tmp_path / "r", dist_dir=tmp_path / "dist", say=lines.append)
+    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=tmp_path / "r", dist_dir=tmp_path / "dist", say=lines.append)
     assert [r["status"] for r in rows] == ["missing source"]
     skips = [line for line in lines if line.startswith("skip")]
     assert skips == ["skip voice_rk3588: checkpoint /nowhere/voice.pt not found; download the voice there"]
@@ -104,7 +104,7 @@ def test_failures_leave_no_package_dir_and_the_other_recipes_still_build(tmp_pat
     _write_recipe(recipes_dir, "c_ok", "fake_ok", targets=("rk3566", "rk3588"))
     _write_recipe(recipes_dir, "d_other_target", "fake_ok", targets=("rk3576",))
     lines = []
-    rows = recipes.build_all("rk3588", recipes_dir=recipes_dir, dist_dir=dist, say=lines.append)
+    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lines.append)
     assert [(r["package"], r["status"]) for r in rows] == [
         ("a_gate_rk3588", "FAILED"), ("b_bug_rk3588", "FAILED"), ("c_ok_rk3588", "ok")]
     assert rows[0]["gates"] == "0/1" and rows[0]["worst_snr_db"] == 12.0
@@ -126,11 +126,11 @@ def test_only_selects_packages_and_rejects_unknown_names(tmp_path, fake_families
     recipes_dir = tmp_path / "r"
     _write_recipe(recipes_dir, "one", "fake_ok")
     _write_recipe(recipes_dir, "two", "fake_ok")
-    rows = recipes.build_all("rk3588", recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", only=["two"],
+    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", only=["two"],
                              say=lambda line: None)
     assert [r["package"] for r in rows] == ["two_rk3588"]
     with pytest.raises(SetupError, match="three"):
-        recipes.build_all("rk3588", recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", only=["three"])
+        recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", only=["three"])
 
 
 def test_unknown_family_fails_before_anything_is_built(tmp_path, fake_families):
@@ -138,14 +138,14 @@ def test_unknown_family_fails_before_anything_is_built(tmp_path, fake_families):
     _write_recipe(recipes_dir, "a_ok", "fake_ok")
     _write_recipe(recipes_dir, "b_typo", "no_such_family_here")
     with pytest.raises(SetupError, match="no family 'no_such_family_here'"):
-        recipes.build_all("rk3588", recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", say=lambda line: None)
+        recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", say=lambda line: None)
     assert not (tmp_path / "dist" / "rk3588" / "a_ok_rk3588").exists()
 
 
 def test_engines_command_prints_the_summary_and_exits_3_on_a_failed_recipe(tmp_path, fake_families):
     app = typer.Typer()
     app.callback()(lambda: None)  # a group, like `convert`: the command is chosen by name
-    recipes.register(app)
+    app.command("engines")(engines)
     recipes_dir = tmp_path / "r"
     _write_recipe(recipes_dir, "good", "fake_ok")
     _write_recipe(recipes_dir, "missing", "fake_missing", extra='[source]\npath = "/nowhere/x.pt"\n')

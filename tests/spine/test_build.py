@@ -15,8 +15,10 @@ import numpy as np
 import onnx
 import pytest
 
-from converters.engine import BuildError, BuildOptions, ConverterChild, build_engine
-from gates.verdict import GateFailure
+from core.errors import BuildError
+from converters.engine import BuildOptions, build_engine
+from toolkit.session import ConverterChild
+from core.errors import GateFailure
 from runtime.backends import OnnxBackend, SimulatorBackend
 
 CONVERT = [sys.executable, "-m", "converters.cli"]
@@ -156,7 +158,7 @@ def _child_pids_of_this_test() -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"converters.build_engine" in cmdline:
+        if ppid == os.getpid() and b"toolkit.child" in cmdline:
             pids.append(int(entry.name))
     return pids
 

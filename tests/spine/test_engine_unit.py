@@ -12,17 +12,9 @@ import numpy as np
 import onnx
 import pytest
 
-from converters.engine import (
-    CUSTOM_STRING_MAX_BYTES,
-    BuildOptions,
-    build_engine,
-    custom_string,
-    graph_io,
-    kill_stray_adb,
-    random_feeds,
-    toolkit_readable,
-)
-from converters.toolkit import SetupError
+from toolkit.session import CUSTOM_STRING_MAX_BYTES, custom_string, graph_io, kill_stray_adb, random_feeds, toolkit_readable
+from converters.engine import BuildOptions, build_engine
+from core.errors import SetupError
 from gates.manifest import exec_plan_fragment, write_manifest
 
 
@@ -37,7 +29,7 @@ def test_constant_beyond_fp16_fails_before_the_build(graph, tmp_path):
     """Weights of 1e5 are inf in an fp16 engine: the fp16_constants gate names the tensor and stops the build
     before the compiler runs (no child, no artifacts)."""
     from gates.fp16_range import fp16_constants_verdict
-    from gates.verdict import GateFailure
+    from core.errors import GateFailure
 
     path = graph("huge", gain=3e5)
     verdict = fp16_constants_verdict(onnx.load(str(path)))

@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 import typer
 
 from converters.options import FailOnCpuOps, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
-from converters.toolkit import DEFAULT_TOOLKIT, SetupError
+from toolkit.versions import DEFAULT_TOOLKIT
+from core.errors import SetupError
 
 ADAPTER_TOKENS = (25, 50, 75, 100)
 KV_BUCKETS = (128, 256, 512)
@@ -116,7 +117,7 @@ def convert_audio8(
     """Export Audio8-ASR's encoder, adapters, prefills, per-layer K/V + block graphs and LM head shards,
     gate greedy tokens against the torch FP32 model, and compile every graph."""
     from converters.engine import BuildOptions
-    from converters.toolkit import check_target
+    from toolkit.versions import check_target
 
     check_target(target)
     model = load_model(model_dir, random_weights)
@@ -130,7 +131,7 @@ def convert_audio8(
 
 def _snapshot_dir(source: dict) -> Path:
     """The snapshot a recipe names: `source.dir`, or the huggingface_hub cache of `source.repo` (never downloaded)."""
-    from converters.recipes import MissingSource
+    from core.errors import MissingSource
 
     candidates = []
     if source.get("dir"):

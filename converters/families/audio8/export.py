@@ -32,8 +32,8 @@ def _export(module, args: tuple, input_names: list[str], output_names: list[str]
     import onnx
     import torch
 
-    from surgery.fold import fold_fixed
-    from surgery.metadata import set_contract
+    from surgery.graph.fold import fold_fixed
+    from core.contract import set_contract
 
     raw = path.with_suffix(".raw.onnx")
     with torch.no_grad():
@@ -51,9 +51,9 @@ def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list
     """Write every graph, its self-check inputs (`<stem>.selfcheck.npz`), the embedding table and the plan."""
     import torch
 
-    from converters.contract import make_contract
+    from core.contract import make_contract
     from converters.families.audio8 import graphs
-    from converters.toolkit import SetupError
+    from core.errors import SetupError
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

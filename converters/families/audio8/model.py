@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 SAMPLE_RATE = 16_000
 HOP = 160

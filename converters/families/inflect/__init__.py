@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
-from converters.toolkit import DEFAULT_TOOLKIT, SetupError
+from toolkit.versions import DEFAULT_TOOLKIT
+from core.errors import SetupError
 
 # The issue's bars (fp32, onnxruntime): a short latent's tail with the decoder-half mask, and interior windows.
 MIN_TAIL_DB = 90.0
@@ -77,7 +78,7 @@ def selfcheck_verdicts(onnx_path: Path, decode_path: Path | None, duration_path:
     from gates.verdict import at_least
     from runtime.backends import OnnxBackend
     from runtime.window_walk import WindowContract
-    from surgery.metadata import get_contract
+    from core.contract import get_contract
 
     contract = get_contract(onnx_path)
     walk = WindowContract.from_contract(contract)
@@ -126,7 +127,7 @@ def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window:
 
     from converters.families.inflect import decoder as D
     from gates import opscan
-    from surgery.metadata import get_contract
+    from core.contract import get_contract
 
     model, info = D.describe(decode_path, duration_path)
     sliced = D.slice_decoder(model, info, window, context, dec_mask)
@@ -184,7 +185,7 @@ def convert_inflect(
     """Slice the official Inflect v2 decode.onnx at the pre-flow latent, fold it at a fixed window, gate the
     windowed decode against a full-length one, and compile it (the engine has no noise input)."""
     from converters.engine import BuildOptions
-    from converters.toolkit import check_target
+    from toolkit.versions import check_target
 
     check_target(target)
     if from_onnx is None:

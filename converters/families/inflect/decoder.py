@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 FAMILY = "inflect"
 COMPONENT = "decoder"
@@ -144,14 +144,15 @@ def _declare_inputs(model, channels: int):
 
 def slice_decoder(decode_model, model: InflectModel, window: int, context: int, dec_mask: bool = True):
     """decode.onnx -> fixed-window engine graph z [1,C,W], y_mask [1,1,W] -> waveform, folded, with its contract."""
-    from converters.contract import make_contract
-    from surgery.conv_pad import cap_conv_padding
+    from core.contract import make_contract
+    from surgery.graph.conv_pad import cap_conv_padding
     from runtime.window_walk import WindowContract
-    from surgery.flip_fold import FlipFoldError, fold_flips
-    from surgery.fold import fold_fixed
-    from surgery.mask import mask_decoder
-    from surgery.metadata import set_contract
-    from surgery.seam import SeamError, cut_at_seam, find_vits_seam, rename_tensors
+    from surgery.graph.flip_fold import FlipFoldError, fold_flips
+    from surgery.graph.fold import fold_fixed
+    from surgery.graph.mask import mask_decoder
+    from core.contract import set_contract
+    from surgery.graph.vits_seam import SeamError, cut_at_seam, find_vits_seam
+    from core.onnx_graph import rename_tensors
 
     walk_contract = WindowContract(window=window, context=context, emitted=window - 2 * context, hop=model.hop,
                                    latent_input=LATENT_INPUT, output=DECODE_OUTPUT, mask_input=MASK_INPUT,

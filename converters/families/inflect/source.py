@@ -23,8 +23,8 @@ def _cached_snapshot(repo: str) -> Path | None:
 
 def resolve_source(source: dict) -> tuple[Path, Path]:
     """(decode.onnx, duration.onnx) for a recipe's `[source]` (`dir` and/or `repo`); raises
-    `converters.recipes.MissingSource` naming what is missing and how to supply it."""
-    from converters.recipes import MissingSource
+    `core.errors.MissingSource` naming what is missing and how to supply it."""
+    from core.errors import MissingSource
 
     candidates = []
     if source.get("dir"):

@@ -18,7 +18,7 @@ from converters.families.inflect.decoder import (
     config_values,
     noise_head,
 )
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 
 def runtime_model(duration_path: Path, config_path: Path | None = None) -> InflectModel:
@@ -84,7 +84,7 @@ def load_engine(path: Path):
         raise SetupError(f"no engine at {path}")
     if path.suffix == ".onnx":
         from runtime.backends import OnnxBackend
-        from surgery.metadata import get_contract
+        from core.contract import get_contract
 
         contract = get_contract(path)
         if not contract:

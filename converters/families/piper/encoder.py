@@ -4,7 +4,7 @@ The slice runs from the scaled token embedding `x_emb` [1, C, N] and the token m
 prior stats (`enc_p.proj`, [1, 2*inter_channels, N]) and the duration flows' conditioning (`dp.proj`). The
 embedding lookup and the mask stay on the host (a data-dependent Gather and a Range/Less run on the CPU);
 `scales` is not an input (all three feed strictly downstream of the seam). Tokens are right-padded to N.
-Relative-shift chains are rewritten to the banded form (surgery.relshift); a graph with a chain left is refused."""
+Relative-shift chains are rewritten to the banded form (surgery.graph.relshift); a graph with a chain left is refused."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.toolkit import SetupError
-from gates.verdict import GateFailure, Verdict, at_least, at_most
+from core.errors import SetupError
+from core.errors import GateFailure
+from gates.verdict import Verdict, at_least, at_most
 
 # Seam tensors of a Piper (VITS) voice ONNX, and the names the engine gives them.
 SEAM_INPUTS = {"/enc_p/Transpose_output_0": "x_emb", "/enc_p/Cast_1_output_0": "x_mask"}
@@ -52,7 +53,7 @@ def slice_encoder(voice, width: int | None = None):
     import onnx
     from onnx.utils import Extractor
 
-    from surgery.fold import fold_fixed, fold_static_shapes
+    from surgery.graph.fold import fold_fixed, fold_static_shapes
 
     missing = [n for n in [*SEAM_INPUTS, *SEAM_OUTPUTS] if not any(n in node.output for node in voice.graph.node)]
     if missing:
@@ -66,15 +67,15 @@ def slice_encoder(voice, width: int | None = None):
     if width is None:
         return model
     channels = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
-    from surgery.fold import pin_input_shapes
+    from surgery.graph.fold import pin_input_shapes
 
     pinned = pin_input_shapes(model, {"x_emb": [1, channels, width], "x_mask": [1, 1, width]})
     return fold_fixed(fold_static_shapes(pinned))
 
 
 def npu_form(raw):
-    """The raw fixed-width slice with each relative-attention core in the banded form (surgery.relshift)."""
-    from surgery.relshift import banded_relative_attention
+    """The raw fixed-width slice with each relative-attention core in the banded form (surgery.graph.relshift)."""
+    from surgery.graph.relshift import banded_relative_attention
 
     return banded_relative_attention(raw)
 
@@ -152,7 +153,7 @@ def _min_snr(reference: list[np.ndarray], test: list[np.ndarray], length: int) -
 def export_verdicts(voice: Voice, raw, rewritten, width: int) -> list[Verdict]:
     """Gates on the graph the engine is compiled from: no shift chain left; rewritten == raw slice (fp32);
     a padded run reproduces the exact-length run of the voice's own slice on the real frames."""
-    from surgery.relshift import shift_chain_verdict
+    from surgery.graph.relshift import shift_chain_verdict
 
     ids = voice.sample_ids()
     if len(ids) < width:
@@ -177,8 +178,8 @@ def export_width(voice: Voice, width: int, out_dir: Path) -> tuple[Path, Path, l
     """Write `piper_encoder_w{N}.onnx` (banded, contract in metadata) and its self-check npz; gate it."""
     import onnx
 
-    from converters.contract import make_contract
-    from surgery.metadata import set_contract
+    from core.contract import make_contract
+    from core.contract import set_contract
 
     raw = slice_encoder(voice.model, width)
     rewritten = npu_form(raw)
@@ -278,9 +279,9 @@ def build_ladder(voice_onnx: Path | None, frames: list[int], options, out_dir: P
                  onnx: Path | None = None, max_drift_pct: float | None = None) -> list:
     """Build every width; with `max_drift_pct`, measure drift in the simulator and refuse (remove) the
     engines of widths that exceed it. Writes `piper_encoder_ladder.json` (widths kept, drift per width)."""
-    from converters.toolkit import check_target
+    from toolkit.versions import check_target
 
-    from surgery.metadata import get_contract
+    from core.contract import get_contract
 
     check_target(options.target)
     if onnx is not None:  # the width is the one the ONNX was exported at

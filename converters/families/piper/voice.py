@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 
 class ResolvedVoice(NamedTuple):

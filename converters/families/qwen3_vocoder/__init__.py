@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
-from converters.toolkit import DEFAULT_TOOLKIT, SetupError
+from toolkit.versions import DEFAULT_TOOLKIT
+from core.errors import SetupError
 
 COMMAND = "qwen3-vocoder"
 MIN_SIMULATOR_SNR_DB = 40.0
@@ -48,7 +49,7 @@ def export_from_snapshot(model_dir: str | Path, frames: int, role: str, onnx_pat
     from converters.families.qwen3_vocoder import snapshot
     from converters.families.qwen3_vocoder.reference import reference_decoder
     from converters.families.qwen3_vocoder.step import StreamingDecoder
-    from surgery.snake import SINE_FORMS
+    from surgery.modules.snake import SINE_FORMS
 
     if role not in E.ROLES:
         raise SetupError(f"--role {role!r}: one of {', '.join(E.ROLES)}")
@@ -77,7 +78,7 @@ def build(onnx_path: Path, out_dir: Path, options, say=print):
     """Compile an exported step: its contract and export verdicts come from the ONNX, nothing is restated."""
     from converters.engine import build_engine
     from converters.families.qwen3_vocoder.export import FAMILY, export_verdicts_of
-    from surgery.metadata import get_contract
+    from core.contract import get_contract
 
     contract = get_contract(onnx_path)
     if contract.get("family") != FAMILY:
@@ -117,7 +118,7 @@ def command(
 ) -> None:
     """Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role."""
     from converters.engine import BuildOptions
-    from converters.toolkit import check_target, check_toolkit
+    from toolkit.versions import check_target, check_toolkit
 
     if onnx is None and model_dir is None:
         raise SetupError("give --model-dir SNAPSHOT (export) or --onnx STEP.onnx (compile an earlier export)")
@@ -145,7 +146,8 @@ def register(app: typer.Typer, check_app: typer.Typer | None = None) -> None:
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """One engine per recipe `options.engines` entry ({role, codes_length}); MissingSource without a snapshot."""
-    from converters.recipes import MissingSource, build_options
+    from core.errors import MissingSource
+    from converters.recipes import build_options
     from converters.families.qwen3_vocoder import snapshot
 
     source = recipe["source"]

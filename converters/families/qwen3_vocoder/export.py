@@ -16,7 +16,7 @@ ROLES = ("main", "first", "window")
 WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
 MIN_STEPWISE_SNR_DB = 40.0
 MIN_ONNX_SNR_DB = 80.0
-# SnakeBeta sine in the engine graph (surgery.snake): the NPU has no Sin on rk3588 (29 CPU Sin layers at B=64).
+# SnakeBeta sine in the engine graph (surgery.modules.snake): the NPU has no Sin on rk3588 (29 CPU Sin layers at B=64).
 DEFAULT_SINE_FORM = "round"
 MIN_SINE_FORM_DB = 50.0
 OPSET = 17
@@ -108,10 +108,10 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
     import onnx
     import torch
 
-    from converters.contract import make_contract
+    from core.contract import make_contract
     from gates.snr import snr_db
-    from surgery.metadata import set_contract
-    from surgery.snake import fp16_round_shift
+    from core.contract import set_contract
+    from surgery.graph.round_shift import fp16_round_shift
 
     if role not in ROLES:
         raise ValueError(f"role {role!r}: one of {ROLES}")
@@ -180,7 +180,7 @@ def _trace(module, feeds: dict, names_in: list[str], names_out: list[str], path:
     import onnx
     import torch
 
-    from surgery.fold import fold_fixed
+    from surgery.graph.fold import fold_fixed
 
     raw_path = path.with_suffix(".raw.onnx")
     with torch.no_grad():

@@ -10,7 +10,7 @@ import sys
 import types
 from pathlib import Path
 
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 _ALIAS = "_rkaudio_qwen_tokenizer_12hz"
 

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.toolkit import SetupError
+from core.errors import SetupError
 
 REPO_ID = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 MODEL_TYPE = "qwen3_tts_tokenizer_12hz"

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from surgery.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
+from surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
 
 SAMPLES_PER_FRAME_KEY = "samples_per_frame"
 # Additive mask value: exp(-1e4) is exactly 0 in fp32 and the value stays finite in fp16.
@@ -228,7 +228,7 @@ class TimeMajorCausalConv(nn.Module):
 class SnakeBeta(nn.Module):
     """x + sin^2(x * e^alpha) / e^beta, with the same parameters as the package's SnakeBeta. With
     w = x * e^alpha / pi it is x + (pi / e^beta) * h(w), h(w) = sin(pi*w)^2/pi, evaluated in
-    `sine_form` (surgery.snake: the NPU has no Sin on rk3588; `round` is its native-rounding polynomial)."""
+    `sine_form` (surgery.modules.snake: the NPU has no Sin on rk3588; `round` is its native-rounding polynomial)."""
 
     def __init__(self, channels: int):
         super().__init__()
@@ -521,7 +521,7 @@ class StreamingDecoder(nn.Module):
         return max(d for d in range(1, min(frames, self.max_frames_per_row) + 1) if frames % d == 0)
 
     def with_sine_form(self, form: str) -> "StreamingDecoder":
-        """A copy whose SnakeBeta sines are evaluated in `form` (surgery.snake.SINE_FORMS)."""
+        """A copy whose SnakeBeta sines are evaluated in `form` (surgery.modules.snake.SINE_FORMS)."""
         return reduce_snake_sine(self, form)
 
     @property

@@ -1,4 +1,4 @@
-"""Cut a graph at named tensors, and find the VITS decoder-half seam by structure.
+"""Find the VITS decoder-half seam by structure, and cut a graph there.
 
 The runtime of a VITS-style TTS (Piper, Inflect) hands the NPU the pre-flow latent `z [1,C,N]`,
 its frame mask `y_mask [1,1,N]` and, for multi-speaker voices, `g [1,gin,1]`; the engine runs the
@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 import onnx
 
+from core.onnx_graph import CutError, GraphIndex, cut, is_reversal
 
-class SeamError(ValueError):
+
+class SeamError(CutError):
     """The graph does not have the structure the seam finder looks for."""
 
 
@@ -25,77 +27,6 @@ class Seam:
     decoder_input: str      # input of the decoder's first conv (post-flow samples: the wrong seam)
     output: str             # waveform
     coupling_layers: int
-
-
-class GraphIndex:
-    """Producer/consumer lookups for one graph."""
-
-    def __init__(self, model: onnx.ModelProto):
-        graph = model.graph
-        self.model = model
-        self.nodes = list(graph.node)
-        self.producer = {out: node for node in self.nodes for out in node.output}
-        self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        for node in self.nodes:
-            for name in node.input:
-                self.consumers.setdefault(name, []).append(node)
-        self.initializers = {init.name for init in graph.initializer}
-        self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
-        self._constants = set(self.initializers)
-        for node in self.nodes:  # topological order: a node's inputs are classified before it
-            if node.op_type == "Constant" or (node.input and all(i == "" or i in self._constants for i in node.input)):
-                self._constants.update(node.output)
-
-    def is_constant(self, name: str) -> bool:
-        """True for initializers, Constant outputs and tensors computed from constants only."""
-        return name == "" or name in self._constants
-
-    def descendants(self, sources: set[str]) -> set[str]:
-        """Every tensor computed (transitively) from `sources`, sources included."""
-        reached = set(sources)
-        for node in self.nodes:  # nodes are topologically sorted in a valid ONNX graph
-            if any(i in reached for i in node.input):
-                reached.update(node.output)
-        return reached
-
-    def ancestor_nodes(self, outputs: list[str], stop: set[str]) -> list[onnx.NodeProto]:
-        """Nodes needed to compute `outputs` when the `stop` tensors are given."""
-        needed, stack = set(), [o for o in outputs if o not in stop]
-        while stack:
-            node = self.producer.get(stack.pop())
-            if node is None or id(node) in needed:
-                continue
-            needed.add(id(node))
-            stack.extend(i for i in node.input if i and i not in stop)
-        return [n for n in self.nodes if id(n) in needed]
-
-
-def node_attr(node: onnx.NodeProto, name: str, default=None):
-    for attr in node.attribute:
-        if attr.name == name:
-            return onnx.helper.get_attribute_value(attr)
-    return default
-
-
-def constant_value(index: GraphIndex, name: str):
-    """Value of a constant tensor (initializer or Constant node), else None."""
-    from onnx import numpy_helper
-
-    for init in index.model.graph.initializer:
-        if init.name == name:
-            return numpy_helper.to_array(init)
-    node = index.producer.get(name)
-    if node is not None and node.op_type == "Constant":
-        return numpy_helper.to_array(node.attribute[0].t)
-    return None
-
-
-def is_reversal(index: GraphIndex, node: onnx.NodeProto) -> bool:
-    """A channel flip as exporters write `torch.flip`: a Slice with a negative constant step."""
-    if node.op_type != "Slice" or len(node.input) < 5:
-        return False
-    steps = constant_value(index, node.input[4])
-    return steps is not None and bool((steps < 0).any())
 
 
 def find_decoder_input(index: GraphIndex) -> tuple[str, onnx.NodeProto]:
@@ -208,44 +139,7 @@ def _ancestor_tensors(index: GraphIndex, name: str) -> set[str]:
     return found
 
 
-def cut(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
-    """The subgraph from the `inputs` tensors to the `outputs` tensors; raises SeamError if the outputs
-    need any other non-constant tensor. The new inputs are float with no shape (set them after the cut);
-    metadata and value_info are not carried over (stale shapes would override pinned ones)."""
-    index = GraphIndex(model)
-    missing = [n for n in inputs + outputs if n not in index.producer and n not in index.graph_inputs]
-    if missing:
-        raise SeamError(f"no tensor named {missing} in the graph")
-    needed = index.ancestor_nodes(outputs, stop=set(inputs))
-    leaks = sorted({i for n in needed for i in n.input if i and i in index.graph_inputs and i not in inputs})
-    if leaks:
-        raise SeamError(f"cutting at {inputs} still needs graph inputs {leaks}: the cut does not separate the graph")
-    used = {i for n in needed for i in n.input}
-    graph_outputs = {o.name: o for o in model.graph.output}
-    graph = onnx.helper.make_graph(
-        needed, model.graph.name or "cut",
-        [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in inputs],
-        [graph_outputs.get(name) or onnx.helper.make_empty_tensor_value_info(name) for name in outputs],
-        [init for init in model.graph.initializer if init.name in used])
-    extracted = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
-    extracted.ir_version = model.ir_version
-    return extracted
-
-
 def cut_at_seam(model: onnx.ModelProto, seam: Seam) -> onnx.ModelProto:
     """The reverse flow + decoder: inputs (z, y_mask[, g]) -> waveform."""
     inputs = [seam.latent, seam.mask] + ([seam.cond] if seam.cond else [])
     return cut(model, inputs, [seam.output])
-
-
-def rename_tensors(model: onnx.ModelProto, names: dict[str, str]) -> onnx.ModelProto:
-    """Rename tensors everywhere they appear (graph inputs/outputs, node inputs/outputs, value_info)."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    graph = out.graph
-    for node in graph.node:
-        node.input[:] = [names.get(i, i) for i in node.input]
-        node.output[:] = [names.get(o, o) for o in node.output]
-    for info in list(graph.input) + list(graph.output) + list(graph.value_info):
-        info.name = names.get(info.name, info.name)
-    return out

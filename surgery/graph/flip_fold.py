@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from surgery.seam import GraphIndex, constant_value, is_reversal, node_attr
+from core.onnx_graph import GraphIndex, constant_value, is_reversal, node_attr
 
 
 class FlipFoldError(ValueError):

@@ -2,8 +2,8 @@
 
 The NPU has no Sin on rk3588/rk3566 (it runs on the CPU), so the sine becomes a polynomial. Every form
 works on `w = alpha*x/pi` (half-turns) and computes `h(w) = sin(pi*w)^2 / pi`, so that
-`snake(x) = (pi/alpha) * (w + h(w))`: the scale pair is exact algebra that `fold_snake_alpha` moves into
-the preceding affine and the following convolution.
+`snake(x) = (pi/alpha) * (w + h(w))`: the scale pair is exact algebra that a family can fold into
+the preceding affine and the following convolution (Kokoro does: converters/families/kokoro/ada_snake.py).
 
 Sine forms (`SINE_FORMS`):
 - exact: the Sin node (reference; CPU on rk3588).
@@ -101,42 +101,6 @@ def half_turn_sin2_reference(w: np.ndarray, form: str, degree: int = 6) -> np.nd
     raise ValueError(form)
 
 
-class AdaSnakeConv(nn.Module):
-    """conv(snake((norm(x)*(1+gamma) + beta) * mask)) with (gamma, beta) = fc(style): AdaIN, Snake and the
-    convolution after it as one unit, so the Snake's alpha can be folded into its neighbours."""
-
-    def __init__(self, norm: nn.Module, fc: nn.Module, alpha: nn.Parameter, conv: nn.Module):
-        super().__init__()
-        self.norm, self.fc, self.alpha, self.conv = norm, fc, alpha, conv
-        self.sine_form = "exact"
-        self.folded = False
-        self.register_buffer("pre_scale", torch.ones_like(alpha.detach()))
-        self.register_buffer("round_shift", torch.tensor(ROUND_SHIFT_FP32), persistent=False)
-
-    def forward(self, x, s, mask):
-        gamma, beta = torch.chunk(self.fc(s).unsqueeze(-1), 2, dim=1)
-        u = self.norm(x, mask, (1.0 + gamma) * self.pre_scale, beta * self.pre_scale)
-        if self.folded:  # u is already w; pi/alpha lives in the conv weights
-            return self.conv(u + half_turn_sin2(u, self.sine_form, self.round_shift))
-        half_turns = self.alpha * (1.0 / math.pi)
-        w = u * half_turns
-        return self.conv(u + half_turn_sin2(w, self.sine_form, self.round_shift) / half_turns)
-
-
-def fold_snake_alpha(module):
-    """Fold each Snake's alpha/pi into the AdaIN affine before it and pi/alpha into the conv after it:
-    exact algebra that removes two full-tensor multiplies per Snake (elementwise traffic is the NPU's cost)."""
-    module = copy.deepcopy(module)
-    for unit in module.modules():
-        if isinstance(unit, AdaSnakeConv) and not unit.folded:
-            half_turns = unit.alpha.detach() / math.pi  # [1, C, 1]
-            with torch.no_grad():
-                unit.pre_scale.copy_(half_turns)
-                unit.conv.weight.div_(half_turns.reshape(1, -1, 1))
-            unit.folded = True
-    return module
-
-
 def reduce_snake_sine(module, form: str):
     """A copy whose every Snake unit (any submodule with a `sine_form`: AdaSnakeConv here, the Qwen3 vocoder's
     SnakeBeta) evaluates its sine in `form` (see SINE_FORMS): the NPU has no Sin on rk3588/rk3566."""
@@ -147,29 +111,3 @@ def reduce_snake_sine(module, form: str):
         if hasattr(unit, "sine_form"):
             unit.sine_form = form
     return module
-
-
-def fp16_round_shift(model):
-    """Swap the fp32 rounding shift 1.5*2^23 for 1536 in an exported graph: fp16 overflows at 65504, and
-    1536 + w rounds w to an integer in fp16 (unit ulp), which is the rounding the NPU then does natively."""
-    import onnx
-    from onnx import numpy_helper
-
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-
-    def swap(tensor):
-        value = numpy_helper.to_array(tensor)
-        if value.dtype.kind == "f" and value.size == 1 and float(value.reshape(())) == ROUND_SHIFT_FP32:
-            tensor.CopyFrom(numpy_helper.from_array(np.full(value.shape, ROUND_SHIFT_FP16, value.dtype), tensor.name))
-            return 1
-        return 0
-
-    swapped = sum(swap(t) for t in out.graph.initializer)
-    for node in out.graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.TENSOR:
-                swapped += swap(attribute.t)
-    if not swapped:
-        raise ValueError("no fp32 rounding shift found: was the graph exported with sine form 'round'?")
-    return out

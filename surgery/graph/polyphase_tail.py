@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from surgery.seam import GraphIndex, constant_value, node_attr
+from core.onnx_graph import GraphIndex, constant_value, node_attr
 
 UNARY = {"LeakyRelu", "Tanh", "Relu", "Sigmoid", "Neg", "Exp", "Abs"}
 BINARY = {"Add", "Sub", "Mul", "Div"}

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from surgery.seam import GraphIndex, node_attr
+from core.onnx_graph import GraphIndex, node_attr
 
 
 def upsample_levels(model: onnx.ModelProto, decoder_input: str) -> dict[str, int]:

@@ -1,6 +1,6 @@
 """Child process that compiles one fixed-shape ONNX with rknn-toolkit2 (runs in a converter venv).
 
-Usage: `python -m converters.build_engine REQUEST.json`, cwd = a fresh temporary directory (verbose mode
+Usage: `python -m toolkit.child REQUEST.json`, cwd = a fresh temporary directory (verbose mode
 writes check*.onnx there), fds 1 and 2 = the build log (the native compiler writes to them directly).
 Imports only the stdlib, numpy and rknn: the converter venv holds nothing else of rkaudio's world.
 

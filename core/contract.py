@@ -1,12 +1,22 @@
-"""Build the contract an exported ONNX carries (see surgery/metadata.py), with producer info."""
+"""The contract an exported ONNX carries: one JSON document in its `metadata_props` under `rkaudio`.
+
+Required keys: `family` (CLI name), `component` (exec_plan component), `role` (artifact role),
+`exec_plan_option`; then whatever the runtime needs (window, context, emitted, hop, cache layout, buckets),
+optional `ladder_key`, `exec_params`, `package_files`, `reference_onnx` and the export stage's
+`export_verdicts`. Every later stage (build, manifest, packaging, runtime) reads it back from here, so
+nothing is restated downstream. onnx is imported only by the two functions that touch a model."""
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
-from converters.toolkit import REPO_ROOT
+from core.paths import REPO_ROOT
+
+KEY = "rkaudio"
 
 
 def producer_info() -> dict:
@@ -39,3 +49,30 @@ def make_contract(family: str, component: str, role: str, exec_plan_option: str,
         "producer": producer_info(),
         **fields,
     }
+
+
+def set_contract(model, contract: dict):
+    """A copy of `model` (onnx.ModelProto) storing `contract` (JSON-serialisable), replacing an earlier one."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [p for p in out.metadata_props if p.key != KEY]
+    del out.metadata_props[:]
+    out.metadata_props.extend(kept)
+    entry = out.metadata_props.add()
+    entry.key = KEY
+    entry.value = json.dumps(contract, sort_keys=True)
+    return out
+
+
+def get_contract(model) -> dict:
+    """The stored contract of a ModelProto or an ONNX path, or `{}` for an ONNX that rkaudio did not write."""
+    if isinstance(model, (str, Path)):
+        import onnx
+
+        model = onnx.load(str(model), load_external_data=False)
+    for prop in model.metadata_props:
+        if prop.key == KEY:
+            return json.loads(prop.value)
+    return {}

@@ -8,7 +8,7 @@ Only the 2w+1 diagonals inside the attention window are non-zero, so both chains
 band constant of (2w+1) x N^2 shared by all layers (MatMul, Mul, ReduceSum: NPU-native ops), instead of
 constant-index gathers whose folded Toeplitz weights grow with N^3.
 
-All passes work on ONNX whose shapes are pinned (see surgery.fold.fold_fixed)."""
+All passes work on ONNX whose shapes are pinned (see surgery.graph.fold.fold_fixed)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

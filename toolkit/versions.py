@@ -1,10 +1,10 @@
 """Which toolkit builds, for which target, from which converter venv. Stdlib only."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from core.errors import SetupError
+from core.paths import venv_root
 
 # 2.3.2 by default: a board's librknnrt refuses engines built by a newer toolkit
 # ("Invalid RKNN model version"), and the spec's boards run api 2.3.2.
@@ -20,10 +20,6 @@ REFUSED_TARGETS = {
 }
 
 
-class SetupError(RuntimeError):
-    """A problem the user fixes before anything is built (bad target, missing venv, bad input)."""
-
-
 def check_target(target: str) -> str:
     target = target.lower()
     if target in REFUSED_TARGETS:
@@ -37,10 +33,6 @@ def check_toolkit(version: str) -> str:
     if version not in SUPPORTED_TOOLKITS:
         raise SetupError(f"unknown rknn-toolkit2 version {version!r}; supported: {', '.join(SUPPORTED_TOOLKITS)}")
     return version
-
-
-def venv_root() -> Path:
-    return Path(os.environ.get("RKAUDIO_VENV_DIR", REPO_ROOT / ".venv"))
 
 
 def converter_python(version: str = DEFAULT_TOOLKIT) -> Path:

@@ -1,0 +1,127 @@
+"""The one family pipeline. A family's `export(...)` writes its fixed-shape ONNX files and returns one
+`Exported` record per engine; `build` gates the records' export verdicts, compiles each through
+`converters.engine.build_engine` and reports. The family's `convert <name>` command (`convert`) and its
+`build_recipe` (`build_recipe`) are thin adapters over the same call, so `--onnx`, `--skip-rknn` and
+`make engines` behave alike for every family.
+
+Export verdicts travel in the ONNX contract (`record_export` writes them), so a later `--onnx` build or a
+recipe shows the same verdicts as a fresh export."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from core.contract import get_contract
+from core.errors import SetupError
+from core.paths import reference_path, selfcheck_path
+from gates.verdict import Verdict, require
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One engine's export: its ONNX, the self-check inputs beside it, the exact fp32 twin the simulator
+    is compared with (when the engine graph relies on fp16 arithmetic), and the export-stage verdicts."""
+
+    onnx: Path
+    selfcheck: Path
+    reference: Path | None = None
+    verdicts: tuple[Verdict, ...] = ()
+
+    @classmethod
+    def from_onnx(cls, onnx_path: Path, family: str | None = None) -> "Exported":
+        """The record of an ONNX exported earlier (by `convert <family> --skip-rknn`): everything is read from
+        its contract and the files beside it; `family` refuses an ONNX another family wrote."""
+        onnx_path = Path(onnx_path)
+        if not onnx_path.is_file():
+            raise SetupError(f"no ONNX at {onnx_path}")
+        contract = get_contract(onnx_path)
+        command = f"convert {family.replace('_', '-')}" if family else "convert <family>"
+        if family is not None and contract.get("family") != family:
+            raise SetupError(f"{onnx_path} was not written by `{command}` (its contract names family "
+                             f"{contract.get('family')!r}); export it first with `{command} --skip-rknn`")
+        selfcheck = selfcheck_path(onnx_path)
+        reference = onnx_path.parent / contract["reference_onnx"] if contract.get("reference_onnx") else None
+        for needed, what in ((selfcheck, "self-check inputs"), (reference, "exact fp32 twin")):
+            if needed is not None and not needed.is_file():
+                raise SetupError(f"no {what} {needed} beside {onnx_path}; export it with `{command} --skip-rknn`")
+        verdicts = tuple(Verdict.from_json(v) for v in contract.get("export_verdicts", []))
+        return cls(onnx_path, selfcheck, reference, verdicts)
+
+
+def record_export(onnx_path: Path, verdicts, *, feeds: dict | None = None, reference: Path | None = None) -> Exported:
+    """Finish one engine's export: store `verdicts` (and the twin's file name) in the ONNX contract, write the
+    self-check `feeds` (input name -> array) when given, and return the record `build` takes. The self-check
+    and the twin use the names `core.paths` defines (`<stem>.selfcheck.npz`, `<stem>.fp32.onnx`)."""
+    import numpy as np
+    import onnx
+
+    from core.contract import set_contract
+
+    onnx_path = Path(onnx_path)
+    if reference is not None and Path(reference) != reference_path(onnx_path):
+        raise ValueError(f"the fp32 twin of {onnx_path.name} must be {reference_path(onnx_path).name}")
+    model = onnx.load(str(onnx_path))
+    contract = dict(get_contract(model))
+    contract["export_verdicts"] = [v.to_json() for v in verdicts]
+    if reference is not None:
+        contract["reference_onnx"] = Path(reference).name
+    onnx.save(set_contract(model, contract), str(onnx_path))
+    if feeds is not None:
+        np.savez(selfcheck_path(onnx_path), **feeds)
+    if not selfcheck_path(onnx_path).is_file():
+        raise ValueError(f"{onnx_path.name} has no self-check inputs: pass feeds=")
+    return Exported(onnx_path, selfcheck_path(onnx_path), Path(reference) if reference else None, tuple(verdicts))
+
+
+def build(exported: list[Exported], out_dir: Path, options, *, context: str, advice: str = "",
+          say: Callable[[str], None] = print) -> list:
+    """Print and gate every export verdict, then (unless `options` is None: --skip-rknn) compile each record
+    with `options` (`converters.engine.BuildOptions`), printing the build's own verdicts and what it wrote.
+    Returns the `EngineResult`s in the records' order (what packaging assembles)."""
+    from converters.engine import build_engine
+
+    # Records of one export often share verdicts (one gate over many graphs): each is shown once.
+    verdicts = list(dict.fromkeys(verdict for record in exported for verdict in record.verdicts))
+    for verdict in verdicts:
+        say(verdict.line())
+    require(verdicts, advice=advice, context=context)
+    if options is None:
+        for record in exported:
+            say(f"wrote {record.onnx} and {record.selfcheck.name}")
+        return []
+    results = []
+    for record in exported:
+        result = build_engine(record.onnx, out_dir, options, selfcheck=record.selfcheck,
+                              export_verdicts=record.verdicts, reference_onnx=record.reference)
+        for verdict in result.verdicts[len(record.verdicts):]:
+            say(verdict.line())
+        say(f"wrote {result.rknn} and {result.manifest.name}")
+        results.append(result)
+    return results
+
+
+def convert(family: str, export: Callable[[], list[Exported]], *, from_onnx: Path | None, skip_rknn: bool,
+            out: Path, target: str, toolkit: str, max_regtask_lines: int, fail_on_cpu_ops: bool,
+            min_snr_db: float, context: str, advice: str = "", say: Callable[[str], None] = print) -> list:
+    """What every `convert <family>` command does: check the target first (an export can take minutes), take
+    the records of `--onnx` or of a fresh `export()`, then `build` them into `out` (no engine with --skip-rknn)."""
+    from converters.engine import BuildOptions
+    from toolkit.versions import check_target, check_toolkit
+
+    options = None
+    if not skip_rknn:
+        options = BuildOptions(target=check_target(target), toolkit=check_toolkit(toolkit),
+                               max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
+                               min_simulator_snr_db=min_snr_db)
+    exported = [Exported.from_onnx(from_onnx, family)] if from_onnx is not None else export()
+    return build(exported, out, options, context=context, advice=advice, say=say)
+
+
+def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path, exported: list[Exported],
+                 advice: str = "", say: Callable[[str], None] = print) -> list:
+    """What every family's `build_recipe` does with its export: build it with the recipe's `[gates]`."""
+    from converters.engine import BuildOptions
+
+    return build(exported, work_dir, BuildOptions.from_recipe(recipe, target, toolkit), context=recipe["package"],
+                 advice=advice, say=say)

@@ -1,0 +1,156 @@
+"""Lookups and cuts on one ONNX graph, shared by every pass and gate that needs them: producers and
+consumers, constant values, statically known shapes, a cut between named tensors, tensor renames."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+class CutError(ValueError):
+    """The named tensors do not delimit a subgraph."""
+
+
+def node_attr(node: onnx.NodeProto, name: str, default=None):
+    for attr in node.attribute:
+        if attr.name == name:
+            return onnx.helper.get_attribute_value(attr)
+    return default
+
+
+def constant_tensors(graph: onnx.GraphProto):
+    """(name, TensorProto) of every initializer and every Constant node's `value`."""
+    for tensor in graph.initializer:
+        yield tensor.name, tensor
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for attribute in node.attribute:
+                if attribute.name == "value" and attribute.type == onnx.AttributeProto.TENSOR:
+                    yield node.output[0], attribute.t
+
+
+def constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Name -> value of every initializer and Constant node."""
+    return {name: numpy_helper.to_array(tensor) for name, tensor in constant_tensors(graph)}
+
+
+def static_shapes(model: onnx.ModelProto, constants: bool = True) -> dict[str, tuple[int, ...]]:
+    """Fully known shapes from onnx shape inference (inputs, value_info, outputs), plus the constants'."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {}
+    for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            shapes[value.name] = tuple(d.dim_value for d in dims)
+    if constants:
+        for name, tensor in constant_tensors(model.graph):
+            shapes[name] = tuple(tensor.dims)
+    return shapes
+
+
+class GraphIndex:
+    """Producer/consumer lookups for one graph (node order is topological in a valid ONNX graph)."""
+
+    def __init__(self, model: onnx.ModelProto):
+        graph = model.graph
+        self.model = model
+        self.nodes = list(graph.node)
+        self.producer = {out: node for node in self.nodes for out in node.output}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in self.nodes:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+        self.initializers = {init.name for init in graph.initializer}
+        self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
+        self._constants = set(self.initializers)
+        for node in self.nodes:  # topological order: a node's inputs are classified before it
+            if node.op_type == "Constant" or (node.input and all(i == "" or i in self._constants for i in node.input)):
+                self._constants.update(node.output)
+
+    def is_constant(self, name: str) -> bool:
+        """True for initializers, Constant outputs and tensors computed from constants only."""
+        return name == "" or name in self._constants
+
+    def descendants(self, sources: set[str]) -> set[str]:
+        """Every tensor computed (transitively) from `sources`, sources included."""
+        reached = set(sources)
+        for node in self.nodes:
+            if any(i in reached for i in node.input):
+                reached.update(node.output)
+        return reached
+
+    def ancestor_nodes(self, outputs: list[str], stop: set[str]) -> list[onnx.NodeProto]:
+        """Nodes needed to compute `outputs` when the `stop` tensors are given."""
+        needed, stack = set(), [o for o in outputs if o not in stop]
+        while stack:
+            node = self.producer.get(stack.pop())
+            if node is None or id(node) in needed:
+                continue
+            needed.add(id(node))
+            stack.extend(i for i in node.input if i and i not in stop)
+        return [n for n in self.nodes if id(n) in needed]
+
+
+def constant_value(index: GraphIndex, name: str):
+    """Value of a constant tensor (initializer or Constant node), else None."""
+    for init in index.model.graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    node = index.producer.get(name)
+    if node is not None and node.op_type == "Constant":
+        return numpy_helper.to_array(node.attribute[0].t)
+    return None
+
+
+def is_reversal(index: GraphIndex, node: onnx.NodeProto) -> bool:
+    """A flip as exporters write `torch.flip`: a Slice with a negative constant step."""
+    if node.op_type != "Slice" or len(node.input) < 5:
+        return False
+    steps = constant_value(index, node.input[4])
+    return steps is not None and bool((steps < 0).any())
+
+
+def cut(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
+    """The subgraph from the `inputs` tensors to the `outputs` tensors; CutError if the outputs need any
+    other non-constant tensor. The new inputs are float with no shape (set them after the cut); metadata
+    and value_info are not carried over (stale shapes would override pinned ones)."""
+    index = GraphIndex(model)
+    missing = [n for n in inputs + outputs if n not in index.producer and n not in index.graph_inputs]
+    if missing:
+        raise CutError(f"no tensor named {missing} in the graph")
+    needed = index.ancestor_nodes(outputs, stop=set(inputs))
+    leaks = sorted({i for n in needed for i in n.input if i and i in index.graph_inputs and i not in inputs})
+    if leaks:
+        raise CutError(f"cutting at {inputs} still needs graph inputs {leaks}: the cut does not separate the graph")
+    used = {i for n in needed for i in n.input}
+    graph_outputs = {o.name: o for o in model.graph.output}
+    graph = onnx.helper.make_graph(
+        needed, model.graph.name or "cut",
+        [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in inputs],
+        [graph_outputs.get(name) or onnx.helper.make_empty_tensor_value_info(name) for name in outputs],
+        [init for init in model.graph.initializer if init.name in used])
+    extracted = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
+    extracted.ir_version = model.ir_version
+    return extracted
+
+
+def rename_tensors(model: onnx.ModelProto, names: dict[str, str]) -> onnx.ModelProto:
+    """Rename tensors everywhere they appear (graph inputs/outputs, node inputs/outputs, value_info)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    for node in graph.node:
+        node.input[:] = [names.get(i, i) for i in node.input]
+        node.output[:] = [names.get(o, o) for o in node.output]
+    for info in list(graph.input) + list(graph.output) + list(graph.value_info):
+        info.name = names.get(info.name, info.name)
+    return out
+
+
+def drop_unused_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Remove initializers no node and no graph output reads (in place; returns the model)."""
+    used = {name for node in model.graph.node for name in node.input} | {o.name for o in model.graph.output}
+    live = [init for init in model.graph.initializer if init.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(live)
+    return model

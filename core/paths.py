@@ -1,0 +1,41 @@
+"""Where things are: the repository, the venvs, and the names of every artifact beside an exported ONNX.
+Each name is defined here once; the exporters, the build and the packaging step all use these."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WORK_ROOT = Path("work")  # default output root of `convert <family>`: work/<family>
+
+
+def venv_root() -> Path:
+    return Path(os.environ.get("RKAUDIO_VENV_DIR", REPO_ROOT / ".venv"))
+
+
+def work_dir(family: str) -> Path:
+    """The default output directory of `convert <family>` (relative to where it runs)."""
+    return WORK_ROOT / family
+
+
+def selfcheck_path(onnx_path: Path) -> Path:
+    """Self-check inputs of an exported ONNX: an .npz keyed by its input names (one run)."""
+    return Path(onnx_path).with_suffix(".selfcheck.npz")
+
+
+def reference_path(onnx_path: Path) -> Path:
+    """The exact fp32 twin of an engine graph that relies on fp16 arithmetic (the host runs it, the
+    simulator gate compares with it)."""
+    return Path(onnx_path).with_suffix(".fp32.onnx")
+
+
+def engine_name(onnx_path: Path) -> str:
+    return Path(onnx_path).stem + ".rknn"
+
+
+def manifest_name(onnx_path: Path) -> str:
+    return Path(onnx_path).stem + ".manifest.json"
+
+
+def build_log_name(onnx_path: Path) -> str:
+    return Path(onnx_path).stem + ".build.log"

@@ -1,0 +1,312 @@
+"""The parent half of the converter-venv child (`toolkit.child`): inspect the ONNX the toolkit will read,
+start the child in its own temporary directory with fds 1/2 on a log, follow its stage events, send it
+simulator runs, and reap it (and any adb server the toolkit started). The engine build
+(`converters.engine.build_engine`) and the simulator backend (`runtime.backends.SimulatorBackend`) share it.
+
+onnx / numpy are imported inside functions so the CLI's `--help` stays fast."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.contract import get_contract
+from core.errors import BuildError, SetupError
+from core.paths import REPO_ROOT
+from toolkit.versions import check_target, check_toolkit, converter_python
+
+# Newest ONNX IR version / default-domain opset each toolkit's bundled onnx can read
+# (2.3.2 runs with onnx 1.16.1, 2.5.0 with onnx 1.18.0).
+TOOLKIT_ONNX_LIMITS = {"2.3.2": {"ir": 10, "opset": 21}, "2.5.0": {"ir": 11, "opset": 23}}
+CUSTOM_STRING_MAX_BYTES = 1024  # the toolkit's limit for config(custom_string=...)
+LOG_TAIL_LINES = 20
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # the toolkit colours its log lines
+
+# ---------------------------------------------------------------- ONNX inspection
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+def _tensor_specs(values, kind: str) -> list[TensorSpec]:
+    from onnx import helper
+
+    specs = []
+    for value in values:
+        tensor_type = value.type.tensor_type
+        dims = []
+        for axis, dim in enumerate(tensor_type.shape.dim):
+            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+                label = dim.dim_param or "unknown"
+                raise SetupError(
+                    f"{kind} '{value.name}' has a symbolic dimension '{label}' at axis {axis}; the NPU needs "
+                    "fixed shapes: export with fixed sizes (or pin them with surgery.graph.fold.fold_fixed)")
+            dims.append(int(dim.dim_value))
+        dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
+        specs.append(TensorSpec(value.name, tuple(dims), dtype))
+    return specs
+
+
+def graph_io(model) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """Graph inputs (initializers excluded) and outputs with their fixed shapes."""
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = [value for value in model.graph.input if value.name not in initializers]
+    return _tensor_specs(inputs, "input"), _tensor_specs(model.graph.output, "output")
+
+
+def toolkit_readable(model, toolkit: str):
+    """The model with its IR version lowered to what the toolkit's onnx reads (when its opsets allow),
+    or a SetupError saying which version is too new."""
+    from onnx import helper
+
+    limits = TOOLKIT_ONNX_LIMITS[toolkit]
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset > limits["opset"]:
+        raise SetupError(f"the ONNX uses opset {opset}; rknn-toolkit2 {toolkit} reads opset <= {limits['opset']}: "
+                         "export with a lower opset_version (rkaudio uses 17)")
+    if model.ir_version <= limits["ir"]:
+        return model
+    needed = helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    if needed > limits["ir"]:
+        raise SetupError(f"the ONNX needs IR version {needed}; rknn-toolkit2 {toolkit} reads IR <= {limits['ir']}")
+    lowered = type(model)()
+    lowered.CopyFrom(model)
+    lowered.ir_version = limits["ir"]
+    return lowered
+
+
+def custom_string(contract: dict) -> str:
+    """Compact JSON of the contract essentials, embedded in the engine (at most 1024 bytes):
+    keys are added in priority order while they fit."""
+    producer = contract.get("producer", {})
+    candidates = [
+        ("family", contract.get("family")), ("component", contract.get("component")),
+        ("role", contract.get("role")), ("exec_plan_option", contract.get("exec_plan_option")),
+        ("rkaudio", producer.get("rkaudio")), ("git", producer.get("git")),
+        ("ladder_key", contract.get("ladder_key")), ("exec_params", contract.get("exec_params")),
+    ]
+    essentials: dict = {}
+    for key, value in candidates:
+        if value is None:
+            continue
+        trial = {**essentials, key: value}
+        if len(json.dumps(trial, separators=(",", ":")).encode()) <= CUSTOM_STRING_MAX_BYTES:
+            essentials = trial
+    return json.dumps(essentials, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------- the child
+
+def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    text = ANSI_ESCAPE.sub("", text)
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def kill_stray_adb(venv_dir: Path) -> list[int]:
+    """SIGKILL every `adb` process whose executable lives inside `venv_dir` (the toolkit bundles one whose
+    server outlives Python; the child never starts it, this is the safety net). Returns the pids killed."""
+    venv_dir = venv_dir.resolve()
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            exe = Path(os.readlink(entry / "exe"))
+        except OSError:
+            continue
+        if exe.name.startswith("adb") and venv_dir in exe.parents:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except OSError:
+                pass
+    return killed
+
+
+class ConverterChild:
+    """One `python -m toolkit.child` child in the converter venv: builds the ONNX once, then runs
+    simulator requests until closed. Its fds 1/2 go to `log_path`; JSON events come back on a pipe.
+    Used by `build_engine` (export + one self-check run) and `runtime.backends.SimulatorBackend` (serve)."""
+
+    def __init__(self, onnx_path: Path, target: str, toolkit: str, log_path: Path | None, *,
+                 rknn_path: Path | None, simulate: bool, timeout_s: float | None = None):
+        import onnx
+
+        self.target = check_target(target)
+        self.toolkit = check_toolkit(toolkit)
+        python = converter_python(self.toolkit)
+        self._venv_dir = python.parent.parent
+        self.work_dir = Path(tempfile.mkdtemp(prefix="rkaudio-child-"))
+        # Without a log_path the log lives (and dies) with the work dir; errors still quote its tail.
+        self._log_kept = log_path is not None
+        self.log_path = Path(log_path) if self._log_kept else self.work_dir / "build.log"
+        self.stage = "start"
+        self._proc = None
+        try:
+            model = onnx.load(str(onnx_path))
+            self.inputs, self.outputs = graph_io(model)
+            readable = toolkit_readable(model, self.toolkit)
+            if readable is not model:
+                onnx_path = self.work_dir / "model.onnx"
+                onnx.save(readable, str(onnx_path))
+            request = {
+                "onnx": str(Path(onnx_path).resolve()), "target": self.target,
+                "inputs": [s.name for s in self.inputs], "input_shapes": [list(s.shape) for s in self.inputs],
+                "outputs": [s.name for s in self.outputs],
+                "custom_string": custom_string(get_contract(model)),
+                "rknn": str(rknn_path) if rknn_path else None, "simulate": simulate,
+            }
+            self._start(python, request, timeout_s)
+        except BaseException:
+            self._cleanup()
+            raise
+
+    def _start(self, python: Path, request: dict, timeout_s: float | None) -> None:
+        read_fd, write_fd = os.pipe()
+        request["events_fd"] = write_fd
+        request_path = self.work_dir / "request.json"
+        request_path.write_text(json.dumps(request))
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(self.work_dir),
+               "PYTHONUNBUFFERED": "1"}
+        for key in ("VIRTUAL_ENV", "PYTHONHOME"):
+            env.pop(key, None)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self._proc = subprocess.Popen(
+                [str(python), "-m", "toolkit.child", str(request_path)],
+                cwd=self.work_dir, stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,), env=env)
+        os.close(write_fd)
+        self._events = os.fdopen(read_fd, "r")
+        self._timer, self._timeout_s, self._timed_out = None, timeout_s, False
+        if timeout_s is not None:
+            self._timer = threading.Timer(timeout_s, self._on_timeout)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _on_timeout(self) -> None:
+        self._timed_out = True
+        self._proc.kill()
+
+    def _next_event(self, wanted: str) -> dict:
+        """Read events until one carrying `wanted`; a child error or death becomes a BuildError."""
+        for line in self._events:
+            event = json.loads(line)
+            if "stage" in event:
+                self.stage = event["stage"]
+            if "error" in event:
+                self._fail(event["error"])
+            if wanted in event:
+                return event
+        self._fail(None)
+
+    def _close_stdin(self) -> None:
+        """End of run requests: the child releases the toolkit and exits (a dead child's pipe may be broken)."""
+        if self._proc is not None and self._proc.stdin and not self._proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+
+    def _fail(self, error: str | None):
+        self._close_stdin()
+        code = self._proc.wait()
+        self._reap()
+        if code < 0:
+            reason = f"killed by signal {signal.Signals(-code).name}"
+            if self._timed_out:
+                reason += f" (timeout: {self._timeout_s:g} s)"
+        elif error:
+            reason = error
+        else:
+            reason = f"exited with code {code} without reporting an error"
+        stage = self.stage
+        tail = log_tail(self.log_path)
+        self._cleanup()
+        raise BuildError(stage, reason, tail, self.log_path if self._log_kept else None)
+
+    def wait_ready(self) -> None:
+        self._next_event("ready")
+
+    def run(self, feeds: dict) -> dict:
+        """Simulator outputs for `feeds` (input name -> array), by output name."""
+        import numpy as np
+
+        inputs_path = self.work_dir / "run_inputs.npz"
+        outputs_path = self.work_dir / "run_outputs.npz"
+        np.savez(inputs_path, **feeds)
+        try:
+            self._proc.stdin.write((json.dumps({"inputs": str(inputs_path), "outputs": str(outputs_path)}) + "\n").encode())
+            self._proc.stdin.flush()
+        except BrokenPipeError:  # the child is already gone: report how it died
+            self._fail(None)
+        self._next_event("ran")
+        with np.load(outputs_path) as data:
+            outputs = {name: data[name] for name in data.files}
+        # The toolkit may return a 4-D view of a lower-rank output: restore the ONNX shape.
+        shapes = {s.name: s.shape for s in self.outputs}
+        return {name: value.reshape(shapes[name]) if value.size == int(np.prod(shapes[name])) else value
+                for name, value in outputs.items()}
+
+    def close(self) -> None:
+        """Let the child release the toolkit and exit; a failure on the way out is still reported."""
+        if self._proc is None:
+            self._cleanup()
+            return
+        self._close_stdin()
+        self._next_event("done")
+        self._proc.wait()
+        self._reap()
+        self._cleanup()
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._reap()
+        self._cleanup()
+
+    def _reap(self) -> None:
+        if getattr(self, "_timer", None) is not None:
+            self._timer.cancel()
+        kill_stray_adb(self._venv_dir)
+
+    def _cleanup(self) -> None:
+        events = getattr(self, "_events", None)
+        if events is not None and not events.closed:
+            events.close()
+        self._close_stdin()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        if exc_type is None:
+            self.close()
+        else:
+            self.kill()
+
+
+def random_feeds(inputs: list[TensorSpec], seed: int = 0) -> dict:
+    """Deterministic self-check feeds: standard normal for float inputs, zeros for the others."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {spec.name: rng.standard_normal(spec.shape).astype(spec.dtype) if np.dtype(spec.dtype).kind == "f"
+            else np.zeros(spec.shape, dtype=spec.dtype) for spec in inputs}
