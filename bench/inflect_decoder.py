@@ -24,10 +24,9 @@ def _timed(fn):
 
 def main() -> list[dict]:
     import onnx
-    import onnxruntime as ort
 
     from converters.engine import BuildOptions, build_engine
-    from converters.families.inflect import CONTEXT, INTERIOR_LENGTH, WINDOW, export, selfcheck_path
+    from converters.families.inflect import CONTEXT, WINDOW, export
     from converters.families.inflect import decoder as D
     from converters.families.inflect.reference import MICRO, NANO, export_official
     from runtime.backends import OnnxBackend
@@ -38,16 +37,16 @@ def main() -> list[dict]:
         for cfg in (MICRO, NANO):
             work = Path(scratch) / cfg.name
             paths = export_official(work / "official", cfg, seed=0)
-            (onnx_path, verdicts), export_s = _timed(lambda: export(paths["decode"], paths["duration"], work,
-                                                                    WINDOW, CONTEXT, True, TARGET, say=lambda *_: None))
-            contract = get_contract(onnx_path)
-            result, build_s = _timed(lambda: build_engine(onnx_path, work, BuildOptions(TARGET, TOOLKIT),
-                                                          selfcheck=selfcheck_path(onnx_path), export_verdicts=verdicts))
+            [record], export_s = _timed(lambda: export(paths["decode"], paths["duration"], work, WINDOW, CONTEXT,
+                                                       True, TARGET, say=lambda *_: None))
+            contract = get_contract(record.onnx)
+            result, build_s = _timed(lambda: build_engine(record.onnx, work, BuildOptions(TARGET, TOOLKIT),
+                                                          selfcheck=record.selfcheck, export_verdicts=record.verdicts))
             manifest = result.manifest_data
-            decode = ort.InferenceSession(str(paths["decode"]), providers=["CPUExecutionProvider"])
-            duration = ort.InferenceSession(str(paths["duration"]), providers=["CPUExecutionProvider"])
-            backend = OnnxBackend(onnx_path)
-            prior = D.prior_latent(duration, INTERIOR_LENGTH, seed=INTERIOR_LENGTH)
+            decode = OnnxBackend(paths["decode"])
+            duration = OnnxBackend(paths["duration"])
+            backend = OnnxBackend(record.onnx)
+            prior = D.prior_latent(duration, D.INTERIOR_LENGTH, seed=D.INTERIOR_LENGTH)
             table = D.context_table(backend, decode, prior, WINDOW, CONTEXTS, cfg.hop_length)
             slices = int(UTTERANCE_SECONDS * cfg.sampling_rate / cfg.hop_length)
             long_latent = D.prior_latent(duration, slices, seed=1)

@@ -30,23 +30,28 @@ def sine_snr_db(form: str) -> float:
 
 
 def main() -> list[dict]:
-    from converters.families import kokoro
+    from converters.engine import BuildOptions, build_engine
+    from converters.families.kokoro.export import export
+    from converters.families.kokoro.graph import OUTPUT, interior
+    from converters.families.kokoro.sources import load_generator
+    from converters.families.kokoro.verdicts import onnx_outputs
     from gates.snr import snr_db
 
     work = Path(os.environ.get("KOKORO_BENCH_WORK", tempfile.gettempdir())) / "bench-kokoro-generator"
-    config, state, label, _ = kokoro.load_generator(None, None, work, use_cache=False)
-    exact_path, _, _, _ = kokoro.export(config, state, label, FRAMES, work / "exact", "exact", snake_fold=True)
+    config, state, label, _ = load_generator(None, None, work, use_cache=False)
+    [exact_record] = export(config, state, label, FRAMES, work / "exact", "exact", snake_fold=True)
+    options = BuildOptions(TARGET, TOOLKIT, max_regtask_lines=100_000, fail_on_cpu_ops=False, min_simulator_snr_db=0.0)
     rows = []
     for form in FORMS:
         started = time.perf_counter()
-        engine, reference, verdicts, _ = kokoro.export(config, state, label, FRAMES, work / form, form, True)
+        [record] = export(config, state, label, FRAMES, work / form, form, True)
         exported = time.perf_counter()
-        result = kokoro.build(engine, reference, work / form, TARGET, TOOLKIT, max_regtask_lines=100_000,
-                              fail_on_cpu_ops=False, min_simulator_snr_db=0.0, verdicts=verdicts)
+        result = build_engine(record.onnx, work / form, options, selfcheck=record.selfcheck,
+                              export_verdicts=record.verdicts, reference_onnx=record.reference)
         built = time.perf_counter()
-        feeds = dict(np.load(engine.with_suffix(".selfcheck.npz")))
-        exact = kokoro.onnx_outputs(exact_path, feeds)
-        simulated = np.asarray(result.simulator_outputs[kokoro.OUTPUT], dtype=np.float64).reshape(exact.shape)
+        feeds = dict(np.load(record.selfcheck))
+        exact = onnx_outputs(exact_record.onnx, feeds)
+        simulated = np.asarray(result.simulator_outputs[OUTPUT], dtype=np.float64).reshape(exact.shape)
         manifest = result.manifest_data
         rows.append({
             "form": form, "export_s": round(exported - started, 1), "build_s": round(built - exported, 1),
@@ -55,9 +60,8 @@ def main() -> list[dict]:
             "cpu_op_types": sorted({op["type"] for op in manifest["ops"]["cpu_ops"]}),
             "regtask_lines": manifest["regtask"]["lines"],
             "sine_snr_db": round(sine_snr_db(form), 1),
-            "generator_snr_db": round(snr_db(kokoro.interior(config, FRAMES, exact),
-                                             kokoro.interior(config, FRAMES, simulated)), 1),
-            "sim_vs_own_fp32_db": round(manifest["simulator"][kokoro.OUTPUT]["snr_db"], 1),
+            "generator_snr_db": round(snr_db(interior(config, FRAMES, exact), interior(config, FRAMES, simulated)), 1),
+            "sim_vs_own_fp32_db": round(manifest["simulator"][OUTPUT]["snr_db"], 1),
         })
     clip = rows[0]
     for row in rows:

@@ -14,6 +14,7 @@ import numpy as np
 from converters.engine import BuildOptions, build_engine
 from converters.families.piper import decoder
 from converters.families.piper.voice import resolve_voice
+from runtime.backends import OnnxBackend
 from runtime.window_walk import WindowContract, walk
 from core.contract import get_contract
 
@@ -36,11 +37,11 @@ def engine_rows(scratch: Path) -> list[dict]:
         for target in TARGETS:
             out = scratch / f"mask{int(dec_mask)}" / target
             started = time.perf_counter()
-            export = decoder.export_decoder(None, out, 93, 24, dec_mask, target)
+            (export,) = decoder.export(None, out, 93, 24, dec_mask, target)
             exported = time.perf_counter()
-            result = build_engine(export.onnx_path, out,
+            result = build_engine(export.onnx, out,
                                   BuildOptions(target, TOOLKIT, max_regtask_lines=0, fail_on_cpu_ops=True),
-                                  selfcheck=export.selfcheck_path, export_verdicts=export.verdicts)
+                                  selfcheck=export.selfcheck, export_verdicts=export.verdicts)
             manifest = result.manifest_data
             gates = {v.name: v.value for v in result.verdicts}
             rows.append({"kind": "engine", "target": target, "dec_mask": dec_mask,
@@ -61,7 +62,7 @@ def walk_timing(scratch: Path) -> dict:
     contract = WindowContract.from_contract(get_contract(engine))
     slices = int(UTTERANCE_S * 22050 / piece.hop)
     z = decoder.white_noise_latent(piece.channels, slices)
-    full, windowed = decoder.OrtRunner(piece.model), decoder.OrtRunner(engine)
+    full, windowed = OnnxBackend(piece.model, threads=1), OnnxBackend(engine, threads=1)
     decoder.full_decode(full, z[:, :, :93], None)  # warm both sessions
     windowed.run({decoder.LATENT: z[:, :, :93], decoder.MASK: np.ones((1, 1, 93), np.float32)})
     started = time.perf_counter()
@@ -81,7 +82,7 @@ def context_rows() -> list[dict]:
     voice = resolve_voice(None)
     model = onnx.load(str(voice.onnx_path))
     piece = decoder.slice_voice(model)
-    full = decoder.OrtRunner(piece.model)
+    full = OnnxBackend(piece.model, threads=1)
     latents = [item["z"] for seed in (0, 1, 2)
                for item in decoder.voice_latents(model, piece.seam, voice.config, text=TABLE_TEXT, seed=seed)]
     noise = [decoder.white_noise_latent(piece.channels, 400, seed=seed) for seed in (0, 1)]
@@ -91,7 +92,7 @@ def context_rows() -> list[dict]:
     for context in CONTEXTS:
         engine = decoder.fixed_window_model(piece, EMITTED + 2 * context, context, False, "joe", 22050)
         contract = WindowContract.from_contract(get_contract(engine))
-        runner = decoder.OrtRunner(engine)
+        runner = OnnxBackend(engine, threads=1)
         row = {"kind": "context", "window": contract.window, "context": context, "emitted": EMITTED}
         for name, pairs in cases.items():
             snrs = []

@@ -25,14 +25,14 @@ def measure(width: int, out: Path) -> dict:
 
     voice = encoder.Voice(None)
     started = time.perf_counter()
-    onnx_path, selfcheck, verdicts = encoder.export_width(voice, width, out)
+    record = encoder.export_width(voice, width, out)
     exported = time.perf_counter()
-    result = build_engine(onnx_path, out, BuildOptions(TARGET, TOOLKIT, max_regtask_lines=0, fail_on_cpu_ops=True),
-                          selfcheck=selfcheck, export_verdicts=verdicts)
+    result = build_engine(record.onnx, out, BuildOptions(TARGET, TOOLKIT, max_regtask_lines=0, fail_on_cpu_ops=True),
+                          selfcheck=record.selfcheck, export_verdicts=record.verdicts)
     built = time.perf_counter()
     build_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     chunks = encoder.drift_chunks(voice, list(WIDTHS))[width]
-    drifts = encoder.measure_drift(voice, onnx_path, width, TARGET, TOOLKIT, chunks)
+    drifts = encoder.measure_drift(voice, record.onnx, width, TARGET, TOOLKIT, chunks)
     manifest = result.manifest_data
     figures = {v.name.split("[")[0]: v.value for v in result.verdicts}
     return {

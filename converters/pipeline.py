@@ -109,9 +109,10 @@ def convert(family: str, export: Callable[[], list[Exported]], *, from_onnx: Pat
     from converters.engine import BuildOptions
     from toolkit.versions import check_target, check_toolkit
 
+    target = check_target(target)  # exports depend on it too (the problem-op scan, per-target graph forms)
     options = None
     if not skip_rknn:
-        options = BuildOptions(target=check_target(target), toolkit=check_toolkit(toolkit),
+        options = BuildOptions(target=target, toolkit=check_toolkit(toolkit),
                                max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
                                min_simulator_snr_db=min_snr_db)
     exported = [Exported.from_onnx(from_onnx, family)] if from_onnx is not None else export()

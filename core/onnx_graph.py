@@ -12,6 +12,7 @@ class CutError(ValueError):
 
 
 def node_attr(node: onnx.NodeProto, name: str, default=None):
+    """The value of the node's attribute `name`, else `default`."""
     for attr in node.attribute:
         if attr.name == name:
             return onnx.helper.get_attribute_value(attr)
@@ -34,14 +35,18 @@ def constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return {name: numpy_helper.to_array(tensor) for name, tensor in constant_tensors(graph)}
 
 
-def static_shapes(model: onnx.ModelProto, constants: bool = True) -> dict[str, tuple[int, ...]]:
-    """Fully known shapes from onnx shape inference (inputs, value_info, outputs), plus the constants'."""
+def inferred_dims(model: onnx.ModelProto, outputs: bool = True):
+    """(name, dims) of each value_info/input/output entry after shape inference, None where a dim is still dynamic."""
     inferred = onnx.shape_inference.infer_shapes(model)
-    shapes = {}
-    for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        dims = value.type.tensor_type.shape.dim
-        if dims and all(d.HasField("dim_value") for d in dims):
-            shapes[value.name] = tuple(d.dim_value for d in dims)
+    for value in [*inferred.graph.value_info, *inferred.graph.input, *(inferred.graph.output if outputs else ())]:
+        yield value.name, tuple(d.dim_value if d.HasField("dim_value") else None
+                                for d in value.type.tensor_type.shape.dim)
+
+
+def static_shapes(model: onnx.ModelProto, constants: bool = True,
+                  outputs: bool = True) -> dict[str, tuple[int, ...]]:
+    """Fully known shapes (+ the constants'); outputs=False skips declared output shapes, stale once re-pinned."""
+    shapes = {name: dims for name, dims in inferred_dims(model, outputs) if dims and None not in dims}
     if constants:
         for name, tensor in constant_tensors(model.graph):
             shapes[name] = tuple(tensor.dims)
@@ -55,11 +60,14 @@ class GraphIndex:
         graph = model.graph
         self.model = model
         self.nodes = list(graph.node)
-        self.producer = {out: node for node in self.nodes for out in node.output}
-        self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        for node in self.nodes:
+        # Positions in graph.node, for passes that rebuild the node list by position.
+        self.producer_position = {out: i for i, node in enumerate(self.nodes) for out in node.output}
+        self.consumer_positions: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
             for name in node.input:
-                self.consumers.setdefault(name, []).append(node)
+                self.consumer_positions.setdefault(name, []).append(i)
+        self.producer = {out: self.nodes[i] for out, i in self.producer_position.items()}
+        self.consumers = {name: [self.nodes[i] for i in found] for name, found in self.consumer_positions.items()}
         self.initializers = {init.name for init in graph.initializer}
         self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
         self._constants = set(self.initializers)

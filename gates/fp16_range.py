@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from core.onnx_graph import constant_tensors
 from gates.verdict import Verdict, at_most
 
 FP16_MAX = 65504.0
@@ -15,20 +16,10 @@ ADVICE = ("a constant beyond the fp16 range (|x| > 65504) is inf in the engine: 
           "built (fold the scale into the op that consumes it) so every constant fits fp16")
 
 
-def _float_constants(model: onnx.ModelProto):
-    for tensor in model.graph.initializer:
-        yield tensor.name, tensor
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            for attribute in node.attribute:
-                if attribute.type == onnx.AttributeProto.TENSOR:
-                    yield node.output[0], attribute.t
-
-
 def out_of_range(model: onnx.ModelProto) -> list[tuple[str, float]]:
     """(name, max |value|) of every floating-point constant with a finite fp32 value past the fp16 range."""
     found = []
-    for name, tensor in _float_constants(model):
+    for name, tensor in constant_tensors(model.graph):
         if tensor.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16):
             continue
         values = numpy_helper.to_array(tensor)
@@ -38,6 +29,7 @@ def out_of_range(model: onnx.ModelProto) -> list[tuple[str, float]]:
 
 
 def fp16_constants_verdict(model: onnx.ModelProto) -> Verdict:
+    """Gate: no constant past the fp16 range; the detail names the three largest."""
     found = out_of_range(model)
     detail = "; ".join(f"{name} max|x| {value:.6g}" for name, value in found[:3]) + (" ..." if len(found) > 3 else "")
     return at_most("fp16_constants", len(found), 0, "tensors", detail or "every constant within +-65504")

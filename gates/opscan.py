@@ -11,8 +11,8 @@ from typing import TextIO
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
+from core.onnx_graph import constant_values
 from gates.verdict import Verdict, at_most
 
 # Shape glue: only legal while something is dynamic; with every input pinned it is constant.
@@ -57,14 +57,6 @@ class ProblemOp:
         return f"{self.op_type} {self.name or '(unnamed)'}: {self.reason}"
 
 
-def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    values = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
-
-
 def _operand_reason(node: onnx.NodeProto, constants: dict[str, np.ndarray]) -> str | None:
     """Reasons that depend on an operand: computed from the data, or a constant of a bad kind."""
     def computed(index: int) -> bool:
@@ -87,7 +79,7 @@ def scan(model: onnx.ModelProto | str | Path, target: str | None = None) -> list
     """Problem nodes of the main graph in graph order; `target` drops ops that target runs on the NPU."""
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(str(model), load_external_data=False)
-    constants = _constant_values(model.graph)
+    constants = constant_values(model.graph)
     found = []
     for node in model.graph.node:
         reason = ALWAYS.get(node.op_type)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.window_walk import plan_windows
+from runtime.dsp import istft, stft
+from runtime.window_walk import WindowSpan, plan_windows, read_contract
 
 NYQUIST_ROWS = 5  # top log-magnitude rows capped by `gain`
 
@@ -65,33 +66,6 @@ def source_signal(f0: np.ndarray, params: SourceParams, noise: np.ndarray) -> np
     return np.tanh(waves @ params.linear_weight.T.astype(np.float64) + params.linear_bias)[:, 0]
 
 
-def _hann(n_fft: int) -> np.ndarray:
-    return 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)  # periodic, as torch.hann_window
-
-
-def stft(signal: np.ndarray, n_fft: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
-    """Centred (reflect-padded) STFT: magnitude and phase [n_fft/2+1, len/hop+1], as torch.stft."""
-    padded = np.pad(signal, n_fft // 2, mode="reflect")
-    frames = 1 + (len(padded) - n_fft) // hop
-    index = np.arange(n_fft)[None, :] + hop * np.arange(frames)[:, None]
-    spectrum = np.fft.rfft(padded[index] * _hann(n_fft), axis=1).T
-    return np.abs(spectrum), np.angle(spectrum)
-
-
-def istft(magnitude: np.ndarray, phase: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
-    """Inverse of `stft` (overlap-add, window-square normalised, centre padding removed), as torch.istft."""
-    frames = magnitude.shape[1]
-    window = _hann(n_fft)
-    pieces = np.fft.irfft((magnitude * np.exp(1j * phase)).T, n=n_fft, axis=1) * window
-    length = n_fft + hop * (frames - 1)
-    out, norm = np.zeros(length), np.zeros(length)
-    for i in range(frames):
-        out[i * hop: i * hop + n_fft] += pieces[i]
-        norm[i * hop: i * hop + n_fft] += window**2
-    half = n_fft // 2
-    return out[half: length - half] / np.where(norm[half: length - half] > 1e-11, norm[half: length - half], 1.0)
-
-
 def harmonic_conditioning(f0: np.ndarray, params: SourceParams, n_fft: int, hop: int,
                           rng: np.random.Generator) -> np.ndarray:
     """har [1, n_fft+2, 60N+1] for per-frame F0 [N]: the source's STFT magnitude and phase."""
@@ -108,12 +82,9 @@ def spec_phase_to_audio(spec_phase: np.ndarray, n_fft: int, hop: int) -> np.ndar
 
 
 @dataclass(frozen=True)
-class KokoroWindow:
+class KokoroWindow(WindowSpan):
     """The engine's window contract (from its ONNX metadata) and the exec-plan params."""
 
-    window: int
-    context: int
-    emitted: int
     hop: int  # fine columns per latent frame (60)
     coarse_hop: int  # coarse columns per latent frame (10)
     n_fft: int
@@ -122,10 +93,12 @@ class KokoroWindow:
 
     @classmethod
     def from_contract(cls, contract: dict, params: dict | None = None) -> "KokoroWindow":
+        """The window keys, the coarse rate (coarse_length per window) and the exec params (`params` over the
+        contract's own); ValueError for an overlap the window cannot blend."""
         params = {**contract.get("exec_params", {}), **(params or {})}
-        layout = cls(int(contract["window"]), int(contract["context"]), int(contract["emitted"]),
-                   int(contract["hop"]), int(contract["coarse_length"]) // int(contract["window"]),
-                   int(contract["n_fft"]), int(params.get("overlap", 0)), bool(params.get("gain", False)))
+        span = WindowSpan.from_contract(contract)
+        layout = read_contract(cls, contract, coarse_hop=int(contract["coarse_length"]) // span.window,
+                               overlap=int(params.get("overlap", 0)), gain=bool(params.get("gain", False)))
         widest = min(layout.context, layout.emitted - 1)
         if not 0 <= layout.overlap <= widest:
             raise ValueError(f"params.overlap must be an integer in [0, {widest}] for this engine (context "

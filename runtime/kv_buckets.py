@@ -1,11 +1,11 @@
 """Greedy ASR decoding over CPU-owned rank-3 K/V buckets, on any backend with `run(feeds) -> outputs`.
 
-The plan (`audio8_plan.json`, written by the exporter) lists every graph with its contract; nothing here
-restates a shape. Per token: each layer's K/V projection graph gives this position's K/V rows, the CPU
-writes them into the layer's [heads, Smax, head_dim] buffers, and the layer's block graph for the current
-bucket reads the whole buffer under a CPU-made mask. When the write position reaches the bucket's end,
-every layer's valid rows are copied into the next bucket and decoding continues at the same token and
-RoPE position. Graphs load on first use; the frontend graphs are released after prefill."""
+The plan (`audio8_plan.json`, written by the exporter) lists every graph with its contract and the engine
+it compiles to; nothing here restates a shape. Per token: each layer's K/V projection graph gives this
+position's K/V rows, the CPU writes them into the layer's [heads, Smax, head_dim] buffers, and the layer's
+block graph for the current bucket reads the whole buffer under a CPU-made mask. When the write position
+reaches the bucket's end, every layer's valid rows are copied into the next bucket and decoding continues
+at the same token and RoPE position. Graphs load on first use; the frontend graphs are released after prefill."""
 from __future__ import annotations
 
 import json
@@ -95,11 +95,11 @@ class Audio8Runtime:
         backend = self._open.get(key)
         if backend is None:
             start = time.perf_counter()
-            entry = self.graphs[key]
-            if self.artifact not in entry:
-                raise SetupError(f"the plan lists no {self.artifact} file for {entry['onnx']}: build the engines "
-                                 "with `convert audio8` (without --skip-rknn)")
-            backend = self._open[key] = self._backend_for(self.plan_dir / entry[self.artifact])
+            path = self.plan_dir / self.graphs[key][self.artifact]
+            if not path.is_file():
+                raise SetupError(f"no {path.name} in {self.plan_dir}: build the engines with `convert audio8` "
+                                 "(without --skip-rknn)")
+            backend = self._open[key] = self._backend_for(path)
             timings.load_ms += _ms_since(start)
         start = time.perf_counter()
         outputs = backend.run(feeds)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime.dsp import stft
+
 SAMPLE_RATE = 16_000
 N_FFT = 400
 HOP = 160
@@ -36,13 +38,8 @@ def mel_filters(bins: int, n_fft: int = N_FFT, sample_rate: int = SAMPLE_RATE) -
 
 def log_mel(audio: np.ndarray, bins: int = 128) -> np.ndarray:
     """[bins, len(audio) // HOP] log-mel features of mono 16 kHz float audio (the last STFT frame dropped)."""
-    audio = np.asarray(audio, dtype=np.float64)
-    padded = np.pad(audio, N_FFT // 2, mode="reflect")
-    frames = 1 + (len(padded) - N_FFT) // HOP
-    index = np.arange(N_FFT)[None, :] + HOP * np.arange(frames)[:, None]
-    window = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(N_FFT) / N_FFT)
-    power = np.abs(np.fft.rfft(padded[index] * window, axis=-1)) ** 2
-    mel = mel_filters(bins) @ power[:-1].T
+    magnitude, _ = stft(np.asarray(audio, dtype=np.float64), N_FFT, HOP)
+    mel = mel_filters(bins) @ (magnitude ** 2)[:, :-1]
     log_spec = np.log10(np.maximum(mel, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).astype(np.float32)

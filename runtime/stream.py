@@ -16,11 +16,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from runtime.window_walk import WindowSpan, read_contract
+
 CODES, CACHE_IN, PCM, CACHE_OUT = "codes", "cache_in", "pcm", "cache_out"
 
 
 @dataclass(frozen=True)
 class StepContract:
+    """A step engine's contract: `frames` code frames per run over a flat cache of `cache_numel` floats."""
+
     frames: int
     cache_numel: int
     samples_per_frame: int
@@ -28,8 +32,8 @@ class StepContract:
 
     @classmethod
     def from_contract(cls, contract: dict) -> "StepContract":
-        return cls(int(contract["frames"]), int(contract["cache_numel"]), int(contract["samples_per_frame"]),
-                   int(contract["num_quantizers"]))
+        """Read the keys written by the exporter (see `runtime.window_walk.read_contract`)."""
+        return read_contract(cls, contract)
 
 
 def _padded(codes: np.ndarray, frames: int) -> np.ndarray:
@@ -114,16 +118,10 @@ def offline_decode(codes: np.ndarray, main, main_contract: dict) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class WindowRole:
-    window: int
-    context: int
-    emitted: int
-    samples_per_frame: int
+class WindowRole(WindowSpan):
+    """The window role's contract: `window` = `context` frames on the left + `emitted` new ones."""
 
-    @classmethod
-    def from_contract(cls, contract: dict) -> "WindowRole":
-        return cls(int(contract["window"]), int(contract["context"]), int(contract["emitted"]),
-                   int(contract["samples_per_frame"]))
+    samples_per_frame: int
 
 
 def window_decode(codes: np.ndarray, backend, contract: dict) -> np.ndarray:

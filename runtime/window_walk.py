@@ -12,6 +12,7 @@ The walk knows nothing about models: it runs any backend with `run(feeds) -> out
 its window contract (window/context/emitted/hop/input names) from the ONNX metadata."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,13 +33,39 @@ class Window:
         return self.kind != "padded"
 
 
+def read_contract(cls, contract: dict, **given):
+    """The dataclass `cls` with each field not `given` read from the ONNX contract key of its name (int fields
+    as int, an absent optional field at its default): the one reader of every runtime's window keys."""
+    values = dict(given)
+    for field in dataclasses.fields(cls):
+        if field.name in values:
+            continue
+        if field.name not in contract:
+            if field.default is dataclasses.MISSING:
+                raise ValueError(f"ONNX contract has no window key {field.name!r}; was it exported with a window?")
+            continue
+        values[field.name] = int(contract[field.name]) if field.type in (int, "int") else contract[field.name]
+    return cls(**values)
+
+
 @dataclass(frozen=True)
-class WindowContract:
-    """The fixed-window contract an engine was compiled for (stored in its ONNX metadata)."""
+class WindowSpan:
+    """The latent frames one engine run decodes (`window`), keeps (`emitted`) and reads around them (`context`)."""
 
     window: int
     context: int
     emitted: int
+
+    @classmethod
+    def from_contract(cls, contract: dict):
+        """Read the keys written by the exporter (see `read_contract`)."""
+        return read_contract(cls, contract)
+
+
+@dataclass(frozen=True)
+class WindowContract(WindowSpan):
+    """The fixed-window contract an engine was compiled for (stored in its ONNX metadata)."""
+
     hop: int
     latent_input: str
     output: str
@@ -51,19 +78,8 @@ class WindowContract:
                              f"{self.context} context slices on each side")
 
     @classmethod
-    def from_contract(cls, contract: dict) -> "WindowContract":
-        """Read the window keys written by the exporter (see `window_contract_fields`)."""
-        try:
-            return cls(window=int(contract["window"]), context=int(contract["context"]),
-                       emitted=int(contract["emitted"]), hop=int(contract["hop"]),
-                       latent_input=contract["latent_input"], output=contract["output"],
-                       mask_input=contract.get("mask_input"),
-                       latent_channels=contract.get("latent_channels"))
-        except KeyError as missing:
-            raise ValueError(f"ONNX contract has no window key {missing}; was it exported with a window?") from None
-
-    @classmethod
     def from_onnx(cls, onnx_path) -> "WindowContract":
+        """The contract stored in an ONNX file's metadata."""
         from core.contract import get_contract
 
         return cls.from_contract(get_contract(onnx_path))

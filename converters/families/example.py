@@ -1,7 +1,9 @@
 """`convert example`: a tiny built-in conv graph (Conv1d -> ReLU -> Conv1d, random weights from a seed).
 
 It needs no checkpoint, so it proves export -> build -> gates -> manifest -> package on a fresh machine,
-and it is the smallest complete family to copy: register() for the CLI, build_recipe() for recipes."""
+and it is the template of a family: one `export` writes the ONNX and returns its `Exported` records,
+`convert_example` and `build_recipe` are thin adapters over `converters.pipeline`, `register` adds the
+command to the CLI."""
 from __future__ import annotations
 
 import warnings
@@ -10,9 +12,11 @@ from typing import Annotated
 
 import typer
 
-from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
-from toolkit.versions import DEFAULT_TOOLKIT
+from converters.options import (FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target,
+                                Toolkit)
 from core.errors import SetupError
+from core.paths import work_dir
+from toolkit.versions import DEFAULT_TOOLKIT
 
 FAMILY = "example"
 COMPONENT = "conv"
@@ -23,8 +27,6 @@ MIN_EXPORT_SNR_DB = 100.0
 Frames = Annotated[int, typer.Option("--frames", help="Fixed length of the time axis the engine is built for.")]
 Channels = Annotated[int, typer.Option("--channels", help="Channels of both convolutions.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the random weights and of the self-check input.")]
-MinSnr = Annotated[float, typer.Option("--min-snr-db", help="Fail if the simulator's output is below this SNR "
-                                       "against onnxruntime fp32.")]
 
 
 def _model(channels: int, seed: int):
@@ -38,24 +40,19 @@ def _model(channels: int, seed: int):
     ).eval()
 
 
-def selfcheck_path(onnx_path: Path) -> Path:
-    return onnx_path.with_suffix(".selfcheck.npz")
-
-
-def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | None = None):
-    """Write `example_c<C>_t<T>.onnx` (fixed [1, C, T], contract in its metadata) and its self-check npz.
-
-    Returns (onnx path, export verdicts): torch vs onnxruntime SNR and the problem-op scan for `target`."""
+def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | None = None) -> list:
+    """Write `example_c<C>_t<T>.onnx` (fixed [1, C, T], contract in its metadata) and its self-check inputs;
+    its export verdicts are torch vs onnxruntime SNR and the problem-op scan for `target`."""
     import numpy as np
     import onnx
-    import onnxruntime as ort
     import torch
 
-    from core.contract import make_contract
+    from converters.pipeline import record_export
+    from core.contract import make_contract, set_contract
     from gates import opscan
     from gates.snr import snr_verdict
+    from runtime.backends import OnnxBackend
     from surgery.graph.fold import fold_fixed
-    from core.contract import set_contract
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -71,21 +68,20 @@ def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | N
                              frames=frames, channels=channels)
     exported = set_contract(fold_fixed(onnx.load(str(onnx_path))), contract)
     onnx.save(exported, str(onnx_path))
-    np.savez(selfcheck_path(onnx_path), x=x)
 
     with torch.no_grad():
         reference = model(torch.from_numpy(x)).numpy()
-    got = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = OnnxBackend(onnx_path).run({"x": x})["y"]
     problems = opscan.scan(exported, target)
     opscan.warn(problems)
-    return onnx_path, [snr_verdict("export_snr", reference, got, MIN_EXPORT_SNR_DB, "onnxruntime vs torch fp32"),
-                       opscan.verdict(problems)]
+    verdicts = [snr_verdict("export_snr", reference, got, MIN_EXPORT_SNR_DB, "onnxruntime vs torch fp32"),
+                opscan.verdict(problems)]
+    return [record_export(onnx_path, verdicts, feeds={"x": x})]
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """One engine per entry of `options.frames` (a ladder ordered by frames); `source.seed` gives the weights."""
-    from converters.engine import build_engine
-    from converters.recipes import build_options
+    from converters import pipeline
 
     options = recipe["options"]
     frames_list = options.get("frames", [])
@@ -93,19 +89,17 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
     if not frames_list or "channels" not in options or "seed" not in recipe["source"]:
         raise SetupError(f"recipe {recipe['path']}: the example family needs options.frames, options.channels "
                          "and source.seed")
-    results = []
+    exported = []
     for frames in frames_list:
         print(f"  export example c{options['channels']} t{frames}, build for {target}", flush=True)
-        onnx_path, verdicts = export(work_dir, options["channels"], frames, recipe["source"]["seed"], target)
-        results.append(build_engine(onnx_path, work_dir, build_options(recipe, target, toolkit),
-                                    selfcheck=selfcheck_path(onnx_path), export_verdicts=verdicts))
-    return results
+        exported += export(work_dir, options["channels"], frames, recipe["source"]["seed"], target)
+    return pipeline.build_recipe(recipe, target, toolkit, work_dir, exported)
 
 
 def convert_example(
     target: Target = "rk3588",
     toolkit: Toolkit = DEFAULT_TOOLKIT,
-    out: OutDir = Path("work/example"),
+    out: OutDir = work_dir(FAMILY),
     frames: Frames = 128,
     channels: Channels = 16,
     seed: Seed = 0,
@@ -113,31 +107,15 @@ def convert_example(
     from_onnx: FromOnnx = None,
     max_regtask_lines: MaxRegtaskLines = 100_000,
     fail_on_cpu_ops: FailOnCpuOps = False,
-    min_snr_db: MinSnr = 35.0,
+    min_snr_db: MinSnrDb = 35.0,
 ) -> None:
     """Export the built-in example conv graph and compile it: the smoke test of the whole path."""
-    from converters.engine import BuildOptions, build_engine
-    from gates.verdict import require
+    from converters import pipeline
 
-    if from_onnx is None:
-        onnx_path, verdicts = export(out, channels, frames, seed, target)
-        require(verdicts, context="example export")
-        print(f"wrote {onnx_path} and {selfcheck_path(onnx_path)}")
-    else:
-        onnx_path, verdicts = Path(from_onnx), []
-        if not selfcheck_path(onnx_path).is_file():
-            raise SetupError(f"no self-check {selfcheck_path(onnx_path)} beside {onnx_path}; "
-                             "export it with `convert example --skip-rknn` first")
-    if skip_rknn:
-        for verdict in verdicts:
-            print(verdict.line())
-        return
-    options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
-                           fail_on_cpu_ops=fail_on_cpu_ops, min_simulator_snr_db=min_snr_db)
-    result = build_engine(onnx_path, out, options, selfcheck=selfcheck_path(onnx_path), export_verdicts=verdicts)
-    for verdict in result.verdicts:
-        print(verdict.line())
-    print(f"wrote {result.rknn} and {result.manifest}")
+    pipeline.convert(FAMILY, lambda: export(out, channels, frames, seed, target), from_onnx=from_onnx,
+                     skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit,
+                     max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db,
+                     context="example export")
 
 
 def register(app: typer.Typer, check_app: typer.Typer) -> None:

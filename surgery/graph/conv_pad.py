@@ -11,15 +11,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from core.onnx_graph import node_attr
+
 # Largest pad rknn.build keeps inside a conv (measured: 15 stays, 25 becomes a Pad layer).
 MAX_CONV_PAD = 15
-
-
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for attr in node.attribute:
-        if attr.name == name:
-            return helper.get_attribute_value(attr)
-    return default
 
 
 def cap_conv_padding(model: onnx.ModelProto, max_pad: int = MAX_CONV_PAD) -> onnx.ModelProto:
@@ -32,13 +27,13 @@ def cap_conv_padding(model: onnx.ModelProto, max_pad: int = MAX_CONV_PAD) -> onn
     zeros: dict[tuple[int, int], str] = {}
     nodes = []
     for node in graph.node:
-        pads = _attr(node, "pads")
+        pads = node_attr(node, "pads")
         if node.op_type != "Conv" or not pads or len(pads) != 2 or max(pads) <= max_pad:
             nodes.append(node)
             continue
-        if _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or node.input[1] not in weights:
+        if node_attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or node.input[1] not in weights:
             raise ValueError(f"Conv {node.name!r} has explicit pads but auto_pad or a computed weight")
-        channels = int(weights[node.input[1]].dims[1]) * int(_attr(node, "group", 1))
+        channels = int(weights[node.input[1]].dims[1]) * int(node_attr(node, "group", 1))
         extra = [max(p - max_pad, 0) for p in pads]
         pieces = []
         for side, count in zip(("begin", "end"), extra):

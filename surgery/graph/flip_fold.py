@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from core.onnx_graph import GraphIndex, constant_value, is_reversal, node_attr
+from core.onnx_graph import GraphIndex, constant_value, inferred_dims, is_reversal, node_attr
 
 
 class FlipFoldError(ValueError):
@@ -163,16 +163,7 @@ def _weight_value(index: GraphIndex, name: str):
 
 
 def _channel_dims(model: onnx.ModelProto) -> dict[str, int]:
-    """Axis-1 size of every tensor onnx shape inference can type (inputs need their channel dim set)."""
-    inferred = onnx.shape_inference.infer_shapes(model)
-    dims = {}
-    for info in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
-        shape = info.type.tensor_type.shape.dim
-        if len(shape) >= 2 and shape[1].HasField("dim_value"):
-            dims[info.name] = shape[1].dim_value
-    for init in model.graph.initializer:
-        if len(init.dims) >= 2:
-            dims[init.name] = init.dims[1]
-        elif len(init.dims) <= 1:
-            dims[init.name] = 1
+    """Axis-1 size of each tensor typed that far by shape inference and of each initializer (1 below rank 2)."""
+    dims = {name: shape[1] for name, shape in inferred_dims(model) if len(shape) >= 2 and shape[1] is not None}
+    dims.update((init.name, init.dims[1] if len(init.dims) >= 2 else 1) for init in model.graph.initializer)
     return dims

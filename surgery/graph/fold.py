@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import onnx
 
+from core.onnx_graph import constant_values, drop_unused_initializers, static_shapes
+
 
 def pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
     """Set the named inputs' dims to fixed values (other inputs untouched); no folding."""
@@ -55,7 +57,7 @@ def _fold_constant_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
-    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    constants = constant_values(graph)  # Constant nodes are folded to initializers below all the same
     opsets = list(out.opset_import)
     kept = []
     for node in graph.node:
@@ -74,11 +76,7 @@ def _fold_constant_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
             graph.initializer.append(numpy_helper.from_array(value, name))
     del graph.node[:]
     graph.node.extend(kept)
-    used = {name for node in kept for name in node.input} | {o.name for o in graph.output}
-    live = [init for init in graph.initializer if init.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(live)
-    return out
+    return drop_unused_initializers(out)
 
 
 def op_histogram(model: onnx.ModelProto) -> dict[str, int]:
@@ -102,12 +100,7 @@ def fold_static_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     while True:
-        inferred = onnx.shape_inference.infer_shapes(out)
-        static = {}
-        for value in [*inferred.graph.value_info, *inferred.graph.input]:
-            dims = value.type.tensor_type.shape.dim
-            if dims and all(d.HasField("dim_value") for d in dims):
-                static[value.name] = [d.dim_value for d in dims]
+        static = static_shapes(out, constants=False, outputs=False)
         kept, replaced = [], 0
         for node in out.graph.node:
             if node.op_type == "Shape" and not node.attribute and node.input[0] in static:

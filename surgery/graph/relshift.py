@@ -17,7 +17,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from gates.verdict import Verdict, at_most
+from core.onnx_graph import GraphIndex, constant_values, drop_unused_initializers, static_shapes
+from runtime.backends import OnnxBackend
 
 CHAIN_OPS = ("Pad", "Reshape", "Slice")
 
@@ -33,41 +34,12 @@ class ShiftChain:
     nodes: tuple[int, ...]  # indices into graph.node, in order
 
 
-def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    values = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
-
-
-def _consumers(model: onnx.ModelProto) -> dict[str, list[int]]:
-    users: dict[str, list[int]] = {}
-    for index, node in enumerate(model.graph.node):
-        for name in node.input:
-            users.setdefault(name, []).append(index)
-    return users
-
-
-def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    inferred = onnx.shape_inference.infer_shapes(model)
-    shapes = {}
-    for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        dims = value.type.tensor_type.shape.dim
-        if dims and all(d.HasField("dim_value") for d in dims):
-            shapes[value.name] = tuple(d.dim_value for d in dims)
-    for name, array in _constants(model).items():
-        shapes[name] = array.shape
-    return shapes
-
-
 def find_shift_chains(model: onnx.ModelProto) -> list[ShiftChain]:
     """Every Pad -> (Reshape | Pad)* -> Slice run with at least two Pads and one Reshape whose ends have the
     relative/absolute shapes [.., N, 2N-1] and [.., N, N] (either way round)."""
-    nodes = model.graph.node
-    users = _consumers(model)
-    shapes = _shapes(model)
-    producer = {out: i for i, node in enumerate(nodes) for out in node.output}
+    index = GraphIndex(model)
+    nodes, users, producer = index.nodes, index.consumer_positions, index.producer_position
+    shapes = static_shapes(model)
     chains = []
     for start, node in enumerate(nodes):
         before = producer.get(node.input[0])
@@ -91,6 +63,7 @@ def find_shift_chains(model: onnx.ModelProto) -> list[ShiftChain]:
 
 
 def _chain_kind(source: tuple | None, result: tuple | None) -> str | None:
+    """"rel_to_abs", "abs_to_rel" or None, from the shapes at the chain's two ends."""
     if not source or not result or len(source) < 2 or source[:-1] != result[:-1]:
         return None
     n = source[-2]
@@ -99,14 +72,6 @@ def _chain_kind(source: tuple | None, result: tuple | None) -> str | None:
     if source[-1] == n and result[-1] == 2 * n - 1:
         return "abs_to_rel"
     return None
-
-
-def shift_chain_verdict(model: onnx.ModelProto) -> Verdict:
-    """Gate: the graph an engine is compiled from must hold no relative-shift chain (the NPU computes them wrong)."""
-    chains = find_shift_chains(model)
-    names = ", ".join(model.graph.node[c.nodes[0]].name or c.source for c in chains[:4])
-    return at_most("relative-shift chains", len(chains), 0, "chains",
-                   f"Pad+Reshape+Slice skews left in: {names}" if chains else "")
 
 
 def skew_reference(x: np.ndarray, kind: str) -> np.ndarray:
@@ -125,10 +90,8 @@ def skew_reference(x: np.ndarray, kind: str) -> np.ndarray:
 def _check_chain(model: onnx.ModelProto, chain: ShiftChain, shapes: dict) -> None:
     """Run the chain alone on random data and compare with `skew_reference`: only a chain that really is the
     relative shift may be replaced by the banded form."""
-    import onnxruntime as ort
-
     nodes = [model.graph.node[i] for i in chain.nodes]
-    constants = _constants(model)
+    constants = constant_values(model.graph)
     needed = {name for node in nodes for name in node.input if name in constants}
     graph = helper.make_graph(
         nodes, "shift_chain",
@@ -139,8 +102,7 @@ def _check_chain(model: onnx.ModelProto, chain: ShiftChain, shapes: dict) -> Non
     probe = helper.make_model(graph, opset_imports=model.opset_import)
     probe.ir_version = model.ir_version
     x = np.random.default_rng(0).standard_normal(shapes[chain.source]).astype(np.float32)
-    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = session.run(None, {chain.source: x})[0]
+    got = OnnxBackend(probe).run({chain.source: x})[chain.result]
     if not np.array_equal(got, skew_reference(x, chain.kind).astype(np.float32)):
         raise ValueError(f"chain {chain.source} -> {chain.result} is not the relative shift it looks like")
 
@@ -175,6 +137,7 @@ class _Layer:
 
 
 def _single(users: dict, name: str, nodes, op: str | None = None) -> int:
+    """Position of the one node reading `name` (an `op` node if given); the core's wiring is checked as it is read."""
     found = users.get(name, [])
     if len(found) != 1 or (op and nodes[found[0]].op_type != op):
         raise ValueError(f"relative attention: {name} should feed exactly one {op or 'node'}")
@@ -183,12 +146,12 @@ def _single(users: dict, name: str, nodes, op: str | None = None) -> int:
 
 def _attention_layers(model: onnx.ModelProto) -> list[_Layer]:
     """Pair each rel_to_abs chain with the abs_to_rel chain behind its Softmax and collect the core around them."""
-    nodes = model.graph.node
-    users, constants = _consumers(model), _constants(model)
-    producer = {o: i for i, node in enumerate(nodes) for o in node.output}
+    index = GraphIndex(model)
+    nodes, users, producer = index.nodes, index.consumer_positions, index.producer_position
+    constants = constant_values(model.graph)
     chains = find_shift_chains(model)
     by_source = {c.source: c for c in chains if c.kind == "abs_to_rel"}
-    layers, shapes = [], _shapes(model) if chains else {}
+    layers, shapes = [], static_shapes(model) if chains else {}
     for chain in (c for c in chains if c.kind == "rel_to_abs"):
         logits = nodes[producer[chain.source]]
         if logits.op_type != "MatMul" or logits.input[1] not in constants:
@@ -244,7 +207,7 @@ def banded_relative_attention(model: onnx.ModelProto) -> onnx.ModelProto:
     layers = _attention_layers(out)
     if not layers:
         return out
-    shapes = _shapes(out)
+    shapes = static_shapes(out)
     shared: dict[str, np.ndarray] = {}
     inserted: dict[int, list[onnx.NodeProto]] = {}
     masks: dict[tuple[str, float], tuple[str, str]] = {}
@@ -320,18 +283,11 @@ def banded_relative_attention(model: onnx.ModelProto) -> onnx.ModelProto:
     del graph.node[:]
     graph.node.extend(kept)
     graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in shared.items())
-    return _drop_unused_initializers(out)
+    return drop_unused_initializers(out)
 
 
 def _int_const(shared: dict, values: list[int]) -> str:
+    """Name of the shared int64 constant holding `values` (one tensor per distinct shape list)."""
     name = "relattn/i64_" + "_".join(map(str, values))
     shared.setdefault(name, np.array(values, dtype=np.int64))
     return name
-
-
-def _drop_unused_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
-    used = {name for node in model.graph.node for name in node.input} | {o.name for o in model.graph.output}
-    live = [init for init in model.graph.initializer if init.name in used]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(live)
-    return model

@@ -121,8 +121,7 @@ def _find_cond(index: GraphIndex, latent: str, mask: str, output: str) -> str | 
     if not common:
         raise SeamError(f"decoder half reads outside tensors {sorted(frontier)} with no common origin; "
                         "expected only a speaker embedding")
-    position = {out: i for i, node in enumerate(index.nodes) for out in node.output}
-    return max(common, key=lambda name: position.get(name, -1))
+    return max(common, key=lambda name: index.producer_position.get(name, -1))
 
 
 def _ancestor_tensors(index: GraphIndex, name: str) -> set[str]:

@@ -2,18 +2,29 @@
 from __future__ import annotations
 
 import copy
-import math
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 
+def polyphase_weights(weight: torch.Tensor, bias: torch.Tensor | None, stride: int):
+    """ConvTranspose1d weights [cin, cout, K] (stride s, no padding) and bias -> the weights [s*cout, cin, taps]
+    and bias [s*cout] of one Conv1d with taps = ceil(K/s) whose output channel p*cout + c is phase p of channel c:
+    y[c, m*s + p] = sum_j W[:, c, p + j*s] . x[m - j], conv tap q reading frame m - (taps-1-q). Plain tensor
+    ops, so a traced step exports them as constants the exporter folds."""
+    cin, cout, kernel = (int(d) for d in weight.shape)  # python ints: a traced graph stays fixed-shape
+    taps = -(-kernel // stride)
+    if taps * stride > kernel:
+        weight = F.pad(weight, (0, taps * stride - kernel))
+    phases = weight.reshape(cin, cout, taps, stride).flip(2).permute(3, 1, 0, 2).reshape(stride * cout, cin, taps)
+    return phases, (bias if bias is not None else weight.new_zeros(cout)).repeat(stride)
+
+
 class PolyphaseUpsample(nn.Module):
-    """ConvTranspose1d(cin, cout, K, stride s), no padding, computed as one Conv1d(cin, s*cout, ceil(K/s)) whose
-    output channel r*cout + c is phase r of channel c, then the phases interleaved by Split + Concat on a new
-    last axis + Reshape (all NPU layers); output y[c, m*s + r] = sum_j W[:, c, r + j*s] . x[:, m - j], cropped to
-    the transposed convolution's length (T-1)*s + K."""
+    """ConvTranspose1d(cin, cout, K, stride s), no padding, computed as one Conv1d(cin, s*cout, ceil(K/s))
+    (`polyphase_weights`), then the phases interleaved by Split + Concat on a new last axis + Reshape (all NPU
+    layers), cropped to the transposed convolution's length (T-1)*s + K."""
 
     def __init__(self, transposed: nn.ConvTranspose1d):
         super().__init__()
@@ -22,15 +33,12 @@ class PolyphaseUpsample(nn.Module):
         if transposed.padding[0] or transposed.output_padding[0] or transposed.dilation[0] != 1 \
                 or transposed.groups != 1:
             raise ValueError("polyphase form covers ConvTranspose1d without padding, dilation or groups")
-        taps = math.ceil(kernel / stride)
-        weight = F.pad(transposed.weight.detach(), (0, taps * stride - kernel))  # [cin, cout, taps*s]
-        # conv tap q reads x[m - j] with j = taps-1-q; phase r of channel c is output channel r*cout + c
-        weight = weight.reshape(cin, cout, taps, stride).flip(2).permute(3, 1, 0, 2).reshape(stride * cout, cin, taps)
-        self.conv = nn.Conv1d(cin, stride * cout, taps, padding=taps - 1, dtype=transposed.weight.dtype)
         with torch.no_grad():
+            weight, bias = polyphase_weights(transposed.weight, transposed.bias, stride)
+            taps = weight.shape[-1]
+            self.conv = nn.Conv1d(cin, stride * cout, taps, padding=taps - 1, dtype=transposed.weight.dtype)
             self.conv.weight.copy_(weight)
-            bias = transposed.bias.detach() if transposed.bias is not None else weight.new_zeros(cout)
-            self.conv.bias.copy_(bias.repeat(stride))
+            self.conv.bias.copy_(bias)
         self.out_channels, self.stride, self.kernel = cout, stride, kernel
 
     def forward(self, x):

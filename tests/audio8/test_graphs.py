@@ -11,9 +11,11 @@ import pytest
 
 from converters.families.audio8 import checks
 from converters.families.audio8.export import cache_free_verdict
+from core.contract import get_contract
+from core.errors import SetupError
+from core.paths import engine_name
 from runtime.kv_buckets import PLAN_FILE, Audio8Runtime, BucketError, Timings
 from runtime.mel import log_mel
-from core.contract import get_contract
 
 
 def test_graph_decoding_matches_torch_greedy_and_stress(small_model, small_plan):
@@ -41,6 +43,23 @@ def test_plan_lists_every_graph_with_role_and_bucket(small_plan):
     block = onnx.load(str(small_plan / "block_l1_s256.onnx"))
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in block.graph.input}
     assert shapes["full_k"] == shapes["full_v"] == [4, 256, 16] and shapes["mask"] == [4, 1, 256]
+
+
+def test_export_records_the_token_gates_on_every_graph(small_model, tmp_path):
+    """One record per graph, all carrying the same token verdicts, readable back for `--onnx`; the plan
+    carries each graph's contract as the graph does and names its engine."""
+    from converters.families.audio8.export import export
+    from converters.pipeline import Exported
+
+    records = export(small_model, tmp_path, [25], [128, 256], head_shards=2, stress=False, say=lambda _: None)
+    plan = json.loads((tmp_path / PLAN_FILE).read_text())
+    assert [r.onnx.name for r in records] == [g["onnx"] for g in plan["graphs"]]
+    assert {r.verdicts for r in records} == {records[0].verdicts}
+    assert [v.name for v in records[0].verdicts] == ["greedy_tokens[T25]", "adapter_rel_l2[T25]",
+                                                     "prefill_logits_rel_l2[T25]"]
+    for record, entry in zip(records, plan["graphs"]):
+        assert get_contract(record.onnx) == entry["contract"] and entry["rknn"] == engine_name(record.onnx)
+        assert Exported.from_onnx(record.onnx, "audio8") == record
 
 
 def test_cache_free_gate_fails_on_an_in_graph_concat_cache(tmp_path):
@@ -179,8 +198,8 @@ def test_runtime_opens_engine_artifacts(small_plan, tmp_path):
     shutil.copytree(small_plan, plan_dir)
     plan = json.loads((plan_dir / PLAN_FILE).read_text())
     for entry in plan["graphs"]:
-        entry["rknn"] = entry["onnx"].replace(".onnx", ".rknn")
-    (plan_dir / PLAN_FILE).write_text(json.dumps(plan))
+        assert entry["rknn"] == engine_name(entry["onnx"])  # the export names each graph's engine
+        (plan_dir / entry["rknn"]).touch()  # stand-ins for the built engines
     opened = []
 
     def fake_rknn(path):
@@ -193,11 +212,17 @@ def test_runtime_opens_engine_artifacts(small_plan, tmp_path):
     assert opened and set(opened) == {".rknn"}
 
 
+def test_a_missing_engine_is_a_clear_error(small_plan):
+    """The plan names engines before they are built: running one that is absent says how to build it."""
+    with Audio8Runtime(small_plan, artifact="rknn") as runtime:
+        with pytest.raises(SetupError, match=r"no encoder\.rknn in .*without --skip-rknn"):
+            runtime.prompt_embeddings(np.zeros((128, 400), np.float32), 50, Timings())
+
+
 def test_missing_snapshot_is_a_clear_error(tmp_path):
     from converters.families.audio8 import _snapshot_dir
     from converters.families.audio8.model import load_snapshot
     from core.errors import MissingSource
-    from core.errors import SetupError
 
     with pytest.raises(SetupError, match="no Audio8-ASR snapshot"):
         load_snapshot(tmp_path)

@@ -31,16 +31,17 @@ def official(request):
 
 
 def write_slice(official_paths, out_dir, dec_mask=True, window=256, context=32):
-    """Export the fixed-window slice the way `convert inflect --skip-rknn` does; returns (onnx path, verdicts)."""
+    """Export the fixed-window slice the way `convert inflect --skip-rknn` does; returns its `Exported` record."""
     from converters.families.inflect import export
 
-    return export(official_paths["decode"], official_paths["duration"], out_dir, window, context, dec_mask,
-                  target="rk3588", say=lambda *_: None)
+    [record] = export(official_paths["decode"], official_paths["duration"], out_dir, window, context, dec_mask,
+                      target="rk3588", say=lambda *_: None)
+    return record
 
 
 @pytest.fixture(scope="session")
 def slices(official, tmp_path_factory):
-    """{True: masked slice, False: unmasked slice} for one size, plus export verdicts."""
+    """{True: masked slice, False: unmasked slice} for one size: their `Exported` records."""
     cfg, paths = official
     out = {}
     for masked in (True, False):
@@ -51,4 +52,4 @@ def slices(official, tmp_path_factory):
 @pytest.fixture(scope="session")
 def nano_slice(nano_official, tmp_path_factory):
     """A masked Nano slice of its own model (for tests that need one size only)."""
-    return write_slice(nano_official[1], tmp_path_factory.mktemp("nano_slice"))[0]
+    return write_slice(nano_official[1], tmp_path_factory.mktemp("nano_slice")).onnx

@@ -43,7 +43,7 @@ def test_cli_turns_a_wrong_file_into_a_clean_message(official, tmp_path):
 
 
 def test_selfcheck_refuses_a_decode_onnx_of_another_size(micro_official, nano_slice):
-    from converters.families.inflect import selfcheck_verdicts
+    from converters.families.inflect.decoder import selfcheck_verdicts
 
     with pytest.raises(SetupError, match=r"takes latents of 192 channels but the slice .* was cut for 128"):
         selfcheck_verdicts(nano_slice, micro_official[1]["decode"], None, say=lambda *_: None)

@@ -7,11 +7,12 @@ import pytest
 from typer.testing import CliRunner
 
 from converters.families.inflect.decoder import full_decode
-from converters.families.inflect.synth import InflectSynth, check_engine_matches, load_engine, runtime_model
+from core.contract import get_contract
 from core.errors import SetupError
 from gates.snr import snr_db
 from runtime.audio import read_wav
-from core.contract import get_contract
+from runtime.backends import OnnxBackend
+from runtime.inflect_synth import InflectSynth, check_engine_matches, load_engine, runtime_model
 
 TOKENS = [0, 12, 0, 40, 0, 77, 0, 3, 0, 150, 0, 9, 0]
 
@@ -25,9 +26,7 @@ def test_synthesis_walks_the_engine_and_matches_a_full_decode(nano_official, nan
     latent = synth.latent(TOKENS, variation=0.667, seed=3)
     waveform = synth.decode(latent)
     assert waveform.shape == (latent.shape[2] * cfg.hop_length,)
-    import onnxruntime as ort
-
-    decode = ort.InferenceSession(str(paths["decode"]), providers=["CPUExecutionProvider"])
+    decode = OnnxBackend(paths["decode"])
     assert snr_db(full_decode(decode, latent).reshape(-1), waveform) >= 90.0
     # The variation knob is the runtime's own: 0 gives the prior mean, a different draw otherwise.
     assert not np.allclose(synth.latent(TOKENS, variation=0.0), latent)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import onnx
 
-from converters.families.inflect import MIN_INTERIOR_DB, TAIL_LENGTHS, selfcheck_verdicts
+from converters.families.inflect import MIN_INTERIOR_DB
+from converters.families.inflect.decoder import TAIL_LENGTHS, selfcheck_verdicts
 from gates import opscan
 from surgery.graph.fold import op_histogram
 from core.contract import get_contract, set_contract
@@ -16,7 +17,7 @@ def _dims(value):
 
 def test_folded_slice_has_only_latent_and_mask_inputs_and_no_problem_ops(official, slices):
     cfg, _ = official
-    path, verdicts = slices[True]
+    path, verdicts = slices[True].onnx, slices[True].verdicts
     model = onnx.load(str(path))
     assert [(i.name, _dims(i)) for i in model.graph.input] == [("z", [1, cfg.inter_channels, 256]),
                                                                ("y_mask", [1, 1, 256])]
@@ -48,8 +49,8 @@ def test_tails_need_the_decoder_half_mask_and_interiors_are_unchanged(official, 
     """Gated self-check on the masked slice passes; the unmasked slice, claiming a mask (a known-bad
     artifact), fails every tail gate by a wide margin while its interior window is bit-identical."""
     cfg, paths = official
-    masked = selfcheck_verdicts(slices[True][0], paths["decode"], paths["duration"], say=lambda *_: None)
-    claims_masked = _tampered(slices[False][0], tmp_path, dec_mask=True)
+    masked = selfcheck_verdicts(slices[True].onnx, paths["decode"], paths["duration"], say=lambda *_: None)
+    claims_masked = _tampered(slices[False].onnx, tmp_path, dec_mask=True)
     unmasked = selfcheck_verdicts(claims_masked, paths["decode"], paths["duration"], say=lambda *_: None)
     tails = [f"tail_snr[{n}]" for n in TAIL_LENGTHS]
     assert [v.name for v in masked] == tails + ["interior_snr_min"] and all(v.passed for v in masked)

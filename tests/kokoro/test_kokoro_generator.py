@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from converters.families import kokoro
+from converters.families.kokoro.export import export
+from converters.families.kokoro.graph import (CONTEXT, INPUTS, build_module, check_frames, float64, interior, prepare,
+                                              run_torch, window_inputs)
+from converters.families.kokoro.verdicts import (MIN_REFERENCE_DB, RANDOM_WINDOW_EXPORT_DB, export_verdict,
+                                                 onnx_outputs, padded_verdict, reference_verdict)
 from converters.families.kokoro.generator import GeneratorConfig, KokoroGenerator, load_reference_state
 from converters.families.kokoro.reference import reference_generator, reference_spec_phase
 from core.errors import SetupError
@@ -41,7 +45,7 @@ def weights():
 
 @pytest.fixture(scope="module")
 def module(weights):
-    return kokoro.build_module(SMALL, weights[1])
+    return build_module(SMALL, weights[1])
 
 
 def test_weight_norm_fold_matches_float64():
@@ -140,24 +144,24 @@ def test_round_form_rounds_in_fp16_with_the_engine_shift():
 
 
 def test_alpha_fold_is_exact(module):
-    feeds = kokoro.window_inputs(SMALL, FRAMES, seed=5)
-    plain = kokoro.run_torch(kokoro.prepare(module, "exact", snake_fold=False), feeds)
-    folded = kokoro.run_torch(kokoro.prepare(module, "exact", snake_fold=True), feeds)
+    feeds = window_inputs(SMALL, FRAMES, seed=5)
+    plain = run_torch(prepare(module, "exact", snake_fold=False), feeds)
+    folded = run_torch(prepare(module, "exact", snake_fold=True), feeds)
     assert snr_db(plain, folded) > 110
 
 
 def test_resblock_mean_fold_is_exact_in_float64(module):
     from converters.families.kokoro.generator import fold_resblock_mean
 
-    feeds = kokoro.window_inputs(SMALL, FRAMES, seed=6)
-    plain = kokoro.float64(module)
+    feeds = window_inputs(SMALL, FRAMES, seed=6)
+    plain = float64(module)
     folded = fold_resblock_mean(plain)
     assert folded.mean_folded and not plain.mean_folded
-    assert snr_db(kokoro.run_torch(plain, feeds), kokoro.run_torch(folded, feeds)) > 250
+    assert snr_db(run_torch(plain, feeds), run_torch(folded, feeds)) > 250
 
 
 def test_module_matches_kokoro_generator(weights, module):
-    verdict = kokoro.reference_verdict(SMALL, weights[1], module, FRAMES)
+    verdict = reference_verdict(SMALL, weights[1], module, FRAMES)
     assert verdict.passed, verdict.line()
 
 
@@ -176,62 +180,80 @@ def test_module_loads_plain_weights_like_an_onnx_export(weights, module):
     for key in reference_keyed:
         if key.endswith(".weight") and state_dict_key(key) in plain_state:
             reference_keyed[key] = plain_state[state_dict_key(key)]
-    rebuilt = kokoro.build_module(SMALL, reference_keyed)
-    feeds = kokoro.window_inputs(SMALL, FRAMES, seed=6)
-    assert snr_db(kokoro.run_torch(module, feeds), kokoro.run_torch(rebuilt, feeds)) == math.inf
+    rebuilt = build_module(SMALL, reference_keyed)
+    feeds = window_inputs(SMALL, FRAMES, seed=6)
+    assert snr_db(run_torch(module, feeds), run_torch(rebuilt, feeds)) == math.inf
 
 
 @pytest.mark.parametrize("form", ["round", "clip"])
 def test_padded_window_matches_unpadded(module, form):
-    graph = kokoro.prepare(module, form, snake_fold=True)
-    verdict = kokoro.padded_verdict(SMALL, graph, FRAMES, 21)
+    graph = prepare(module, form, snake_fold=True)
+    verdict = padded_verdict(SMALL, graph, FRAMES, 21)
     assert verdict.passed, verdict.line()
 
 
 def test_padded_gate_fails_without_masks(module):
     """Known-bad artifact: the original InstanceNorm ignores the mask, so padding leaks into the statistics."""
     graph = reduce_snake_sine(module, "round")  # mask_instance_norm not applied
-    verdict = kokoro.padded_verdict(SMALL, graph, FRAMES, 21)
+    verdict = padded_verdict(SMALL, graph, FRAMES, 21)
     assert not verdict.passed
 
 
 def test_reference_gate_fails_on_wrong_sine(weights, module):
     """Known-bad artifact: the clipped sine is far from the exact generator."""
     bad = reduce_snake_sine(module, "clip")
-    feeds = kokoro.window_inputs(SMALL, FRAMES, seed=1)
+    feeds = window_inputs(SMALL, FRAMES, seed=1)
     ref = reference_spec_phase(weights[0], *(torch.from_numpy(feeds[n]) for n in ("x", "style", "har"))).numpy()
-    value = snr_db(kokoro.interior(SMALL, FRAMES, ref), kokoro.interior(SMALL, FRAMES, kokoro.run_torch(bad, feeds)))
-    assert value < kokoro.MIN_REFERENCE_DB
+    value = snr_db(interior(SMALL, FRAMES, ref), interior(SMALL, FRAMES, run_torch(bad, feeds)))
+    assert value < MIN_REFERENCE_DB
 
 
 def test_export_gate_and_engine_graph(tmp_path, weights):
     import onnx
 
-    engine, reference, verdicts, _ = kokoro.export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
+    from converters.pipeline import Exported
+
+    [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
+    engine, reference, verdicts = record.onnx, record.reference, record.verdicts
     assert all(v.passed for v in verdicts), [v.line() for v in verdicts]
+    # The recipe's verdict set; the fp32 twin and the verdicts travel in the contract for `--onnx`.
+    assert [v.name for v in verdicts] == ["onnx_vs_torch", "padded_vs_unpadded"]
+    assert reference == tmp_path / f"kokoro_generator_w{FRAMES}.fp32.onnx"
+    assert Exported.from_onnx(engine, "kokoro") == record
     model = onnx.load(str(engine))
     ops = {node.op_type for node in model.graph.node}
     assert not ops & {"Sin", "Floor", "Round", "Cast", "ReduceL2", "InstanceNormalization", "ReduceSum"}, ops
     assert "GlobalAveragePool" in ops
-    assert [i.name for i in model.graph.input] == list(kokoro.INPUTS)
+    assert [i.name for i in model.graph.input] == list(INPUTS)
     from core.contract import get_contract
 
     contract = get_contract(model)
     assert contract["exec_params"] == {"overlap": 0, "gain": False}
-    assert contract["emitted"] == FRAMES - 2 * kokoro.CONTEXT
+    assert contract["emitted"] == FRAMES - 2 * CONTEXT
     # The engine graph differs from its fp32 twin only in the rounding shift.
     with pytest.raises(ValueError):
         fp16_round_shift(model)
     feeds = dict(np.load(engine.with_suffix(".selfcheck.npz")))
-    assert snr_db(kokoro.onnx_outputs(reference, feeds), kokoro.onnx_outputs(engine, feeds)) < 20
+    assert snr_db(onnx_outputs(reference, feeds), onnx_outputs(engine, feeds)) < 20
 
+
+def test_convert_export_adds_the_reference_gate_and_a_clip_engine_is_its_own_fp32_reference(tmp_path, weights):
+    """`convert kokoro`'s verdict set (the recipe's plus the kokoro Generator gate); without the fp16 rounding
+    shift the engine graph needs no twin."""
+    [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "clip", True, reference_gate=True)
+    assert [v.name for v in record.verdicts] == ["onnx_vs_torch", "generator_vs_kokoro_reference",
+                                                 "padded_vs_unpadded"]
+    assert all(v.passed for v in record.verdicts), [v.line() for v in record.verdicts]
+    assert record.reference is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"kokoro_generator_w{FRAMES}.onnx",
+                                                          f"kokoro_generator_w{FRAMES}.selfcheck.npz"]
 
 def test_frames_past_the_field_limit_are_refused():
-    assert kokoro.check_frames(136) == 136
+    assert check_frames(136) == 136
     with pytest.raises(SetupError, match="8192"):
-        kokoro.check_frames(137)
+        check_frames(137)
     with pytest.raises(SetupError, match="13-bit"):
-        kokoro.check_frames(512)
+        check_frames(512)
 
 
 LAYER_TABLE_HEAD = ("ID   OpType             DataType Target InputShape                               OutputShape"
@@ -263,21 +285,22 @@ def test_cpu_ops_gate_counts_a_late_input_reshape_as_glue_only_for_an_input():
     assert [op["type"] for op in inside.ops_json()["cpu_ops"]] == ["Reshape"]
 
 
-def test_onnx_vs_torch_gate_fails_on_an_export_that_drifted_from_its_torch_graph(tmp_path, weights):
+def test_onnx_vs_torch_gate_fails_on_an_export_that_drifted_from_its_torch_graph(tmp_path, weights, module):
     import copy
 
     import onnx
     from onnx import numpy_helper
 
-    _, reference, verdicts, module = kokoro.export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
-    graph = kokoro.prepare(copy.deepcopy(module), "round", True)
+    [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
+    reference = record.reference
+    graph = prepare(copy.deepcopy(module), "round", True)
     feeds = dict(np.load(tmp_path / f"kokoro_generator_w{FRAMES}.selfcheck.npz"))
-    assert kokoro.export_verdict(graph, reference, feeds, "round").passed
+    assert export_verdict(graph, reference, feeds, "round").passed
     # A known-bad export: one weight tensor off by 0.1%, as a stale or mis-traced graph would be.
     model = onnx.load(str(reference))
     largest = max(model.graph.initializer, key=lambda init: int(np.prod(init.dims)))
     largest.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(largest) * 1.001, largest.name))
     tampered = tmp_path / "tampered.onnx"
     onnx.save(model, str(tampered))
-    verdict = kokoro.export_verdict(graph, tampered, feeds, "round")
-    assert not verdict.passed and verdict.value < kokoro.RANDOM_WINDOW_EXPORT_DB
+    verdict = export_verdict(graph, tampered, feeds, "round")
+    assert not verdict.passed and verdict.value < RANDOM_WINDOW_EXPORT_DB

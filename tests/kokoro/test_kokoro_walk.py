@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from converters.families import kokoro
+from converters.families.kokoro.graph import CONTEXT, build_module, prepare, run_torch, window_inputs
 from converters.families.kokoro.generator import GeneratorConfig
 from converters.families.kokoro.reference import istftnet_module, reference_generator
 from gates.snr import snr_db
@@ -18,7 +18,7 @@ WINDOW = 64  # 28 context frames per side + 8 emitted
 
 
 def small_walk(overlap=0, gain=False):
-    return KokoroWindow(WINDOW, kokoro.CONTEXT, WINDOW - 2 * kokoro.CONTEXT, 60, 10, 20, overlap, gain)
+    return KokoroWindow(WINDOW, CONTEXT, WINDOW - 2 * CONTEXT, 60, 10, 20, overlap, gain)
 
 
 def test_stft_and_istft_match_torch():
@@ -56,7 +56,7 @@ def generator():
         for name, parameter in reference.named_parameters():
             if "alpha" in name:
                 parameter.uniform_(0.5, 3.0)
-    return kokoro.prepare(kokoro.build_module(SMALL, reference.state_dict()), "exact", snake_fold=True)
+    return prepare(build_module(SMALL, reference.state_dict()), "exact", snake_fold=True)
 
 
 class TorchBackend:
@@ -66,11 +66,11 @@ class TorchBackend:
 
     def run(self, feeds):
         self.runs += 1
-        return {"spec_phase": kokoro.run_torch(self.module, feeds)}
+        return {"spec_phase": run_torch(self.module, feeds)}
 
 
 def utterance(frames, seed=0):
-    feeds = kokoro.window_inputs(SMALL, frames, seed=seed)
+    feeds = window_inputs(SMALL, frames, seed=seed)
     return feeds["x"], feeds["har"], feeds["style"]
 
 
@@ -79,12 +79,12 @@ def full_decode(module):
         coarse, fine = SMALL.rates(x.shape[-1])
         feeds = {"x": x, "har": har, "style": style, "mask_coarse": np.ones((1, 1, coarse), np.float32),
                  "mask_fine": np.ones((1, 1, fine), np.float32)}
-        return kokoro.run_torch(module, feeds)
+        return run_torch(module, feeds)
     return decode
 
 
 def test_short_utterance_is_one_exact_window(generator):
-    x, har, style = utterance(WINDOW - 2 * kokoro.CONTEXT)
+    x, har, style = utterance(WINDOW - 2 * CONTEXT)
     backend = TorchBackend(generator)
     walked = kokoro_walk.walk(backend, x, har, style, small_walk())
     assert backend.runs == 1

@@ -16,22 +16,23 @@ def joe():
 
     from converters.families.piper import decoder
     from converters.families.piper.voice import resolve_voice
+    from runtime.backends import OnnxBackend
 
     voice = resolve_voice(None)
     model = onnx.load(str(voice.onnx_path))
     piece = decoder.slice_voice(model)
     latents = decoder.voice_latents(model, piece.seam, voice.config)
     return types.SimpleNamespace(voice=voice, model=model, piece=piece, latents=latents,
-                                 full=decoder.OrtRunner(piece.model))
+                                 full=OnnxBackend(piece.model, threads=1))
 
 
 @pytest.fixture(scope="session")
 def joe_exports(tmp_path_factory):
     """The spec's 93/45/24 window and its --dec-mask twin, exported for rk3588 (no polyphase tail)."""
-    from converters.families.piper.decoder import export_decoder
+    from converters.families.piper import decoder
 
     out = tmp_path_factory.mktemp("joe_decoder")
-    return {dec_mask: export_decoder(None, out, 93, 24, dec_mask, "rk3588") for dec_mask in (False, True)}
+    return {dec_mask: decoder.export(None, out, 93, 24, dec_mask, "rk3588")[0] for dec_mask in (False, True)}
 
 
 def _random_multispeaker_vits():

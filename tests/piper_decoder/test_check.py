@@ -12,7 +12,7 @@ def test_check_piper_renders_both_paths(joe_exports, tmp_path):
     out = tmp_path / "check.wav"
     result = CliRunner().invoke(app, ["check", "piper", "--text", "Hello there. This sentence is long enough to "
                                       "need several windows of the decoder.", "--engine",
-                                      str(joe_exports[False].onnx_path), "--out", str(out)])
+                                      str(joe_exports[False].onnx), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "interior" in result.output and "max sample-to-sample step" in result.output
     windowed, rate = read_wav(out)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from converters.engine import BuildOptions, build_engine
-from converters.families.piper import decoder
 from core.errors import SetupError
+from runtime.backends import OnnxBackend
+from runtime.vits_decoder import VoiceDecoder, engine_contract
 
 
 def test_joe_engine_builds_clean_for_rk3588(joe_exports, tmp_path, require_converter):
@@ -14,23 +15,23 @@ def test_joe_engine_builds_clean_for_rk3588(joe_exports, tmp_path, require_conve
     export = joe_exports[False]
     options = BuildOptions(target="rk3588", toolkit="2.3.2", max_regtask_lines=0, fail_on_cpu_ops=True,
                            min_simulator_snr_db=35.0)
-    result = build_engine(export.onnx_path, tmp_path, options, selfcheck=export.selfcheck_path,
+    result = build_engine(export.onnx, tmp_path, options, selfcheck=export.selfcheck,
                           export_verdicts=export.verdicts)
     gates = {v.name: v for v in result.verdicts}
     assert gates["regtask_lines"].value == 0 and gates["cpu_compute_ops"].value == 0
     assert gates["simulator_snr[output]"].value >= 35.0
     plan = result.manifest_data["exec_plan"]
     assert plan == {"piper_tts.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {"main": result.rknn.name}}}}
-    contract = decoder.engine_contract(result.rknn)
+    contract = engine_contract(result.rknn)
     assert contract["latent_channels"] == 192 and contract["hop"] == 256 and contract["sample_rate"] == 22050
 
 
 def test_runtime_refuses_an_engine_of_another_voice(joe_exports):
-    contract = decoder.engine_contract(joe_exports[False].onnx_path)
-    runner = decoder.OrtRunner(joe_exports[False].onnx_path)
-    decoder.VoiceDecoder(runner, contract, voice_channels=192)
+    contract = engine_contract(joe_exports[False].onnx)
+    runner = OnnxBackend(joe_exports[False].onnx, threads=1)
+    VoiceDecoder(runner, contract, voice_channels=192)
     with pytest.raises(SetupError, match=r"192-channel latent but this voice has 16.*produced by: .*convert piper --voice-onnx"):
-        decoder.VoiceDecoder(runner, contract, voice_channels=16)
+        VoiceDecoder(runner, contract, voice_channels=16)
 
 
 # Rows of the rk3588 --dec-mask build log: the toolkit places the y_mask input's rank adapter
@@ -67,10 +68,10 @@ def test_window_walk_through_the_simulator(joe, joe_exports, require_converter):
 
     require_converter("2.3.2")
     export = joe_exports[False]
-    contract = WindowContract.from_onnx(export.onnx_path)
+    contract = WindowContract.from_onnx(export.onnx)
     z = joe.latents[0]["z"][:, :, : 2 * contract.window]
-    reference = walk(decoder.OrtRunner(export.onnx_path), z, contract)
-    with SimulatorBackend(export.onnx_path, "rk3588") as simulator:
+    reference = walk(OnnxBackend(export.onnx, threads=1), z, contract)
+    with SimulatorBackend(export.onnx, "rk3588") as simulator:
         simulated = walk(simulator, z, contract)
     assert "interior" in [w.kind for w in simulated.windows]
     for win in simulated.windows:

@@ -6,6 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from converters.families.piper import decoder
+from runtime.backends import OnnxBackend
 from gates import opscan
 from surgery.graph.flip_fold import FlipFoldError, fold_flips
 
@@ -81,8 +82,8 @@ def test_fold_flips_is_exact_against_float64_reference(mean_only):
     m[..., 13:] = 0.0
     feeds = {"z": z.astype(np.float32), "m": m.astype(np.float32)}
     want = _reference(z[0], m[0, 0], params, out, mean_only)
-    np.testing.assert_allclose(decoder.OrtRunner(model).run(feeds)["y"][0], want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(decoder.OrtRunner(folded).run(feeds)["y"][0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(OnnxBackend(model, threads=1).run(feeds)["y"][0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(OnnxBackend(folded, threads=1).run(feeds)["y"][0], want, rtol=1e-5, atol=1e-5)
 
 
 def test_flip_into_an_unfoldable_op_is_refused():
@@ -102,4 +103,4 @@ def test_joe_engine_graph_has_no_flip_left(joe, joe_exports):
     flips = [p for p in opscan.scan(joe.piece.model) if "negative step" in p.reason]
     assert len(flips) == 4  # the unfolded slice: four flips the NPU would run on the CPU
     for export in joe_exports.values():
-        assert opscan.verdict(opscan.scan(onnx.load(str(export.onnx_path)), "rk3588")).passed
+        assert opscan.verdict(opscan.scan(onnx.load(str(export.onnx)), "rk3588")).passed

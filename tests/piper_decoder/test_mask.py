@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from converters.families.piper import decoder
 from gates import opscan
+from runtime.backends import OnnxBackend
 from runtime.window_walk import WindowContract, walk
 from surgery.graph.mask import level_strides, mask_decoder
 from core.contract import get_contract
@@ -77,7 +78,7 @@ def test_mask_decoder_and_polyphase_match_float64_reference():
     x = rng.standard_normal((1, 3, 11))
     m = np.ones((1, 1, 11))
     m[..., 7:] = 0.0
-    got = decoder.OrtRunner(masked).run({"x": x.astype(np.float32), "m": m.astype(np.float32)})["y"]
+    got = OnnxBackend(masked, threads=1).run({"x": x.astype(np.float32), "m": m.astype(np.float32)})["y"]
     want = reference(params, x[0], m[0, 0])
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-4)
     assert np.all(got[0, :, 7 * 6 :] == 0.0)  # the padding stays exactly zero at the output rate
@@ -85,11 +86,11 @@ def test_mask_decoder_and_polyphase_match_float64_reference():
     last = decoder.last_upsampler_output(masked, "x")
     phased = polyphase_tail(masked, last)
     assert {n.op_type for n in phased.graph.node if n.output[0] == last} == {"Conv"}
-    got = decoder.OrtRunner(phased).run({"x": x.astype(np.float32), "m": m.astype(np.float32)})["y"]
+    got = OnnxBackend(phased, threads=1).run({"x": x.astype(np.float32), "m": m.astype(np.float32)})["y"]
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-4)
     # With the mask all ones the pass changes nothing.
     ones = {"x": x.astype(np.float32), "m": np.ones((1, 1, 11), np.float32)}
-    plain, ones = decoder.OrtRunner(model).run(ones)["y"], decoder.OrtRunner(masked).run(ones)["y"]
+    plain, ones = OnnxBackend(model, threads=1).run(ones)["y"], OnnxBackend(masked, threads=1).run(ones)["y"]
     np.testing.assert_array_equal(plain, ones)
 
 
@@ -104,8 +105,8 @@ class MaskOfOnes:
 
 
 def _walk(export, z, backend_wrapper=None):
-    runner = decoder.OrtRunner(export.onnx_path)
-    contract = WindowContract.from_onnx(export.onnx_path)
+    runner = OnnxBackend(export.onnx, threads=1)
+    contract = WindowContract.from_onnx(export.onnx)
     return walk(backend_wrapper(runner) if backend_wrapper else runner, z, contract)
 
 
@@ -149,21 +150,21 @@ def _resize_upsampled(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def test_resize_mask_upsampler_is_caught(joe_exports):
-    model = onnx.load(str(joe_exports[True].onnx_path))
+    model = onnx.load(str(joe_exports[True].onnx))
     assert opscan.verdict(opscan.scan(model, "rk3588")).passed
     bad = _resize_upsampled(model)
     assert sum(n.op_type == "Resize" for n in bad.graph.node) == 3
     # Numerically it is the same upsampling in onnxruntime: only the problem-op gate can see it.
     feeds = {decoder.LATENT: np.random.default_rng(0).standard_normal((1, 192, 93)).astype(np.float32),
              decoder.MASK: np.ones((1, 1, 93), np.float32)}
-    np.testing.assert_array_equal(decoder.OrtRunner(model).run(feeds)["output"],
-                                  decoder.OrtRunner(bad).run(feeds)["output"])
+    np.testing.assert_array_equal(OnnxBackend(model, threads=1).run(feeds)["output"],
+                                  OnnxBackend(bad, threads=1).run(feeds)["output"])
     verdict = opscan.verdict(opscan.scan(bad, "rk3588"))
     assert not verdict.passed and "Resize" in verdict.detail
 
 
 def test_export_records_the_window_contract(joe_exports):
-    contract = get_contract(joe_exports[True].onnx_path)
+    contract = get_contract(joe_exports[True].onnx)
     assert (contract["window"], contract["context"], contract["emitted"], contract["hop"]) == (93, 24, 45, 256)
     assert contract["latent_channels"] == 192 and contract["strides"] == [8, 8, 4]
     assert contract["sample_rate"] == 22050 and contract["dec_mask"] is True
@@ -177,6 +178,7 @@ def test_polyphase_joe_engine_is_the_same_map(joe):
     feeds = {decoder.LATENT: joe.latents[0]["z"][:, :, :93], decoder.MASK: np.ones((1, 1, 93), np.float32)}
     from gates.snr import snr_db
 
-    assert snr_db(decoder.OrtRunner(plain).run(feeds)["output"], decoder.OrtRunner(phased).run(feeds)["output"]) > 120.0
+    assert snr_db(OnnxBackend(plain, threads=1).run(feeds)["output"],
+                  OnnxBackend(phased, threads=1).run(feeds)["output"]) > 120.0
     assert decoder.needs_polyphase("rk3566", 93, 256) and decoder.needs_polyphase("rk3576", 93, 256)
     assert not decoder.needs_polyphase("rk3588", 93, 256) and not decoder.needs_polyphase("rk3566", 31, 256)

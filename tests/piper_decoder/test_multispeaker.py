@@ -7,6 +7,7 @@ import pytest
 
 from converters.families.piper import decoder
 from gates.snr import snr_db
+from runtime.backends import OnnxBackend
 from runtime.window_walk import WindowContract, walk
 
 from core.contract import get_contract
@@ -23,7 +24,7 @@ def speaker(multispeaker_onnx):
     model = onnx.load(str(multispeaker_onnx))
     piece = decoder.slice_voice(model)
     seam = piece.seam
-    taps = decoder.OrtRunner(decoder.seeded(model, 0), [seam.latent, seam.mask, seam.cond])
+    taps = OnnxBackend(decoder.seeded(model, 0), extra_outputs=(seam.latent, seam.mask, seam.cond), threads=1)
     latents = []
     for sid in (0, 2):
         out = taps.run(multispeaker_feeds(40, sid))
@@ -36,7 +37,7 @@ def test_seam_finds_the_speaker_embedding(speaker):
     assert piece.seam.cond is not None
     assert [i.name for i in piece.model.graph.input] == [decoder.LATENT, decoder.MASK, decoder.COND]
     assert (piece.channels, piece.cond_channels, piece.strides) == (16, 8, [4, 2])
-    assert decoder.seam_verdict(decoder.OrtRunner(piece.model), latents).passed
+    assert decoder.seam_verdict(OnnxBackend(piece.model, threads=1), latents).passed
     assert not np.allclose(latents[0]["g"], latents[1]["g"])
 
 
@@ -46,7 +47,7 @@ def test_windowed_decode_with_g_matches_full_decode(speaker, dec_mask):
     engine = decoder.fixed_window_model(piece, window=100, context=32, dec_mask=dec_mask, voice_name="ms",
                                         sample_rate=16000)
     contract = WindowContract.from_contract(get_contract(engine))
-    full, windowed = decoder.OrtRunner(piece.model), decoder.OrtRunner(engine)
+    full, windowed = OnnxBackend(piece.model, threads=1), OnnxBackend(engine, threads=1)
     z = decoder.white_noise_latent(piece.channels, 290)
     outputs = []
     for item in latents:

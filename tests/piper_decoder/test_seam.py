@@ -7,9 +7,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from converters.families.piper import decoder
+from runtime.backends import OnnxBackend
 from core.errors import SetupError
 from surgery.graph.vits_seam import SeamError, find_vits_seam
-from core.onnx_graph import cut, rename_tensors
+from core.onnx_graph import CutError, cut, rename_tensors
 
 
 def _anonymised(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
@@ -41,7 +42,7 @@ def test_slice_reproduces_the_voice_and_the_conv_pre_seam_is_caught(joe):
     # The known wrong seam: the decoder alone, fed the pre-flow latent the runtime has.
     wrong = rename_tensors(cut(joe.model, [joe.piece.seam.decoder_input], [joe.piece.seam.output]),
                            {joe.piece.seam.decoder_input: decoder.LATENT})
-    verdict = decoder.seam_verdict(decoder.OrtRunner(wrong), joe.latents)
+    verdict = decoder.seam_verdict(OnnxBackend(wrong, threads=1), joe.latents)
     assert not verdict.passed and verdict.value < 20.0
 
 
@@ -68,5 +69,5 @@ def test_non_vits_graph_is_refused_with_a_reason(with_upsampler, reason):
 
 
 def test_cut_that_does_not_separate_is_refused(joe):
-    with pytest.raises(SeamError, match="does not separate"):
+    with pytest.raises(CutError, match="does not separate"):
         cut(joe.model, [joe.piece.seam.mask], [joe.piece.seam.output])

@@ -1,5 +1,6 @@
 """surgery.graph.relshift on a small random-init VITS relative attention (piper-tts's own module), exported at a
-fixed width: the chain detector (a gate) and the banded rewrite against a numpy float64 reference."""
+fixed width: the chain detector (and the piper encoder's gate on it) and the banded rewrite against a numpy
+float64 reference."""
 from __future__ import annotations
 
 import math
@@ -9,8 +10,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from converters.families.piper.encoder import shift_chain_verdict
 from surgery.graph.fold import fold_fixed, fold_static_shapes
-from surgery.graph.relshift import banded_relative_attention, find_shift_chains, shift_chain_verdict, skew_reference
+from surgery.graph.relshift import banded_relative_attention, find_shift_chains, skew_reference
 
 CHANNELS, HEADS, WINDOW = 16, 2, 4
 

@@ -6,7 +6,8 @@ import io
 import pytest
 import torch
 
-from converters.families.qwen3_vocoder import export as E
+from converters.families.qwen3_vocoder import step_export as E
+from converters.pipeline import Exported
 from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes
 from gates.snr import snr_db
 from runtime.backends import OnnxBackend
@@ -32,6 +33,8 @@ def test_contract_and_export_verdicts(exported, tiny_step):
         assert contract["cache_numel"] == tiny_step.cache_numel  # the same layout whatever B is
         assert contract["kv_len"] == TINY_CONFIG["sliding_window"] - 1
         assert contract["head_dim"] == TINY_CONFIG["head_dim"]
+        # The verdicts travel in the contract: an --onnx build reads back what the export decided.
+        assert Exported.from_onnx(result.onnx, "qwen3-vocoder") == result
     backend = OnnxBackend(exported["main"].onnx)
     assert backend.input_names == ["codes", "cache_in"] and backend.output_names == ["pcm", "cache_out"]
     assert get_contract(exported["window"].onnx)["emitted"] == 12
@@ -42,7 +45,7 @@ def test_streaming_and_offline_over_onnxruntime(exported, tiny_reference):
     codes = random_codes(TINY_CONFIG, 150, seed=5)
     with torch.no_grad():
         full = tiny_reference(codes)[0, 0].numpy()
-    main, first = OnnxBackend(exported["main"].reference_onnx), OnnxBackend(exported["first"].reference_onnx)
+    main, first = OnnxBackend(exported["main"].reference), OnnxBackend(exported["first"].reference)
     main_contract, first_contract = get_contract(exported["main"].onnx), get_contract(exported["first"].onnx)
     streamed, available = stream_decode(codes[0].numpy(), main, main_contract, first, first_contract, event_frames=4)
     samples = main_contract["samples_per_frame"]
@@ -58,7 +61,7 @@ def test_window_role_reproduces_chunked_decode(exported, tiny_reference):
         chunked = tiny_reference.chunked_decode(codes, chunk_size=contract["emitted"],
                                                 left_context_size=contract["context"])[0, 0].numpy()
         full = tiny_reference(codes)[0, 0].numpy()
-    windowed = window_decode(codes[0].numpy(), OnnxBackend(exported["window"].reference_onnx), contract)
+    windowed = window_decode(codes[0].numpy(), OnnxBackend(exported["window"].reference), contract)
     vs_chunked, vs_full = snr_db(chunked, windowed), snr_db(full, windowed)
     print(f"window role: {vs_chunked:.1f} dB vs the package chunked_decode, {vs_full:.1f} dB vs its full decode")
     assert vs_chunked > MIN_FP32_DB  # vs_full is reported only: how far it falls depends on the weights
@@ -96,4 +99,4 @@ def test_sine_form_gate_fails_on_a_clipped_sine(tiny_step, tmp_path):
     sine = [v for v in result.verdicts if v.name.startswith("sine_form")]
     print(sine[0].line())
     assert len(sine) == 1 and not sine[0].passed
-    assert result.reference_onnx.is_file() and get_contract(result.reference_onnx)["sine_form"] == "exact"
+    assert result.reference.is_file() and get_contract(result.reference)["sine_form"] == "exact"

@@ -8,10 +8,21 @@ import torch
 
 from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, random_reference, step_of
 from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
-from converters.families.qwen3_vocoder.step import decode_in_steps
 from gates.snr import snr_db
 
 MIN_MATCH_DB = 100.0
+
+
+def decode_in_steps(step, codes: torch.Tensor, sizes: list[int]):
+    """Run `step` from a zeroed cache over consecutive groups of `sizes` frames of codes [1,K,T]: (pcm, cache)."""
+    cache, pieces, start = step.zero_cache(), [], 0
+    with torch.no_grad():
+        for size in sizes:
+            pcm, cache = step(codes[..., start : start + size], cache)
+            pieces.append(pcm)
+            start += size
+    assert start == codes.shape[-1], f"step sizes {sizes} cover {start} frames, codes have {codes.shape[-1]}"
+    return torch.cat(pieces, dim=-1), cache
 
 
 def independent_cache_numel(config: dict) -> int:
@@ -115,7 +126,8 @@ def test_rows_reproduce_the_package_decoder(tiny_reference):
 def test_row_length_keeps_every_axis_within_the_limit():
     """Real shape: rows of 4 code frames (7680 samples + the widest halo, 54, stays under 8191) for B=64 and
     B=16; a prime window (25 + 12 = 37 frames) falls back to rows of one frame."""
-    from converters.families.qwen3_vocoder.step import ROW_SAMPLES_LIMIT, StreamingDecoder
+    from converters.families.qwen3_vocoder.cache import ROW_SAMPLES_LIMIT
+    from converters.families.qwen3_vocoder.step import StreamingDecoder
 
     step = StreamingDecoder(REAL_SHAPE_DECODER_CONFIG)
     assert step.max_frames_per_row == 4 and 4 * 1920 + 54 <= ROW_SAMPLES_LIMIT < 5 * 1920 + 54

@@ -3,7 +3,7 @@
 Exports the encoder, an adapter per placeholder count T, a prefill per S = T + 10, per layer a K/V projection
 and a block per K/V bucket, and the LM head in shards; gates greedy tokens through those graphs against the
 torch FP32 model's own decoding (EOS included, plus a stress run through the largest bucket); then compiles
-each graph through the shared engine build. `audio8_plan.json` lists every graph with its contract."""
+each graph through the family pipeline. `audio8_plan.json` lists every graph with its contract and engine."""
 from __future__ import annotations
 
 import os
@@ -12,10 +12,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.options import FailOnCpuOps, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
+from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
+from core.errors import MissingSource, SetupError
+from core.paths import work_dir
 from toolkit.versions import DEFAULT_TOOLKIT
-from core.errors import SetupError
 
+FAMILY = "audio8"
 ADAPTER_TOKENS = (25, 50, 75, 100)
 KV_BUCKETS = (128, 256, 512)
 HEAD_SHARDS = 8
@@ -47,6 +49,7 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def load_model(model_dir: Path | None, random_weights: str | None):
+    """The model to export: a random-init one ('real' or 'small' shapes) or the snapshot in `model_dir`."""
     from converters.families.audio8 import model as M
 
     if random_weights is not None:
@@ -59,80 +62,41 @@ def load_model(model_dir: Path | None, random_weights: str | None):
     return M.load_snapshot(model_dir)
 
 
-def export_and_gate(model, out_dir: Path, adapter_tokens, kv_buckets, head_shards: int, stress: bool = True,
-                    target: str | None = None, say=print) -> tuple[dict, list]:
-    """Export every graph, scan it, run the token gates; raises GateFailure on any failed verdict."""
-    from converters.families.audio8.checks import graph_verdicts
-    from converters.families.audio8.export import export_all
-    from gates import opscan
-    from gates.verdict import require
-
-    plan = export_all(model, out_dir, list(adapter_tokens), list(kv_buckets), head_shards)
-    say(f"exported {len(plan['graphs'])} graphs to {out_dir}")
-    for entry in plan["graphs"]:
-        problems = opscan.scan(Path(out_dir) / entry["onnx"], target)
-        if problems:
-            say(f"{entry['onnx']}:")
-            opscan.warn(problems)
-    verdicts = graph_verdicts(model, out_dir, stress=stress, say=say)
-    for verdict in verdicts:
-        say(verdict.line())
-    require(verdicts, advice="the exported graphs decode differently from the torch model: compare the figures "
-            "above (adapter L2 points at pooling, prefill L2 at the decoder cut)", context="audio8 graphs")
-    return plan, verdicts
-
-
-def build_engines(out_dir: Path, plan: dict, options, export_verdicts=(), say=print) -> list:
-    """Compile every graph of the plan; record each engine's file name in the plan."""
-    import json
-
-    from converters.engine import build_engine
-    from runtime.kv_buckets import PLAN_FILE
-
-    results = []
-    for entry in plan["graphs"]:
-        result = build_engine(Path(out_dir) / entry["onnx"], out_dir, options,
-                              selfcheck=Path(out_dir) / entry["selfcheck"], export_verdicts=list(export_verdicts))
-        entry["rknn"] = result.rknn.name
-        say(f"built {result.rknn.name}")
-        results.append(result)
-    (Path(out_dir) / PLAN_FILE).write_text(json.dumps(plan, indent=1))
-    return results
-
-
 def convert_audio8(
     model_dir: ModelDir = None,
     random_weights: RandomWeights = None,
     target: Target = "rk3588",
     toolkit: Toolkit = DEFAULT_TOOLKIT,
-    out: OutDir = Path("work/audio8"),
+    out: OutDir = work_dir(FAMILY),
     adapter_tokens: AdapterTokens = ",".join(map(str, ADAPTER_TOKENS)),
     kv_buckets: KvBuckets = ",".join(map(str, KV_BUCKETS)),
     head_shards: HeadShards = HEAD_SHARDS,
     skip_rknn: SkipRknn = False,
+    from_onnx: FromOnnx = None,
     no_stress: NoStress = False,
     max_regtask_lines: MaxRegtaskLines = 0,
     fail_on_cpu_ops: FailOnCpuOps = False,
+    min_snr_db: MinSnrDb = 35.0,
 ) -> None:
     """Export Audio8-ASR's encoder, adapters, prefills, per-layer K/V + block graphs and LM head shards,
     gate greedy tokens against the torch FP32 model, and compile every graph."""
-    from converters.engine import BuildOptions
+    from converters import pipeline
+    from converters.families.audio8.checks import ADVICE
+    from converters.families.audio8.export import export
     from toolkit.versions import check_target
 
-    check_target(target)
-    model = load_model(model_dir, random_weights)
-    plan, verdicts = export_and_gate(model, out, _int_list(adapter_tokens, "--adapter-tokens"),
-                                     _int_list(kv_buckets, "--kv-buckets"), head_shards, not no_stress, target)
-    if skip_rknn:
-        return
-    build_engines(out, plan, BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
-                                          fail_on_cpu_ops=fail_on_cpu_ops), verdicts)
+    target = check_target(target)  # the export's problem-op scan is per target: refuse a bad one first
+    tokens, buckets = _int_list(adapter_tokens, "--adapter-tokens"), _int_list(kv_buckets, "--kv-buckets")
+    pipeline.convert(
+        FAMILY, lambda: export(load_model(model_dir, random_weights), out, tokens, buckets, head_shards,
+                               not no_stress, target),
+        from_onnx=from_onnx, skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit,
+        max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db,
+        context="audio8 graphs", advice=ADVICE)
 
 
 def _snapshot_dir(source: dict) -> Path:
     """The snapshot a recipe names: `source.dir`, or the huggingface_hub cache of `source.repo` (never downloaded)."""
-    from core.errors import MissingSource
-
     candidates = []
     if source.get("dir"):
         candidates.append(Path(os.path.expanduser(os.path.expandvars(source["dir"]))))
@@ -152,16 +116,17 @@ def _snapshot_dir(source: dict) -> Path:
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
+    """The recipe's snapshot exported with its `[options]`, then built with its `[gates]`."""
+    from converters import pipeline
     from converters.families.audio8 import model as M
-    from converters.recipes import build_options
+    from converters.families.audio8.checks import ADVICE
+    from converters.families.audio8.export import export
 
-    snapshot = _snapshot_dir(recipe["source"])
     options = recipe["options"]
-    model = M.load_snapshot(snapshot)
-    plan, verdicts = export_and_gate(model, work_dir, options.get("adapter_tokens", ADAPTER_TOKENS),
-                                     options.get("kv_buckets", KV_BUCKETS), options.get("head_shards", HEAD_SHARDS),
-                                     target=target)
-    return build_engines(work_dir, plan, build_options(recipe, target, toolkit), verdicts)
+    exported = export(M.load_snapshot(_snapshot_dir(recipe["source"])), work_dir,
+                      options.get("adapter_tokens", ADAPTER_TOKENS), options.get("kv_buckets", KV_BUCKETS),
+                      options.get("head_shards", HEAD_SHARDS), target=target)
+    return pipeline.build_recipe(recipe, target, toolkit, work_dir, exported, advice=ADVICE)
 
 
 def check_audio8(

@@ -1,8 +1,9 @@
 """Export every Audio8-ASR graph to a fixed-shape ONNX with its contract, plus the plan that lists them.
 
 Graphs: encoder, adapter per T, prefill per S = T + 10, per layer a K/V projection and a block per K/V
-bucket, LM head shards. `audio8_plan.json` lists each file with its contract; `embed_tokens.npy` is the fp32
-table the CPU looks tokens up in."""
+bucket, LM head shards. `audio8_plan.json` lists each file with its contract and the engine it compiles to;
+`embed_tokens.npy` is the fp32 table the CPU looks tokens up in. `export` is the family's one export: the
+graphs, then the token gates run through them, recorded on every graph."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.pipeline import Exported, record_export
+from core.paths import engine_name, selfcheck_path
 from gates.verdict import Verdict, at_most, require
 from runtime.kv_buckets import PLAN_FILE, rope_tables
 
@@ -48,7 +51,7 @@ def _export(module, args: tuple, input_names: list[str], output_names: list[str]
 
 def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list[int], head_shards: int,
                seed: int = 0) -> dict:
-    """Write every graph, its self-check inputs (`<stem>.selfcheck.npz`), the embedding table and the plan."""
+    """Write every graph, its self-check inputs, the embedding table and the plan (no token gate: `export`)."""
     import torch
 
     from core.contract import make_contract
@@ -93,10 +96,11 @@ def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list
         path = out_dir / f"{stem}.onnx"
         args = tuple(torch.from_numpy(value) for value in feeds.values())
         onnx_model = _export(module, args, list(feeds), outputs, contract, path)
-        np.savez(out_dir / f"{stem}.selfcheck.npz", **feeds)
+        np.savez(selfcheck_path(path), **feeds)
         if cache_free:
             verdicts.append(cache_free_verdict(onnx_model, stem))
-        entries.append({"onnx": path.name, "selfcheck": f"{stem}.selfcheck.npz", "contract": contract})
+        entries.append({"onnx": path.name, "selfcheck": selfcheck_path(path).name, "rknn": engine_name(path),
+                        "contract": contract})
 
     def normal(*shape, scale=1.0):
         return (scale * rng.standard_normal(shape)).astype(np.float32)
@@ -137,7 +141,36 @@ def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list
     np.save(out_dir / EMBED_FILE, table)
     plan = {"family": FAMILY, "embed_table": EMBED_FILE, "graphs": entries,
             "verdicts": [v.to_json() for v in verdicts]}
-    (out_dir / PLAN_FILE).write_text(json.dumps(plan, indent=1))
+    _write_plan(out_dir, plan)
     require(verdicts, advice="keep the K/V cache outside the graph: rank-3 buffers the CPU writes in place",
             context="audio8 export")
     return plan
+
+
+def _write_plan(out_dir: Path, plan: dict) -> None:
+    (Path(out_dir) / PLAN_FILE).write_text(json.dumps(plan, indent=1))
+
+
+def export(model, out_dir: Path, adapter_tokens, kv_buckets, head_shards: int, stress: bool = True,
+           target: str | None = None, say=print) -> list[Exported]:
+    """Export every graph, warn of problem ops, run the token gates through the graphs and record their verdicts
+    on each one: one `Exported` per graph, all sharing the verdicts (`pipeline.build` gates them once)."""
+    from converters.families.audio8.checks import graph_verdicts
+    from core.contract import get_contract
+    from gates import opscan
+
+    out_dir = Path(out_dir)
+    plan = export_all(model, out_dir, list(adapter_tokens), list(kv_buckets), head_shards)
+    say(f"exported {len(plan['graphs'])} graphs to {out_dir}")
+    for entry in plan["graphs"]:
+        problems = opscan.scan(out_dir / entry["onnx"], target)
+        if problems:
+            say(f"{entry['onnx']}:")
+            opscan.warn(problems)
+    verdicts = graph_verdicts(model, out_dir, stress=stress, say=say)
+    records = [record_export(out_dir / entry["onnx"], verdicts) for entry in plan["graphs"]]
+    # the plan carries each graph's contract as the graph does, export verdicts included
+    for entry in plan["graphs"]:
+        entry["contract"] = get_contract(out_dir / entry["onnx"])
+    _write_plan(out_dir, plan)
+    return records

@@ -5,49 +5,34 @@ The noise head of decode.onnx (`z = m_p + exp(logs_p) * zp_noise * noise_scale`)
 slice: the runtime draws the noise itself (`noise_head`) and hands the engine the finished latent."""
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from converters.families.inflect import FAMILY, MIN_INTERIOR_DB, MIN_TAIL_DB
 from core.errors import SetupError
+from runtime.inflect_synth import (
+    DEFAULT_VARIATION,
+    OFFICIAL_HINT,
+    InflectModel,
+    check_duration,
+    config_beside,
+    config_values,
+    io_names,
+    latent_channels,
+    noise_head,
+    prior_stats,
+)
 
-FAMILY = "inflect"
 COMPONENT = "decoder"
 ROLE = "main"
 EXEC_PLAN_OPTION = "inflect_v2.exec_plan"
 DECODE_INPUTS = ("m_p_exp", "logs_p_exp", "y_mask", "zp_noise", "noise_scale")
 DECODE_OUTPUT = "waveform"
-DURATION_INPUTS = ("tokens", "lengths", "length_scale")
-DURATION_OUTPUTS = ("m_p_exp", "logs_p_exp", "y_mask")
 LATENT_INPUT, MASK_INPUT = "z", "y_mask"
-DEFAULT_SAMPLE_RATE, DEFAULT_HOP = 24000, 256  # both official sizes; config.json overrides them
 N_SYMBOLS = 178  # token vocabulary of both sizes (0 is the blank)
-DEFAULT_VARIATION = 0.667  # prior noise scale, as VITS-family exports default noise_scale
-OFFICIAL_HINT = ("pass onnx/decode.onnx and onnx/duration.onnx of owensong/Inflect-Micro-v2-ONNX or "
-                 "owensong/Inflect-Nano-v2-ONNX")
-
-
-@dataclass(frozen=True)
-class InflectModel:
-    """What the slice and the runtime need to know about one official model."""
-
-    channels: int  # latent width C (Micro 192, Nano 128)
-    hop: int       # waveform samples per latent slice
-    sample_rate: int
-
-
-def _io_names(values) -> list[str]:
-    return [v.name for v in values]
-
-
-def _channels_of(value, path: Path, which: str) -> int:
-    dims = value.type.tensor_type.shape.dim
-    if len(dims) != 3 or not dims[1].dim_value:
-        raise SetupError(f"{which} {path}: {value.name} should be [1, C, mel_len] with a fixed C, "
-                         f"got {[d.dim_value or d.dim_param for d in dims]}; {OFFICIAL_HINT}")
-    return int(dims[1].dim_value)
+TAIL_LENGTHS = (30, 47, 91, 210)
+INTERIOR_LENGTH = 480  # slices, as the spec measured: first, one interior and a last window at 256/32
 
 
 def load_decode(path: Path):
@@ -58,7 +43,7 @@ def load_decode(path: Path):
     if not path.is_file():
         raise SetupError(f"no decode.onnx at {path}; {OFFICIAL_HINT}")
     model = onnx.load(str(path))
-    inputs, outputs = _io_names(model.graph.input), _io_names(model.graph.output)
+    inputs, outputs = io_names(model.graph.input), io_names(model.graph.output)
     missing = [name for name in DECODE_INPUTS if name not in inputs]
     if missing or DECODE_OUTPUT not in outputs:
         raise SetupError(
@@ -66,69 +51,28 @@ def load_decode(path: Path):
             f"expected inputs {list(DECODE_INPUTS)} and output '{DECODE_OUTPUT}' "
             f"(missing: {missing or [DECODE_OUTPUT]}); {OFFICIAL_HINT}")
     m_p = next(v for v in model.graph.input if v.name == "m_p_exp")
-    return model, _channels_of(m_p, path, "decode.onnx")
+    return model, latent_channels(m_p, path, "decode.onnx")
 
 
-def check_duration(path: Path, channels: int) -> None:
-    """duration.onnx must have the official I/O and produce latents of the decoder's width."""
-    import onnx
-
-    path = Path(path)
-    if not path.is_file():
-        raise SetupError(f"no duration.onnx at {path}; {OFFICIAL_HINT}")
-    model = onnx.load(str(path), load_external_data=False)
-    inputs, outputs = _io_names(model.graph.input), _io_names(model.graph.output)
-    if any(n not in inputs for n in DURATION_INPUTS) or any(n not in outputs for n in DURATION_OUTPUTS):
-        raise SetupError(f"{path} is not an Inflect v2 duration.onnx: inputs {inputs}, outputs {outputs}; expected "
-                         f"inputs {list(DURATION_INPUTS)} and outputs {list(DURATION_OUTPUTS)}; {OFFICIAL_HINT}")
-    m_p = next(v for v in model.graph.output if v.name == "m_p_exp")
-    found = _channels_of(m_p, path, "duration.onnx")
-    if found != channels:
-        raise SetupError(f"{path} produces latents of C={found} channels but the decoder takes C={channels}: "
-                         "duration.onnx and decode.onnx come from different models (Micro is C=192, Nano C=128); "
-                         "pass the two files of one model")
-
-
-def config_beside(onnx_path: Path) -> Path | None:
-    """The model's config.json: beside the onnx/ folder (the official layout) or beside the file."""
-    for config in (Path(onnx_path).parent.parent / "config.json", Path(onnx_path).parent / "config.json"):
-        if config.is_file():
-            return config
-    return None
-
-
-def config_values(config_path: Path | None) -> tuple[int, int]:
-    """(hop, sample rate) from config.json (`data.hop_length`, `data.sampling_rate`); v2 defaults where absent."""
-    data = json.loads(Path(config_path).read_text()).get("data", {}) if config_path else {}
-    return int(data.get("hop_length", DEFAULT_HOP)), int(data.get("sampling_rate", DEFAULT_SAMPLE_RATE))
-
-
-def full_decode(decode_session, latent: np.ndarray) -> np.ndarray:
-    """decode.onnx on a finished latent (noise head made the identity): the full-length fp32 reference."""
+def full_decode(decode, latent: np.ndarray) -> np.ndarray:
+    """decode.onnx (a backend) on a finished latent, noise head made the identity: the full-length fp32 reference."""
     latent = np.asarray(latent, dtype=np.float32)
     zeros = np.zeros_like(latent)
     mask = np.ones((1, 1, latent.shape[2]), dtype=np.float32)
-    return decode_session.run([DECODE_OUTPUT], {"m_p_exp": latent, "logs_p_exp": zeros, "y_mask": mask,
-                                                "zp_noise": zeros, "noise_scale": np.array(0.0, np.float32)})[0]
+    return decode.run({"m_p_exp": latent, "logs_p_exp": zeros, "y_mask": mask, "zp_noise": zeros,
+                       "noise_scale": np.array(0.0, np.float32)}, [DECODE_OUTPUT])[DECODE_OUTPUT]
 
 
 def describe(decode_path: Path, duration_path: Path | None) -> tuple["onnx.ModelProto", InflectModel]:
     """Load and cross-check the official files; the hop is measured by decoding a short latent."""
-    import onnxruntime as ort
+    from runtime.backends import OnnxBackend
 
     model, channels = load_decode(decode_path)
     if duration_path is not None:
         check_duration(duration_path, channels)
     probe_slices = 4
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    samples = full_decode(session, np.zeros((1, channels, probe_slices), np.float32)).shape[-1]
+    samples = full_decode(OnnxBackend(model), np.zeros((1, channels, probe_slices), np.float32)).shape[-1]
     return model, InflectModel(channels, samples // probe_slices, config_values(config_beside(decode_path))[1])
-
-
-def noise_head(m_p: np.ndarray, logs_p: np.ndarray, variation: float, rng: np.random.Generator) -> np.ndarray:
-    """The part of decode.onnx the engine leaves out: z = m_p + exp(logs_p) * N(0,1) * variation."""
-    noise = rng.standard_normal(m_p.shape)
-    return (m_p + np.exp(logs_p) * noise * variation).astype(np.float32)
 
 
 def _declare_inputs(model, channels: int):
@@ -183,18 +127,16 @@ def slice_decoder(decode_model, model: InflectModel, window: int, context: int, 
 
 # ---------------------------------------------------------------- self-check gates
 
-def prior_latent(duration_session, slices: int, variation: float = DEFAULT_VARIATION, seed: int = 0) -> np.ndarray:
-    """The model's own prior sample of `slices` slices: duration.onnx on random blank-interleaved
-    tokens, then the noise head; cropped to `slices`."""
+def prior_latent(duration, slices: int, variation: float = DEFAULT_VARIATION, seed: int = 0) -> np.ndarray:
+    """The model's own prior sample of `slices` slices: duration.onnx (a backend) on random
+    blank-interleaved tokens, then the noise head; cropped to `slices`."""
     rng = np.random.default_rng(seed)
     symbols = 8
     while True:
         phonemes = rng.integers(1, N_SYMBOLS, symbols)
         tokens = np.zeros((1, 2 * symbols + 1), dtype=np.int64)
         tokens[0, 1::2] = phonemes  # blank (0) between and around the symbols
-        m_p, logs_p, _ = duration_session.run(
-            list(DURATION_OUTPUTS), {"tokens": tokens, "lengths": np.array([tokens.shape[1]], np.int64),
-                                     "length_scale": np.array(1.0, np.float32)})
+        m_p, logs_p = prior_stats(duration, tokens)
         if m_p.shape[2] >= slices:
             return noise_head(m_p, logs_p, variation, rng)[:, :, :slices]
         symbols *= 2
@@ -209,29 +151,94 @@ def windowed_decode(backend, latent: np.ndarray, window: int, context: int, hop:
     return walk(backend, latent, contract)
 
 
-def tail_figures(backend, decode_session, latents: dict[int, np.ndarray], window: int, context: int,
+def tail_figures(backend, decode, latents: dict[int, np.ndarray], window: int, context: int,
                  hop: int) -> dict[int, float]:
     """SNR (dB) of the windowed decode of each short latent against a full-length decode.onnx decode."""
     from gates.snr import snr_db
 
-    return {n: snr_db(full_decode(decode_session, z), windowed_decode(backend, z, window, context, hop).output)
+    return {n: snr_db(full_decode(decode, z), windowed_decode(backend, z, window, context, hop).output)
             for n, z in latents.items()}
 
 
-def interior_figures(backend, decode_session, latent: np.ndarray, window: int, context: int,
+def interior_figures(backend, decode, latent: np.ndarray, window: int, context: int,
                      hop: int) -> dict[int, float]:
     """SNR (dB) per interior window (neither first nor last) against a full-length decode."""
     from gates.snr import snr_db
 
-    reference = full_decode(decode_session, latent)
+    reference = full_decode(decode, latent)
     result = windowed_decode(backend, latent, window, context, hop)
     return {w.index: snr_db(reference[..., result.span(w)], result.output[..., result.span(w)])
             for w in result.windows if w.kind == "interior"}
 
 
-def context_table(backend, decode_session, latent: np.ndarray, window: int, contexts, hop: int) -> dict[int, float]:
+def context_table(backend, decode, latent: np.ndarray, window: int, contexts, hop: int) -> dict[int, float]:
     """Global SNR of the whole windowed decode against a full-length decode, per context width."""
     from gates.snr import snr_db
 
-    reference = full_decode(decode_session, latent)
+    reference = full_decode(decode, latent)
     return {c: snr_db(reference, windowed_decode(backend, latent, window, c, hop).output) for c in contexts}
+
+
+def optional_backend(path: Path | None):
+    """onnxruntime over an official file, or None when it was not given."""
+    from runtime.backends import OnnxBackend
+
+    return None if path is None else OnnxBackend(path)
+
+
+def selfcheck_latent(duration, channels: int, slices: int, seed: int) -> np.ndarray:
+    """The model's own prior sample when duration.onnx (a backend) is at hand, else a white-noise latent."""
+    if duration is not None:
+        return prior_latent(duration, slices, seed=seed)
+    return np.random.default_rng(seed).standard_normal((1, channels, slices)).astype(np.float32)
+
+
+def selfcheck_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: Path | None,
+                       min_tail_db: float = MIN_TAIL_DB, min_interior_db: float = MIN_INTERIOR_DB,
+                       say=print) -> list:
+    """Windowed decode through the fixed-window slice against a full-length decode.onnx decode.
+
+    Tails are gated only with the decoder-half mask (without it their deficit is the documented
+    trade and is only reported). Without decode.onnx the check degrades, and says so."""
+    from core.contract import get_contract
+    from gates.snr import snr_db
+    from gates.verdict import at_least
+    from runtime.backends import OnnxBackend
+    from runtime.window_walk import WindowContract
+
+    contract = get_contract(onnx_path)
+    walk = WindowContract.from_contract(contract)
+    channels = walk.latent_channels
+    decode_channels = load_decode(decode_path)[1] if decode_path is not None else channels
+    if decode_channels != channels:
+        raise SetupError(f"{decode_path} takes latents of {decode_channels} channels but the slice "
+                         f"{Path(onnx_path).name} was cut for {channels}: give the decode.onnx it was made from")
+    if duration_path is not None:
+        check_duration(duration_path, channels)
+    backend = OnnxBackend(onnx_path)
+    decode, duration = optional_backend(decode_path), optional_backend(duration_path)
+    if decode is None:
+        say("note: no decode.onnx given, so there is no full-length reference: the self-check degrades to one "
+            "window-length latent decoded against itself (seams and tails are not checked)")
+        latent = selfcheck_latent(duration, channels, walk.window, seed=1)
+        direct = backend.run({walk.latent_input: latent,
+                              walk.mask_input: np.ones((1, 1, walk.window), np.float32)})[walk.output]
+        walked = windowed_decode(backend, latent, walk.window, walk.context, walk.hop).output
+        return [at_least("window_self_snr", snr_db(direct, walked), min_interior_db, "dB",
+                         "one window-length latent, walk vs direct run (degraded: no decode.onnx)")]
+    verdicts = []
+    latents = {n: selfcheck_latent(duration, channels, n, seed=n) for n in TAIL_LENGTHS}
+    tails = tail_figures(backend, decode, latents, walk.window, walk.context, walk.hop)
+    for n, snr in tails.items():
+        if contract.get("dec_mask"):
+            verdicts.append(at_least(f"tail_snr[{n}]", snr, min_tail_db, "dB",
+                                     f"{n}-slice latent vs full-length decode.onnx"))
+        else:
+            say(f"note: tail {n} slices: {snr:.1f} dB vs full-length decode (--no-dec-mask: not gated)")
+    # Long enough for at least one interior window at any context.
+    length = max(INTERIOR_LENGTH, 2 * (walk.window - walk.context) + 1)
+    latent = selfcheck_latent(duration, channels, length, seed=INTERIOR_LENGTH)
+    interior = interior_figures(backend, decode, latent, walk.window, walk.context, walk.hop)
+    verdicts.append(at_least("interior_snr_min", min(interior.values()), min_interior_db, "dB",
+                             f"{len(interior)} interior window(s) of a {length}-slice latent"))
+    return verdicts

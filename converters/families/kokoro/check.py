@@ -47,14 +47,10 @@ def model_inputs(phonemes: str, vocab: dict, voice: np.ndarray, speed: float = 1
 
 def generator_taps(model_onnx: Path, feeds: dict) -> dict:
     """Run the full model with the generator seam tensors added as outputs: {x, har, style, spec_phase, audio}."""
-    import onnx
-    import onnxruntime as ort
+    from runtime.backends import OnnxBackend
 
-    model = onnx.load(str(model_onnx))
-    model.graph.output.extend(onnx.ValueInfoProto(name=name) for name in TAPS.values())
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    values = session.run(["audio", *TAPS.values()], feeds)
-    return {"audio": values[0], **dict(zip(TAPS, values[1:]))}
+    values = OnnxBackend(model_onnx, extra_outputs=tuple(TAPS.values())).run(feeds, ["audio", *TAPS.values()])
+    return {"audio": values["audio"], **{key: values[name] for key, name in TAPS.items()}}
 
 
 def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, voice: str, out_dir: Path) -> dict:

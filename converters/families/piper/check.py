@@ -12,19 +12,21 @@ def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: P
     largest sample step of both; return the figures."""
     import onnx
 
-    from converters.families.piper.decoder import (OrtRunner, VoiceDecoder, engine_contract, export_decoder,
-                                                   slice_voice, voice_latents)
+    from converters.families.piper.decoder import export, slice_voice, voice_latents
     from converters.families.piper.voice import resolve_voice, sample_rate
     from gates.snr import snr_db
     from runtime.audio import max_step, write_wav
+    from runtime.backends import OnnxBackend
+    from runtime.vits_decoder import VoiceDecoder, engine_contract
 
     out = Path(out)
     voice = resolve_voice(voice_onnx)
     voice_model = onnx.load(str(voice.onnx_path))
     piece = slice_voice(voice_model)
     if engine is None:
-        engine = export_decoder(voice.onnx_path, out.parent / f"{out.stem}_engine", window, context, dec_mask).onnx_path
-    decoder = VoiceDecoder(OrtRunner(engine), engine_contract(engine), piece.channels)
+        (exported,) = export(voice.onnx_path, out.parent / f"{out.stem}_engine", window, context, dec_mask)
+        engine = exported.onnx
+    decoder = VoiceDecoder(OnnxBackend(engine, threads=1), engine_contract(engine), piece.channels)
     windowed, full, rows = [], [], []
     for sentence, item in enumerate(voice_latents(voice_model, piece.seam, voice.config, text=text)):
         result = decoder.decode(item["z"], item["g"])

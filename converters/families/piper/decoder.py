@@ -1,5 +1,5 @@
-"""Piper decoder engine: slice the voice at the reverse-flow input, fix one window, self-check the
-windowed decode against a full-length decode, and run the windowed engine for a voice."""
+"""Piper decoder engine export: slice the voice at the reverse-flow input, fix one window and self-check the
+windowed decode (runtime.window_walk) against a full-length decode."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.pipeline import Exported, record_export
 from core.errors import SetupError
+from runtime.backends import OnnxBackend
 
 FAMILY = "piper"
 COMPONENT = "decoder"
@@ -156,40 +158,6 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     return set_contract(model, make_contract(FAMILY, COMPONENT, "main", EXEC_PLAN_OPTION, **fields))
 
 
-class OrtRunner:
-    """onnxruntime on an in-memory or on-disk model, with the backend `run(feeds) -> outputs` interface."""
-
-    def __init__(self, model, extra_outputs: list[str] = ()):
-        import onnx
-        import onnxruntime as ort
-
-        if extra_outputs:
-            model = _with_outputs(model if isinstance(model, onnx.ModelProto) else onnx.load(str(model)),
-                                  extra_outputs)
-        source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-
-    def run(self, feeds: dict) -> dict:
-        feeds = {k: v for k, v in feeds.items() if k in self.input_names}
-        return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
-
-
-def _with_outputs(model, names: list[str]):
-    import onnx
-
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    present = {o.name for o in out.graph.output}
-    for name in names:
-        if name not in present:
-            out.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-    return out
-
-
 def seeded(voice_model, seed: int):
     """The voice graph with its random-sampling nodes seeded, so its latents are reproducible."""
     import onnx
@@ -211,7 +179,7 @@ def voice_latents(voice_model, seam, config: dict, text: str = SELFCHECK_TEXT, n
     from converters.families.piper.voice import phoneme_ids, voice_feeds
 
     taps = [seam.latent, seam.mask] + ([seam.cond] if seam.cond else [])
-    runner = OrtRunner(seeded(voice_model, seed), taps)
+    runner = OnnxBackend(seeded(voice_model, seed), extra_outputs=tuple(taps), threads=1)
     found = []
     for ids in phoneme_ids(text, config):
         out = runner.run(voice_feeds(ids, config, noise_scale=noise_scale, noise_w=noise_w))
@@ -225,7 +193,7 @@ def white_noise_latent(channels: int, length: int, seed: int = NOISE_SEED) -> np
     return np.random.default_rng(seed).standard_normal((1, channels, length)).astype(np.float32)
 
 
-def full_decode(full_runner: OrtRunner, z: np.ndarray, g: np.ndarray | None) -> np.ndarray:
+def full_decode(full_runner: OnnxBackend, z: np.ndarray, g: np.ndarray | None) -> np.ndarray:
     """Reference: the dynamic-length slice over the whole latent (mask all ones), fp32 onnxruntime."""
     feeds = {LATENT: z, MASK: np.ones((1, 1, z.shape[2]), dtype=np.float32)}
     if g is not None:
@@ -294,7 +262,7 @@ def short_latent(item: dict, window: int, length: int = SHORT_LATENT) -> np.ndar
 
 
 def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_length: int,
-              min_interior_db: float = MIN_INTERIOR_DB, target: str | None = None) -> tuple[list, dict]:
+              min_interior_db: float = MIN_INTERIOR_DB, target: str | None = None) -> list:
     """Export gates: the slice reproduces the voice (seam); the windowed fixed-shape graph reproduces a
     full-length decode on the voice's latents, a white-noise latent and a short (padded) latent; no op
     the NPU rejects or runs on the CPU (problem-op scan)."""
@@ -304,9 +272,9 @@ def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_leng
 
     contract_fields = get_contract(engine_model)
     contract = WindowContract.from_contract(contract_fields)
-    full = OrtRunner(piece.model)
-    windowed = OrtRunner(engine_model)
-    verdicts, tables = [seam_verdict(full, latents), opscan.verdict(opscan.scan(engine_model, target))], {}
+    full = OnnxBackend(piece.model, threads=1)
+    windowed = OnnxBackend(engine_model, threads=1)
+    verdicts = [seam_verdict(full, latents), opscan.verdict(opscan.scan(engine_model, target))]
     g = latents[0]["g"]
     cases = [(f"voice latent {i}", item["z"], item["g"]) for i, item in enumerate(latents)]
     cases.append(("white-noise latent", white_noise_latent(piece.channels, noise_length), g))
@@ -314,13 +282,12 @@ def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_leng
         name = f"{name} ({z.shape[2]} slices)"
         reference = full_decode(full, z, cond)
         result = walk(windowed, z, contract, {COND: cond} if cond is not None else {})
-        found, tables[name] = window_verdicts(name, reference, result, min_interior_db)
-        verdicts += found
+        verdicts += window_verdicts(name, reference, result, min_interior_db)[0]
     z = short_latent(latents[0], contract.window)
     name = f"short voice latent ({z.shape[2]} slices)"
     result = walk(windowed, z, contract, {COND: g} if g is not None else {})
     verdicts.append(padded_verdict(name, full_decode(full, z, g), result, bool(contract_fields.get("dec_mask"))))
-    return verdicts, tables
+    return verdicts
 
 
 def selfcheck_feeds(item: dict, window: int, cond: bool) -> dict[str, np.ndarray]:
@@ -336,17 +303,10 @@ def selfcheck_feeds(item: dict, window: int, cond: bool) -> dict[str, np.ndarray
     return feeds
 
 
-@dataclass
-class ExportResult:
-    onnx_path: Path
-    selfcheck_path: Path
-    verdicts: list
-    tables: dict
-
-
-def export_decoder(voice_onnx: Path | None, out_dir: Path, window: int = 93, context: int = 24,
-                   dec_mask: bool = False, target: str | None = None) -> ExportResult:
-    """Write `<voice>_decoder_w<W>[_decmask].onnx` (+ `.selfcheck.npz`) and return the export gates."""
+def export(voice_onnx: Path | None, out_dir: Path, window: int, context: int, dec_mask: bool = False,
+           target: str | None = None) -> list[Exported]:
+    """Write `<voice>_decoder_w<W>_c<C>[_decmask][_poly<S>].onnx` and its self-check: the one decoder engine's
+    record, with the export gates (seam, windowed vs full decode, problem ops for `target`)."""
     import onnx
 
     from converters.families.piper.voice import resolve_voice, sample_rate
@@ -358,47 +318,12 @@ def export_decoder(voice_onnx: Path | None, out_dir: Path, window: int = 93, con
     polyphase = needs_polyphase(target, window, piece.hop)
     model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config), polyphase)
     latents = voice_latents(voice_model, piece.seam, voice.config)
-    verdicts, tables = selfcheck(model, piece, latents, noise_length=3 * window + window // 2, target=target)
+    verdicts = selfcheck(model, piece, latents, noise_length=3 * window + window // 2, target=target)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{voice_name}_decoder_w{window}_c{context}" + ("_decmask" if dec_mask else "") + \
         (f"_poly{piece.strides[-1]}" if polyphase else "")
     onnx_path = out_dir / f"{stem}.onnx"
     onnx.save(model, str(onnx_path))
-    npz = onnx_path.with_suffix(".selfcheck.npz")
-    np.savez(npz, **selfcheck_feeds(latents[0], window, piece.cond_channels is not None))
-    return ExportResult(onnx_path, npz, verdicts, tables)
-
-
-class VoiceDecoder:
-    """The windowed decoder for one voice over any backend; refuses an engine built for another voice."""
-
-    def __init__(self, backend, contract: dict, voice_channels: int):
-        from runtime.window_walk import WindowContract
-
-        self.window = WindowContract.from_contract(contract)
-        if self.window.latent_channels != voice_channels:
-            command = contract.get("producer", {}).get("command", "unknown")
-            raise SetupError(
-                f"engine expects a {self.window.latent_channels}-channel latent but this voice has "
-                f"{voice_channels}: it was compiled for another voice ({contract.get('voice', '?')}; produced by: "
-                f"{command}). Rebuild it for this voice with: convert piper --voice-onnx VOICE.onnx")
-        self.backend = backend
-        self.cond_input = contract.get("cond_input")
-
-    def decode(self, z: np.ndarray, g: np.ndarray | None = None):
-        from runtime.window_walk import walk
-
-        return walk(self.backend, z, self.window, {self.cond_input: g} if self.cond_input else {})
-
-
-def engine_contract(engine_path: Path) -> dict:
-    """The contract of an engine: from its ONNX metadata, or from the manifest beside a `.rknn`."""
-    engine_path = Path(engine_path)
-    if engine_path.suffix == ".onnx":
-        from core.contract import get_contract
-
-        return get_contract(engine_path)
-    from gates.manifest import read_manifest
-
-    return read_manifest(engine_path).get("contract", {})
+    feeds = selfcheck_feeds(latents[0], window, piece.cond_channels is not None)
+    return [record_export(onnx_path, verdicts, feeds=feeds)]

@@ -4,7 +4,8 @@ The slice runs from the scaled token embedding `x_emb` [1, C, N] and the token m
 prior stats (`enc_p.proj`, [1, 2*inter_channels, N]) and the duration flows' conditioning (`dp.proj`). The
 embedding lookup and the mask stay on the host (a data-dependent Gather and a Range/Less run on the CPU);
 `scales` is not an input (all three feed strictly downstream of the seam). Tokens are right-padded to N.
-Relative-shift chains are rewritten to the banded form (surgery.graph.relshift); a graph with a chain left is refused."""
+Relative-shift chains are rewritten to the banded form (surgery.graph.relshift); a graph with a chain left is refused.
+Each width's fp16 duration drift is measured after its build and the widths past the threshold are refused."""
 from __future__ import annotations
 
 import json
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.pipeline import Exported, record_export
 from core.errors import SetupError
-from core.errors import GateFailure
 from gates.verdict import Verdict, at_least, at_most
+from runtime.backends import OnnxBackend, SimulatorBackend
 
 # Seam tensors of a Piper (VITS) voice ONNX, and the names the engine gives them.
 SEAM_INPUTS = {"/enc_p/Transpose_output_0": "x_emb", "/enc_p/Cast_1_output_0": "x_mask"}
@@ -26,6 +28,9 @@ COMPONENT, ROLE, EXEC_PLAN_OPTION = "duration_encoder", "main", "piper_tts.exec_
 MIN_REWRITE_DB = 120.0  # rewritten vs raw slice, fp32 (the rewrite is exact up to summation order)
 MIN_PADDED_DB = 110.0  # padded run vs the exact-length run on the real frames, fp32
 DEFAULT_MAX_DRIFT_PCT = 7.0  # spec: +-7% is the scale of the flow's own seeded sampling noise
+LADDER_JSON = "piper_encoder_ladder.json"
+ADVICE = ("a relative-shift chain the rewrite did not recognise, or a rewrite that changed the numbers: "
+          "check the voice is a standard Piper/VITS export (window-limited relative attention)")
 
 # Real text for self-checks and drift: several sentences, phonemized with the voice's own phonemizer.
 SAMPLE_TEXT = (
@@ -99,12 +104,6 @@ def duration_tail(voice):
     return _rename(model, {"/dp/proj/Conv_output_0": "dp_cond", "/enc_p/Cast_1_output_0": "x_mask"})
 
 
-def _session(model):
-    import onnxruntime as ort
-
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-
-
 class Voice:
     """A resolved voice with the host-side graphs the encoder path needs (loaded once)."""
 
@@ -116,14 +115,14 @@ class Voice:
         resolved = resolve_voice(voice_onnx)
         self.path, self.config = resolved.onnx_path, resolved.config
         self.model = onnx.load(str(self.path))
-        self._prefix = _session(host_prefix(self.model))
+        self._prefix = OnnxBackend(host_prefix(self.model))
         self.dynamic = slice_encoder(self.model)
         self._duration_tail = None
 
     def duration_tail(self):
-        """onnxruntime session of the voice's duration flows (see `duration_tail`), built on first use."""
+        """onnxruntime backend of the voice's duration flows (see `duration_tail`), built on first use."""
         if self._duration_tail is None:
-            self._duration_tail = _session(duration_tail(self.model))
+            self._duration_tail = OnnxBackend(duration_tail(self.model))
         return self._duration_tail
 
     def sample_ids(self) -> list[int]:
@@ -134,8 +133,9 @@ class Voice:
 
     def feeds(self, ids: list[int], width: int | None = None) -> dict[str, np.ndarray]:
         """Encoder inputs for `ids`, right-padded (zeros, mask 0) to `width` if given."""
-        x_emb, x_mask = self._prefix.run(None, {"input": np.array([ids], dtype=np.int64),
-                                               "input_lengths": np.array([len(ids)], dtype=np.int64)})
+        prefix = self._prefix.run({"input": np.array([ids], dtype=np.int64),
+                                   "input_lengths": np.array([len(ids)], dtype=np.int64)})
+        x_emb, x_mask = prefix["x_emb"], prefix["x_mask"]
         if width is not None:
             if len(ids) > width:
                 raise SetupError(f"{len(ids)} tokens do not fit width {width}")
@@ -144,29 +144,37 @@ class Voice:
         return {"x_emb": x_emb.astype(np.float32), "x_mask": x_mask.astype(np.float32)}
 
 
-def _min_snr(reference: list[np.ndarray], test: list[np.ndarray], length: int) -> float:
+def _min_snr(reference: dict[str, np.ndarray], test: dict[str, np.ndarray], length: int) -> float:
     from gates.snr import snr_db
 
-    return min(snr_db(r[..., :length], t[..., :length]) for r, t in zip(reference, test))
+    return min(snr_db(reference[name][..., :length], test[name][..., :length]) for name in reference)
+
+
+def shift_chain_verdict(model) -> Verdict:
+    """Gate: the graph an engine is compiled from must hold no relative-shift chain (the NPU computes them wrong)."""
+    from surgery.graph.relshift import find_shift_chains
+
+    chains = find_shift_chains(model)
+    names = ", ".join(model.graph.node[c.nodes[0]].name or c.source for c in chains[:4])
+    return at_most("relative-shift chains", len(chains), 0, "chains",
+                   f"Pad+Reshape+Slice skews left in: {names}" if chains else "")
 
 
 def export_verdicts(voice: Voice, raw, rewritten, width: int) -> list[Verdict]:
     """Gates on the graph the engine is compiled from: no shift chain left; rewritten == raw slice (fp32);
     a padded run reproduces the exact-length run of the voice's own slice on the real frames."""
-    from surgery.graph.relshift import shift_chain_verdict
-
     ids = voice.sample_ids()
     if len(ids) < width:
         ids = ids * (width // len(ids) + 1)
-    raw_run, new_run, exact_run = _session(raw), _session(rewritten), _session(voice.dynamic)
+    raw_run, new_run, exact_run = OnnxBackend(raw), OnnxBackend(rewritten), OnnxBackend(voice.dynamic)
     verdicts = [shift_chain_verdict(rewritten)]
     lengths = sorted({min(17, width), width - 1, width})
     rewrite_db, padded_db = [], []
     for length in lengths:
         padded = voice.feeds(ids[:length], width)
-        new = new_run.run(None, padded)
-        rewrite_db.append(_min_snr(raw_run.run(None, padded), new, width))  # padding included
-        padded_db.append(_min_snr(exact_run.run(None, voice.feeds(ids[:length])), new, length))
+        new = new_run.run(padded)
+        rewrite_db.append(_min_snr(raw_run.run(padded), new, width))  # padding included
+        padded_db.append(_min_snr(exact_run.run(voice.feeds(ids[:length])), new, length))
     verdicts.append(at_least(f"relshift_rewrite_vs_raw[N={width}]", min(rewrite_db), MIN_REWRITE_DB, "dB",
                              f"fp32, all {width} frames, n={lengths}: " + ", ".join(f"{v:.1f}" for v in rewrite_db)))
     verdicts.append(at_least(f"padded_vs_exact[N={width}]", min(padded_db), MIN_PADDED_DB, "dB",
@@ -174,12 +182,11 @@ def export_verdicts(voice: Voice, raw, rewritten, width: int) -> list[Verdict]:
     return verdicts
 
 
-def export_width(voice: Voice, width: int, out_dir: Path) -> tuple[Path, Path, list[Verdict]]:
-    """Write `piper_encoder_w{N}.onnx` (banded, contract in metadata) and its self-check npz; gate it."""
+def export_width(voice: Voice, width: int, out_dir: Path) -> Exported:
+    """Write `piper_encoder_w{N}.onnx` (banded, contract in metadata) and its self-check: one width's record."""
     import onnx
 
-    from core.contract import make_contract
-    from core.contract import set_contract
+    from core.contract import make_contract, set_contract
 
     raw = slice_encoder(voice.model, width)
     rewritten = npu_form(raw)
@@ -189,19 +196,17 @@ def export_width(voice: Voice, width: int, out_dir: Path) -> tuple[Path, Path, l
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / f"piper_encoder_w{width}.onnx"
     onnx.save(set_contract(rewritten, contract), str(onnx_path))
-    selfcheck = onnx_path.with_suffix(".npz")
     ids = voice.sample_ids()
-    np.savez(selfcheck, **voice.feeds(ids[: min(len(ids), width - 3)], width))
-    require_passed(verdicts, f"piper encoder N={width}")
-    return onnx_path, selfcheck, verdicts
+    return record_export(onnx_path, verdicts, feeds=voice.feeds(ids[: min(len(ids), width - 3)], width))
 
 
-def require_passed(verdicts: list[Verdict], context: str) -> None:
-    failed = [v for v in verdicts if not v.passed]
-    if failed:
-        raise GateFailure(failed, context=context, advice=(
-            "a relative-shift chain the rewrite did not recognise, or a rewrite that changed the numbers: "
-            "check the voice is a standard Piper/VITS export (window-limited relative attention)"))
+def export(voice_onnx: Path | None, frames: list[int], out_dir: Path) -> list[Exported]:
+    """One engine record per phoneme-token width of `frames` (the ladder, narrowest first)."""
+    widths = sorted(set(frames))
+    if not widths or widths[0] < 2:
+        raise SetupError(f"--frames needs token widths >= 2, got {frames}")
+    voice = Voice(voice_onnx)
+    return [export_width(voice, width, Path(out_dir)) for width in widths]
 
 
 def drift_chunks(voice: Voice, widths: list[int], per_width: int = 3) -> dict[int, list[list[int]]]:
@@ -229,8 +234,8 @@ def duration_drift(voice: Voice, reference: dict, test: dict, length: int, seed:
     noise = np.random.default_rng(seed).standard_normal((1, 2, length)).astype(np.float32)
     totals = []
     for run in (reference, test):
-        frames = tail.run(None, {"dp_cond": run["dp_cond"][..., :length].astype(np.float32), "x_mask": mask,
-                                 DP_NOISE: noise, "scales": scales})[0]
+        frames = tail.run({"dp_cond": run["dp_cond"][..., :length].astype(np.float32), "x_mask": mask,
+                           DP_NOISE: noise, "scales": scales})[DURATIONS]
         totals.append(float(np.sum(frames)))
     return 100.0 * (totals[1] - totals[0]) / totals[0]
 
@@ -238,16 +243,12 @@ def duration_drift(voice: Voice, reference: dict, test: dict, length: int, seed:
 def measure_drift(voice: Voice, onnx_path: Path, width: int, target: str, toolkit: str,
                   chunks: list[list[int]]) -> list[float]:
     """Duration drift (%) of the fp16 simulator engine against onnxruntime fp32, one figure per chunk."""
-    from runtime.backends import SimulatorBackend
-
-    import onnx
-
-    fp32 = _session(onnx.load(str(onnx_path)))
+    fp32 = OnnxBackend(onnx_path)
     drifts = []
     with SimulatorBackend(onnx_path, target, toolkit) as simulator:
         for chunk in chunks:
             feeds = voice.feeds(chunk, width)
-            reference = dict(zip(["stats", "dp_cond"], fp32.run(["stats", "dp_cond"], feeds)))
+            reference = fp32.run(feeds, ["stats", "dp_cond"])
             simulated = simulator.run(feeds)
             drifts.append(duration_drift(voice, {**reference, **feeds}, {**simulated, **feeds}, len(chunk)))
     return drifts
@@ -260,51 +261,21 @@ def drift_verdict(width: int, drifts: list[float], max_drift_pct: float) -> Verd
                    "per chunk: " + ", ".join(f"{d:+.2f}" for d in drifts))
 
 
-def build_width(voice: Voice, width: int, options, out_dir: Path, skip_rknn: bool, onnx: Path | None = None):
-    """Export (or take `onnx`) and build one width; returns (EngineResult | None, onnx path, verdicts)."""
-    from converters.engine import build_engine
-
-    if onnx is None:
-        onnx_path, selfcheck, verdicts = export_width(voice, width, out_dir)
-    else:
-        onnx_path, selfcheck, verdicts = onnx, onnx.with_suffix(".npz"), []
-        if not selfcheck.is_file():
-            raise SetupError(f"no self-check inputs {selfcheck} beside {onnx}: export with --skip-rknn first")
-    if skip_rknn:
-        return None, onnx_path, verdicts
-    return build_engine(onnx_path, out_dir, options, selfcheck=selfcheck, export_verdicts=verdicts), onnx_path, verdicts
-
-
-def build_ladder(voice_onnx: Path | None, frames: list[int], options, out_dir: Path, skip_rknn: bool,
-                 onnx: Path | None = None, max_drift_pct: float | None = None) -> list:
-    """Build every width; with `max_drift_pct`, measure drift in the simulator and refuse (remove) the
-    engines of widths that exceed it. Writes `piper_encoder_ladder.json` (widths kept, drift per width)."""
-    from toolkit.versions import check_target
-
-    from core.contract import get_contract
-
-    check_target(options.target)
-    if onnx is not None:  # the width is the one the ONNX was exported at
-        frames = [get_contract(onnx).get("ladder_key")]
-        if frames[0] is None:
-            raise SetupError(f"{onnx} carries no duration-encoder contract: export it with --encoder --skip-rknn")
-    widths = sorted(set(frames))
-    if not widths or widths[0] < 2:
-        raise SetupError(f"--frames needs token widths >= 2, got {frames}")
-    voice = Voice(voice_onnx)
-    chunks = drift_chunks(voice, widths) if max_drift_pct is not None and not skip_rknn else {}
-    results, ladder = [], {"widths": [], "refused": {}, "drift_pct": {}, "max_drift_pct": max_drift_pct}
-    for width in widths:
-        result, onnx_path, verdicts = build_width(voice, width, options, out_dir, skip_rknn, onnx)
-        print(f"width {width}: {onnx_path}" + (f" -> {result.rknn}" if result else ""))
-        for verdict in (result.verdicts if result else verdicts):
-            print("  " + verdict.line())
-        if result is None:
-            continue
+def keep_ladder(results: list, voice_onnx: Path | None, out_dir: Path, target: str, toolkit: str,
+                max_drift_pct: float | None) -> list:
+    """The built widths (narrowest first) as a ladder: with `max_drift_pct`, measure each engine's drift in the
+    simulator and refuse (remove) the engines past it. Writes `piper_encoder_ladder.json` (widths kept, refused,
+    drift per width, the exec_plan) and returns the kept results."""
+    widths = [result.manifest_data["contract"]["ladder_key"] for result in results]
+    voice = Voice(voice_onnx) if max_drift_pct is not None else None
+    chunks = drift_chunks(voice, widths) if voice is not None else {}
+    kept, ladder = [], {"widths": [], "refused": {}, "drift_pct": {}, "max_drift_pct": max_drift_pct}
+    for width, result in zip(widths, results):
         if chunks:
-            drifts = measure_drift(voice, onnx_path, width, options.target, options.toolkit, chunks[width])
+            onnx_path = result.manifest.parent / result.manifest_data["onnx"]["path"]
+            drifts = measure_drift(voice, onnx_path, width, target, toolkit, chunks[width])
             verdict = drift_verdict(width, drifts, max_drift_pct)
-            print("  " + verdict.line())
+            print(verdict.line())
             ladder["drift_pct"][width] = drifts
             if not verdict.passed:
                 ladder["refused"][width] = verdict.line()
@@ -312,34 +283,41 @@ def build_ladder(voice_onnx: Path | None, frames: list[int], options, out_dir: P
                 result.manifest.unlink(missing_ok=True)
                 continue
         ladder["widths"].append(width)
-        results.append(result)
-    if not skip_rknn:
-        ladder["exec_plan"] = {EXEC_PLAN_OPTION: {COMPONENT: {"impl": "rknn", "artifacts": {
-            ROLE: ",".join(r.rknn.name for r in results)}}}}
-        (out_dir / "piper_encoder_ladder.json").write_text(json.dumps(ladder, indent=2) + "\n")
-    return results
+        kept.append(result)
+    ladder["exec_plan"] = {EXEC_PLAN_OPTION: {COMPONENT: {"impl": "rknn", "artifacts": {
+        ROLE: ",".join(r.rknn.name for r in kept)}}}}
+    (Path(out_dir) / LADDER_JSON).write_text(json.dumps(ladder, indent=2) + "\n")
+    return kept
 
 
-def run_encoder(voice_onnx: Path | None, frames: list[int], target: str, toolkit: str, out_dir: Path,
+def run_encoder(*, voice_onnx: Path | None, frames: list[int], target: str, toolkit: str, out_dir: Path,
                 skip_rknn: bool, onnx: Path | None, max_regtask_lines: int, fail_on_cpu_ops: bool,
-                max_drift_pct: float | None = None) -> list:
-    """`convert piper --encoder --frames 128,192`: one engine per width, the ladder's exec_plan beside them."""
-    from converters.engine import BuildOptions
+                min_snr_db: float, max_drift_pct: float | None = None) -> list:
+    """`convert piper --encoder --frames 128,192`: one engine per width (`--onnx`: the width it was exported
+    at), then the drift refusal and the ladder's exec_plan beside them."""
+    from converters import pipeline
+    from core.contract import get_contract
 
-    options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
-                           fail_on_cpu_ops=fail_on_cpu_ops)
-    return build_ladder(voice_onnx, frames, options, Path(out_dir), skip_rknn, onnx, max_drift_pct)
+    if onnx is not None and Path(onnx).is_file() and get_contract(onnx).get("ladder_key") is None:
+        raise SetupError(f"{onnx} carries no duration-encoder contract: export it with --encoder --skip-rknn")
+    results = pipeline.convert("piper", lambda: export(voice_onnx, frames, out_dir), from_onnx=onnx,
+                               skip_rknn=skip_rknn, out=Path(out_dir), target=target, toolkit=toolkit,
+                               max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
+                               min_snr_db=min_snr_db, context="piper encoder export", advice=ADVICE)
+    if skip_rknn:
+        return results
+    return keep_ladder(results, voice_onnx, Path(out_dir), target, toolkit, max_drift_pct)
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """Recipes with `options.encoder = true`: `options.frames` is the ladder, `gates.max_drift_pct` the drift
     threshold above which a width is refused; `source.voice_onnx` (optional) names the voice."""
-    from converters.recipes import build_options
+    from converters import pipeline
+    from converters.families.piper.voice import recipe_voice
 
-    options = recipe.get("options", {})
-    frames = options.get("frames", [])
-    frames = frames if isinstance(frames, list) else [frames]
-    voice = recipe.get("source", {}).get("voice_onnx")
-    max_drift = recipe.get("gates", {}).get("max_drift_pct", DEFAULT_MAX_DRIFT_PCT)
-    return build_ladder(Path(voice) if voice else None, frames, build_options(recipe, target, toolkit),
-                        Path(work_dir), skip_rknn=False, max_drift_pct=max_drift)
+    voice_onnx = recipe_voice(recipe)
+    frames = recipe["options"].get("frames", [])
+    exported = export(voice_onnx, frames if isinstance(frames, list) else [frames], Path(work_dir))
+    results = pipeline.build_recipe(recipe, target, toolkit, Path(work_dir), exported, advice=ADVICE)
+    return keep_ladder(results, voice_onnx, Path(work_dir), target, toolkit,
+                       recipe["gates"].get("max_drift_pct", DEFAULT_MAX_DRIFT_PCT))

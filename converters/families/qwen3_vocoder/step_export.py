@@ -1,12 +1,13 @@
-"""Export one fixed-shape step (or a stateless window decode) to ONNX with its contract, self-check
-inputs and export-stage verdicts."""
+"""Export one fixed-shape step (or a stateless window decode) to ONNX with its contract, its exact fp32 twin,
+self-check inputs and export-stage verdicts (recorded by converters.pipeline.record_export)."""
 from __future__ import annotations
 
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from converters.pipeline import Exported, record_export
+from core.paths import reference_path
 from gates.verdict import Verdict, at_least, at_most
 
 FAMILY = "qwen3-vocoder"
@@ -22,15 +23,6 @@ MIN_SINE_FORM_DB = 50.0
 OPSET = 17
 # Ops that a decomposed LayerNorm / Softmax (a newer exporter) leaves behind; the compact export has none.
 DECOMPOSITION_MARKERS = ("Pad", "Exp", "Shape", "ConstantOfShape")
-
-
-@dataclass
-class ExportResult:
-    onnx: Path            # the engine graph
-    reference_onnx: Path  # the exact fp32 graph: host runtime, simulator reference
-    selfcheck: Path
-    contract: dict
-    verdicts: list[Verdict] = field(default_factory=list)
 
 
 class _FixedStep:
@@ -97,20 +89,18 @@ def export_health(model, stream=None) -> Verdict:
 
 
 def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None, seed: int = 0,
-                sine_form: str = DEFAULT_SINE_FORM) -> ExportResult:
+                sine_form: str = DEFAULT_SINE_FORM, say=print) -> Exported:
     """Trace `step` for `frames` code frames, check it, and write two graphs: `onnx_path`, the engine graph
-    (SnakeBeta sines in `sine_form`), and `<stem>.fp32.onnx`, the exact graph (the host runtime's graph and the
-    simulator gate's reference), plus `<stem>.selfcheck.npz`.
+    (SnakeBeta sines in `sine_form`), and its exact fp32 twin (core.paths.reference_path: the host runtime's
+    graph and the simulator gate's reference), plus the self-check inputs.
 
     Stateful roles (main, first): the stepwise decode (steps of `frames`) must match a full decode of the same
     codes by `reference` (the package decoder; the step itself at full length when None)."""
-    import numpy as np
     import onnx
     import torch
 
-    from core.contract import make_contract
+    from core.contract import make_contract, set_contract
     from gates.snr import snr_db
-    from core.contract import set_contract
     from surgery.graph.round_shift import fp16_round_shift
 
     if role not in ROLES:
@@ -120,7 +110,7 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
     generator = torch.Generator().manual_seed(seed)
     onnx_path = Path(onnx_path)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
-    reference_path = onnx_path.with_suffix(".fp32.onnx")
+    twin = reference_path(onnx_path)
     verdicts: list[Verdict] = []
     fields = step.contract_fields()
 
@@ -147,10 +137,10 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
         wrap = _FixedStep.stateful
         feeds = {"codes": codes_all[..., frames:], "cache_in": warm}
         names_in, names_out = ["codes", "cache_in"], ["pcm", "cache_out"]
-    fields.update(frames=frames, sine_form=sine_form, reference_onnx=reference_path.name)
+    fields.update(frames=frames, sine_form=sine_form)
     contract = make_contract(FAMILY, COMPONENT, role, EXEC_PLAN_OPTION, ladder_key=frames, **fields)
 
-    exact, exact_outputs = _trace(wrap(step), feeds, names_in, names_out, reference_path)
+    exact, exact_outputs = _trace(wrap(step), feeds, names_in, names_out, twin)
     verdicts += _onnx_verdicts(exact, feeds, names_out, exact_outputs, "exact sine")
     if sine_form == "exact":
         engine = exact
@@ -167,12 +157,18 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
           f"head_dim {fields['head_dim']}, kv_len {fields['kv_len']}, rows of "
           f"{step.frames_per_row(frames)} frames", file=sys.stderr)
 
-    contract["export_verdicts"] = [v.to_json() for v in verdicts]
     onnx.save(set_contract(engine, contract), str(onnx_path))
-    onnx.save(set_contract(exact, {**contract, "sine_form": "exact"}), str(reference_path))
-    selfcheck = onnx_path.with_suffix(".selfcheck.npz")
-    np.savez(selfcheck, **{name: value.numpy() for name, value in feeds.items()})
-    return ExportResult(onnx_path, reference_path, selfcheck, contract, verdicts)
+    onnx.save(set_contract(exact, {**contract, "sine_form": "exact"}), str(twin))
+    record = record_export(onnx_path, verdicts, feeds={name: value.numpy() for name, value in feeds.items()},
+                           reference=twin)
+    say(describe(onnx_path, contract, f"exact fp32 twin {twin.name}"))
+    return record
+
+
+def describe(onnx_path: Path, contract: dict, source: str) -> str:
+    """One line of what a step's contract fixes (role, B, cache size, head dim, kv_len), and where it came from."""
+    return (f"{Path(onnx_path).name}: role {contract['role']}, B={contract['frames']}, cache_numel "
+            f"{contract['cache_numel']}, head_dim {contract['head_dim']}, kv_len {contract['kv_len']} ({source})")
 
 
 def _trace(module, feeds: dict, names_in: list[str], names_out: list[str], path: Path):
@@ -196,17 +192,10 @@ def _trace(module, feeds: dict, names_in: list[str], names_out: list[str], path:
 
 
 def _onnx_verdicts(model, feeds: dict, names_out: list[str], expected: list, what: str) -> list[Verdict]:
-    import onnxruntime as ort
-
     from gates.snr import snr_db
+    from runtime.backends import OnnxBackend
 
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = session.run(names_out, {name: value.numpy() for name, value in feeds.items()})
-    return [at_least(f"onnx_vs_torch[{name}, {what}]", snr_db(want, have), MIN_ONNX_SNR_DB, "dB",
-                     "onnxruntime fp32 vs the traced torch step") for name, want, have in zip(names_out, expected, got)]
+    got = OnnxBackend(model).run({name: value.numpy() for name, value in feeds.items()}, names_out)
+    return [at_least(f"onnx_vs_torch[{name}, {what}]", snr_db(want, got[name]), MIN_ONNX_SNR_DB, "dB",
+                     "onnxruntime fp32 vs the traced torch step") for name, want in zip(names_out, expected)]
 
-
-def export_verdicts_of(contract: dict) -> list[Verdict]:
-    """The export-stage verdicts stored in a contract (for the conversion stage)."""
-    return [Verdict(**{**v, "value": float(v["value"]), "threshold": float(v["threshold"])})
-            for v in contract.get("export_verdicts", [])]

@@ -1,0 +1,105 @@
+"""The Kokoro generator's export graph at one window: the window's shape and inputs, the torch module built
+from the weights and rewritten for the NPU, and how to run it in torch (fp32, or float64 to measure below
+fp32 noise). The exporter and the verdicts share these."""
+from __future__ import annotations
+
+from core.errors import SetupError
+
+FIELD_LIMIT = 8192  # 13-bit op-encoding field on the time axis: the fine axis 60W+1 must stay below it
+CONTEXT = 28  # measured receptive field of the Kokoro-82M generator, latent frames per side
+INPUTS = ("x", "har", "style", "mask_coarse", "mask_fine")
+OUTPUT = "spec_phase"
+
+
+def check_frames(frames: int, hop: int = 60) -> int:
+    """Refuse windows whose fine axis does not fit the 13-bit field, before anything is built."""
+    fine = hop * frames + 1
+    if frames < 2 * CONTEXT + 1:
+        raise SetupError(f"--frames {frames} leaves no emitted frame: the window carries {CONTEXT} context "
+                         f"frames per side, so it needs at least {2 * CONTEXT + 1}")
+    if fine >= FIELD_LIMIT:
+        widest = (FIELD_LIMIT - 2) // hop
+        raise SetupError(f"--frames {frames} refused: the fine axis 60W+1 = {fine} must stay under {FIELD_LIMIT} "
+                         f"(a 13-bit op-encoding field on the NPU; past it the compiler emits REGTASK overflow "
+                         f"lines and the engine voices clipped noise). Widest window: {widest}; default 128.")
+    return frames
+
+
+def sine_form(sin_reduce: bool) -> str:
+    return "round" if sin_reduce else "clip"
+
+
+def build_module(config, state):
+    """The export-friendly generator with `state` loaded and weight norm folded (exact sine, unfolded Snake)."""
+    from converters.families.kokoro.generator import KokoroGenerator, load_reference_state
+    from surgery.modules.weight_norm import fold_weight_norm
+
+    has_weight_norm = any(key.endswith("weight_g") for key in state)
+    module = load_reference_state(KokoroGenerator(config, weight_norm=has_weight_norm), state)
+    return fold_weight_norm(module).eval()
+
+
+def prepare(module, form: str, snake_fold: bool):
+    """The export graph: resblock mean folded, polyphase upsampling, masked GAP instance norm, optional alpha
+    fold, sine form."""
+    from converters.families.kokoro.ada_snake import fold_snake_alpha
+    from converters.families.kokoro.generator import fold_resblock_mean
+    from surgery.modules.instance_norm import mask_instance_norm
+    from surgery.modules.polyphase import polyphase_upsample
+    from surgery.modules.snake import reduce_snake_sine
+
+    module = mask_instance_norm(polyphase_upsample(fold_resblock_mean(module)))
+    if snake_fold:
+        module = fold_snake_alpha(module)
+    return reduce_snake_sine(module, form).eval()
+
+
+def window_inputs(config, frames: int, real_frames: int | None = None, seed: int = 0) -> dict:
+    """Inputs for one window: x ~ N(0,1), har 0.1*N(0,1), style 0.3*N(0,1); frames past `real_frames` are zero
+    padding with mask 0."""
+    import numpy as np
+
+    real = frames if real_frames is None else real_frames
+    coarse, fine = config.rates(frames)
+    rng = np.random.default_rng(seed)
+    x = np.zeros((1, config.upsample_initial_channel, frames), np.float32)
+    x[..., :real] = rng.standard_normal((1, config.upsample_initial_channel, real))
+    har = np.zeros((1, config.har_channels, fine), np.float32)
+    real_fine = config.rates(real)[1]
+    har[..., :real_fine] = 0.1 * rng.standard_normal((1, config.har_channels, real_fine))
+    mask_coarse = np.zeros((1, 1, coarse), np.float32)
+    mask_coarse[..., : config.rates(real)[0]] = 1
+    mask_fine = np.zeros((1, 1, fine), np.float32)
+    mask_fine[..., :real_fine] = 1
+    style = (0.3 * rng.standard_normal((1, config.style_dim))).astype(np.float32)
+    return {"x": x, "har": har, "style": style, "mask_coarse": mask_coarse, "mask_fine": mask_fine}
+
+
+def interior(config, frames: int, array):
+    """The fine-rate columns of the emitted frames (context excluded)."""
+    hop = config.rates(1)[1] - 1
+    return array[..., CONTEXT * hop: (frames - CONTEXT) * hop]
+
+
+def run_torch(module, feeds: dict):
+    """spec_phase of `module` on one window's feeds, in the module's own precision, as float64."""
+    import numpy as np
+    import torch
+
+    dtype = next(module.parameters()).dtype
+    with torch.no_grad():
+        out = module(*(torch.from_numpy(feeds[name]).to(dtype) for name in INPUTS))
+    return out.numpy().astype(np.float64)
+
+
+def float64(module):
+    """A float64 copy (the rounding shift becomes float64's 1.5*2^52), to measure exactness below fp32 noise."""
+    import copy
+
+    from converters.families.kokoro.ada_snake import AdaSnakeConv
+
+    module = copy.deepcopy(module).double()
+    for unit in module.modules():
+        if isinstance(unit, AdaSnakeConv):
+            unit.round_shift.fill_(1.5 * 2.0**52)
+    return module

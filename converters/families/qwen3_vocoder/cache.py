@@ -1,0 +1,163 @@
+"""The flat fp32 cache of the streaming step and the causal convs that keep their left context in it: on rows
+[1, C, rows, row_length] after the transformer (each row's halo from the rows before it, the first row's from the
+cache), time-major before it. The cache layout depends on the config only, never on the step's `B`."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from surgery.modules.polyphase import polyphase_weights
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    name: str
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+class CacheLayout:
+    """Ordered (name, shape) entries of the flat cache vector."""
+
+    def __init__(self) -> None:
+        self.entries: list[CacheEntry] = []
+
+    def add(self, name: str, shape: tuple[int, ...]) -> str:
+        if any(e.name == name for e in self.entries):
+            raise ValueError(f"cache entry {name} declared twice")
+        self.entries.append(CacheEntry(name, tuple(int(d) for d in shape)))
+        return name
+
+    @property
+    def numel(self) -> int:
+        return sum(e.numel for e in self.entries)
+
+    def split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, offset = {}, 0
+        for entry in self.entries:
+            out[entry.name] = flat[offset : offset + entry.numel].reshape(entry.shape)
+            offset += entry.numel
+        return out
+
+    def join(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([parts[e.name].reshape(-1) for e in self.entries])
+
+    def to_json(self) -> list[dict]:
+        offsets, offset = [], 0
+        for entry in self.entries:
+            offsets.append({"name": entry.name, "shape": list(entry.shape), "offset": offset})
+            offset += entry.numel
+        return offsets
+
+
+# The NPU encodes a Concat/Slice axis in a 13-bit field: along a time axis longer than this the rk3588 compiler
+# logs REGTASK lines (measured: 10240 samples logs them, 7680 does not). So the conv decoder never holds one long
+# time axis: it works on rows, [1, C, rows, row_length], each row a run of consecutive samples whose left context
+# (the halo) comes from the rows before it, or from the cache for the first row.
+ROW_SAMPLES_LIMIT = 8191
+
+
+def extend_rows(x: torch.Tensor, tail: torch.Tensor, context: int):
+    """x [1,C,R,L] rows of one signal, tail [1,C,1,context] the samples before it -> (extended
+    [1,C,R,context+L], each row preceded by the `context` samples before it in the signal; the new tail)."""
+    channels, rows, length = (int(d) for d in x.shape[1:])  # python ints: the graph stays fixed-shape
+    spans = -(-context // length)  # how many rows back a halo reaches
+    if spans == 1:
+        halo = tail
+        if rows > 1:
+            halo = torch.cat([halo, x[:, :, : rows - 1, length - context :]], dim=2)
+    else:
+        padding = torch.zeros(1, channels, spans * length - context, dtype=x.dtype)
+        before = torch.cat([padding, tail.reshape(1, channels, context)], dim=-1).reshape(1, channels, spans, length)
+        stacked = torch.cat([before, x], dim=2)  # [1, C, spans + R, L]
+        halo = torch.cat([stacked[:, :, spans - back : spans - back + rows] for back in range(spans, 0, -1)],
+                         dim=-1)[..., spans * length - context :]
+    extended = torch.cat([halo, x], dim=-1)
+    return extended, extended[:, :, rows - 1 :, -context:]
+
+
+def add_row_tail(layout: CacheLayout, name: str, channels: int, context: int) -> str:
+    """A row conv's tail in the cache, time-major [1, 1, context, C]: read from the flat cache in that order it is
+    an NPU Reshape + Transpose; channel-major [1, C, 1, context] reshapes landed on the CPU (rk3588, 34 of them
+    in the real-shape step: the narrow context axis is the innermost one)."""
+    return layout.add(name, (1, 1, context, channels))
+
+
+def extend_rows_from_cache(x: torch.Tensor, state: dict, new_state: dict, name: str, context: int) -> torch.Tensor:
+    """`extend_rows` with the tail read from and written back to the cache entry `name` (see add_row_tail)."""
+    extended, tail = extend_rows(x, state[name].permute(0, 3, 1, 2), context)
+    new_state[name] = tail.permute(0, 2, 3, 1)
+    return extended
+
+
+class RowCausalConv(nn.Module):
+    """The package's causal conv (`.conv`, same weights) on rows: left context from the halo, not zeros."""
+
+    def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, kernel: int, dilation: int = 1,
+                 groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation, groups=groups)
+        self.context = (kernel - 1) * dilation
+        self.tail = add_row_tail(layout, name, cin, self.context) if self.context else None
+
+    def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
+        weight = self.conv.weight.unsqueeze(2)
+        if self.tail is not None:
+            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context)
+        return F.conv2d(x, weight, self.conv.bias, dilation=(1, self.conv.dilation[0]), groups=self.conv.groups)
+
+
+class RowTransposedConv(nn.Module):
+    """The package's causal transposed conv (`.conv`, right side trimmed) on rows, in polyphase form: one conv
+    whose output channel p*cout + c is phase p of channel c (surgery.modules.polyphase.polyphase_weights), then
+    the phases interleaved by Reshape + Concat + Reshape, all NPU layers. The rk3588 compiler lowers a stride-5
+    or stride-3 ConvTranspose to a CPU zero-insertion, and even its native stride-8 one estimates 8x the cycles
+    of this form (measured on the decoder's own shapes)."""
+
+    def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, kernel: int, stride: int):
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(cin, cout, kernel, stride=stride)
+        self.stride = stride
+        self.taps = -(-kernel // stride)
+        self.context = self.taps - 1
+        self.tail = add_row_tail(layout, name, cin, self.context) if self.context else None
+
+    def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
+        if self.tail is not None:
+            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context)
+        cout = self.conv.out_channels
+        weight, bias = polyphase_weights(self.conv.weight, self.conv.bias, self.stride)
+        phases = F.conv2d(x, weight.unsqueeze(2), bias)  # a [1, taps] kernel: along each row only
+        rows, length = (int(d) for d in phases.shape[2:])
+        # [1, cout, R, L] per phase -> [1, cout*R, L, 1] (a view), stacked on the last axis, read back as rows.
+        stacked = torch.cat([phase.reshape(1, cout * rows, length, 1) for phase in torch.split(phases, cout, dim=1)],
+                            dim=-1)
+        return stacked.reshape(1, cout, rows, length * self.stride)
+
+
+class TimeMajorCausalConv(nn.Module):
+    """The package's causal pre-conv (`.conv`) on time-major [1,B,C] input, as one matmul per tap: the
+    quantizer's output is time-major, and a Concat of a channel-major tail there compiled to a one-hot
+    gather convolution of 2.3 GB (rk3588, B=64)."""
+
+    def __init__(self, layout: CacheLayout, name: str, cin: int, cout: int, kernel: int):
+        super().__init__()
+        self.conv = nn.Conv1d(cin, cout, kernel)
+        self.context = kernel - 1
+        self.tail = layout.add(name, (1, self.context, cin))
+
+    def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
+        frames = int(x.shape[1])
+        full = torch.cat([state[self.tail], x], dim=1)
+        new_state[self.tail] = full[:, -self.context :]
+        out = self.conv.bias
+        for tap in range(self.conv.kernel_size[0]):
+            out = out + F.linear(full[:, tap : tap + frames], self.conv.weight[:, :, tap])
+        return out

@@ -1,0 +1,166 @@
+"""Inflect v2 text-to-waveform on the windowed decoder engine: duration.onnx (CPU) -> noise head
+(CPU, its own `variation` knob) -> window walk over the engine -> waveform.
+
+The engine is per model: its contract (latent channels, hop, window) must match the model loaded
+here, otherwise the walk would feed it latents of the wrong width or stitch at the wrong hop. The
+official files' I/O and config.json are read here too, since the runtime loads them on the board."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import SetupError
+
+DURATION_INPUTS = ("tokens", "lengths", "length_scale")
+DURATION_OUTPUTS = ("m_p_exp", "logs_p_exp", "y_mask")
+DEFAULT_SAMPLE_RATE, DEFAULT_HOP = 24000, 256  # both official sizes; config.json overrides them
+DEFAULT_VARIATION = 0.667  # prior noise scale, as VITS-family exports default noise_scale
+OFFICIAL_HINT = ("pass onnx/decode.onnx and onnx/duration.onnx of owensong/Inflect-Micro-v2-ONNX or "
+                 "owensong/Inflect-Nano-v2-ONNX")
+
+
+@dataclass(frozen=True)
+class InflectModel:
+    """What the slice and the runtime need to know about one official model."""
+
+    channels: int  # latent width C (Micro 192, Nano 128)
+    hop: int       # waveform samples per latent slice
+    sample_rate: int
+
+
+def io_names(values) -> list[str]:
+    """Names of an ONNX graph's inputs or outputs."""
+    return [v.name for v in values]
+
+
+def latent_channels(value, path: Path, which: str) -> int:
+    """C of an official [1, C, mel_len] latent tensor; refuses a file whose C is not fixed."""
+    dims = value.type.tensor_type.shape.dim
+    if len(dims) != 3 or not dims[1].dim_value:
+        raise SetupError(f"{which} {path}: {value.name} should be [1, C, mel_len] with a fixed C, "
+                         f"got {[d.dim_value or d.dim_param for d in dims]}; {OFFICIAL_HINT}")
+    return int(dims[1].dim_value)
+
+
+def check_duration(path: Path, channels: int) -> None:
+    """duration.onnx must have the official I/O and produce latents of the decoder's width."""
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise SetupError(f"no duration.onnx at {path}; {OFFICIAL_HINT}")
+    model = onnx.load(str(path), load_external_data=False)
+    inputs, outputs = io_names(model.graph.input), io_names(model.graph.output)
+    if any(n not in inputs for n in DURATION_INPUTS) or any(n not in outputs for n in DURATION_OUTPUTS):
+        raise SetupError(f"{path} is not an Inflect v2 duration.onnx: inputs {inputs}, outputs {outputs}; expected "
+                         f"inputs {list(DURATION_INPUTS)} and outputs {list(DURATION_OUTPUTS)}; {OFFICIAL_HINT}")
+    m_p = next(v for v in model.graph.output if v.name == "m_p_exp")
+    found = latent_channels(m_p, path, "duration.onnx")
+    if found != channels:
+        raise SetupError(f"{path} produces latents of C={found} channels but the decoder takes C={channels}: "
+                         "duration.onnx and decode.onnx come from different models (Micro is C=192, Nano C=128); "
+                         "pass the two files of one model")
+
+
+def config_beside(onnx_path: Path) -> Path | None:
+    """The model's config.json: beside the onnx/ folder (the official layout) or beside the file."""
+    for config in (Path(onnx_path).parent.parent / "config.json", Path(onnx_path).parent / "config.json"):
+        if config.is_file():
+            return config
+    return None
+
+
+def config_values(config_path: Path | None) -> tuple[int, int]:
+    """(hop, sample rate) from config.json (`data.hop_length`, `data.sampling_rate`); v2 defaults where absent."""
+    data = json.loads(Path(config_path).read_text()).get("data", {}) if config_path else {}
+    return int(data.get("hop_length", DEFAULT_HOP)), int(data.get("sampling_rate", DEFAULT_SAMPLE_RATE))
+
+
+def runtime_model(duration_path: Path, config_path: Path | None = None) -> InflectModel:
+    """Latent channels from duration.onnx, hop and sample rate from config.json (v2 defaults without it)."""
+    import onnx
+
+    duration = onnx.load(str(duration_path), load_external_data=False)
+    m_p = next((v for v in duration.graph.output if v.name == DURATION_OUTPUTS[0]), None)
+    if m_p is None:
+        raise SetupError(f"{duration_path} has no output {DURATION_OUTPUTS[0]!r}: not an Inflect v2 duration.onnx")
+    channels = m_p.type.tensor_type.shape.dim[1].dim_value
+    check_duration(duration_path, channels)
+    hop, rate = config_values(config_path if config_path and Path(config_path).is_file() else None)
+    return InflectModel(channels, hop, rate)
+
+
+def prior_stats(duration, tokens: np.ndarray, length_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(m_p, logs_p) [1,C,N] of blank-interleaved `tokens` [1,L] from a duration.onnx backend."""
+    outputs = duration.run({"tokens": tokens, "lengths": np.array([tokens.shape[1]], np.int64),
+                            "length_scale": np.array(length_scale, np.float32)}, list(DURATION_OUTPUTS[:2]))
+    return outputs[DURATION_OUTPUTS[0]], outputs[DURATION_OUTPUTS[1]]
+
+
+def noise_head(m_p: np.ndarray, logs_p: np.ndarray, variation: float, rng: np.random.Generator) -> np.ndarray:
+    """The part of decode.onnx the engine leaves out: z = m_p + exp(logs_p) * N(0,1) * variation."""
+    noise = rng.standard_normal(m_p.shape)
+    return (m_p + np.exp(logs_p) * noise * variation).astype(np.float32)
+
+
+def check_engine_matches(contract: dict, model: InflectModel, engine_name: str) -> None:
+    """Refuse an engine compiled for another model (latent channels or hop differ)."""
+    wanted = {"latent_channels": model.channels, "hop": model.hop}
+    wrong = {k: contract.get(k) for k, v in wanted.items() if contract.get(k) != v}
+    if wrong:
+        command = contract.get("producer", {}).get("command", "convert inflect ...")
+        raise SetupError(f"engine {engine_name} was compiled for {wrong} but the loaded model has "
+                         f"{ {k: wanted[k] for k in wrong} }: it belongs to another Inflect model "
+                         f"(Micro C=192, Nano C=128). Rebuild it for this model (it was made by: {command})")
+
+
+class InflectSynth:
+    """duration.onnx on the CPU, the decoder engine (any backend with `run`) over the window walk."""
+
+    def __init__(self, duration_path: Path, backend, contract: dict, model: InflectModel, engine_name: str = "engine"):
+        from runtime.backends import OnnxBackend
+        from runtime.window_walk import WindowContract
+
+        check_engine_matches(contract, model, engine_name)
+        self.model = model
+        self.window = WindowContract.from_contract(contract)
+        self.backend = backend
+        self.duration = OnnxBackend(duration_path)
+
+    def latent(self, tokens, variation: float = DEFAULT_VARIATION, length_scale: float = 1.0,
+               seed: int = 0) -> np.ndarray:
+        """Prior latent [1,C,N] for `tokens` (blank-interleaved ids): duration.onnx, then the noise head."""
+        m_p, logs_p = prior_stats(self.duration, np.asarray(tokens, dtype=np.int64).reshape(1, -1), length_scale)
+        return noise_head(m_p, logs_p, variation, np.random.default_rng(seed))
+
+    def decode(self, latent: np.ndarray) -> np.ndarray:
+        """Mono float32 waveform of a finished latent, walked window by window over the engine."""
+        from runtime.window_walk import walk
+
+        return walk(self.backend, latent, self.window).output.reshape(-1)
+
+
+def load_engine(path: Path):
+    """(backend, contract) for a decoder engine: a slice .onnx runs in onnxruntime (contract in its
+    metadata); a .rknn runs with rknn-toolkit-lite2 (contract in the manifest beside it)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SetupError(f"no engine at {path}")
+    if path.suffix == ".onnx":
+        from core.contract import get_contract
+        from runtime.backends import OnnxBackend
+
+        contract = get_contract(path)
+        if not contract:
+            raise SetupError(f"{path} carries no rkaudio contract: give the slice written by `convert inflect`")
+        return OnnxBackend(path), contract
+    from core.paths import manifest_name
+    from runtime.backends import RknnLiteBackend
+
+    manifest = path.with_name(manifest_name(path))
+    if not manifest.is_file():
+        raise SetupError(f"no manifest {manifest} beside {path}: the engine's window contract is read from it")
+    return RknnLiteBackend(path), json.loads(manifest.read_text())["contract"]

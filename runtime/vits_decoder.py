@@ -1,0 +1,43 @@
+"""The windowed VITS (Piper) decoder of one voice over any backend, and the contract an engine file carries.
+
+A decoder engine is compiled for one latent window (runtime.window_walk); this walks it along a voice's latent
+with the speaker embedding `g` fed to every window, after checking the engine was built for this voice."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import SetupError
+from runtime.window_walk import WindowContract, walk
+
+
+class VoiceDecoder:
+    """The windowed decoder for one voice over any backend; refuses an engine built for another voice."""
+
+    def __init__(self, backend, contract: dict, voice_channels: int):
+        self.window = WindowContract.from_contract(contract)
+        if self.window.latent_channels != voice_channels:
+            command = contract.get("producer", {}).get("command", "unknown")
+            raise SetupError(
+                f"engine expects a {self.window.latent_channels}-channel latent but this voice has "
+                f"{voice_channels}: it was compiled for another voice ({contract.get('voice', '?')}; produced by: "
+                f"{command}). Rebuild it for this voice with: convert piper --voice-onnx VOICE.onnx")
+        self.backend = backend
+        self.cond_input = contract.get("cond_input")
+
+    def decode(self, z: np.ndarray, g: np.ndarray | None = None):
+        """The waveform of latent `z` [1, C, N] (a `walk` result: output plus the windows it ran)."""
+        return walk(self.backend, z, self.window, {self.cond_input: g} if self.cond_input else {})
+
+
+def engine_contract(engine_path: Path) -> dict:
+    """The contract of an engine: from its ONNX metadata, or from the manifest beside a `.rknn`."""
+    engine_path = Path(engine_path)
+    if engine_path.suffix == ".onnx":
+        from core.contract import get_contract
+
+        return get_contract(engine_path)
+    from gates.manifest import read_manifest
+
+    return read_manifest(engine_path).get("contract", {})
