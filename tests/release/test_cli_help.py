@@ -54,3 +54,31 @@ def test_every_command_and_option_has_help(path, command):
     assert not missing, f"`convert {' '.join(path)}`: options without help text: {missing}"
     result = CliRunner().invoke(cli.app, [*path, "--help"])
     assert result.exit_code == 0, result.output
+
+
+BUILD_OPTIONS = ("--target", "--toolkit", "--out", "--max-regtask-lines", "--fail-on-cpu-ops", "--min-snr-db")
+FAMILY_COMMANDS = [(path, command) for path, command in COMMANDS if len(path) == 1
+                   and path[0] not in ("build", "inspect", "engines", "check")]
+
+
+@pytest.mark.parametrize("path,command", FAMILY_COMMANDS, ids=[p[0] for p, _ in FAMILY_COMMANDS])
+def test_every_family_command_takes_the_same_build_options_and_writes_under_work(path, command):
+    options = {name: param for param in command.params for name in param.opts}
+    assert all(name in options for name in BUILD_OPTIONS), sorted(set(BUILD_OPTIONS) - set(options))
+    assert str(options["--out"].default).startswith("work/"), options["--out"].default
+    assert not {"--min-snr", "--min-simulator-snr-db"} & set(options), "old spellings live in cli.FLAG_ALIASES"
+
+
+def test_old_flag_spellings_reach_the_new_name():
+    argv = ["build", "x.onnx", "--min-snr", "30", "--min-simulator-snr-db=31", "--min-snr-db", "32", "--out", "o"]
+    assert cli._respell(argv) == ["build", "x.onnx", "--min-snr-db", "30", "--min-snr-db=31", "--min-snr-db", "32",
+                                  "--out", "o"]
+
+
+def test_an_old_spelling_runs_through_main(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["convert", "build", str(tmp_path / "none.onnx"), "--target", "rk3588",
+                                     "--min-snr", "30"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 2  # a setup error (no ONNX there), not a usage error about the flag
+    assert "no ONNX at" in capsys.readouterr().err
