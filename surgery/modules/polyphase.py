@@ -5,19 +5,20 @@ import copy
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 
-def polyphase_weights(weight: torch.Tensor, bias: torch.Tensor | None, stride: int):
+def polyphase_weights(weight: torch.Tensor, bias: torch.Tensor | None, stride: int, row_kernel: bool = False):
     """ConvTranspose1d weights [cin, cout, K] (stride s, no padding) and bias -> the weights [s*cout, cin, taps]
-    and bias [s*cout] of one Conv1d with taps = ceil(K/s) whose output channel p*cout + c is phase p of channel c:
+    ([s*cout, cin, 1, taps] with `row_kernel`, for a conv2d along rows) and bias [s*cout] of one conv with
+    taps = ceil(K/s) whose output channel p*cout + c is phase p of channel c:
     y[c, m*s + p] = sum_j W[:, c, p + j*s] . x[m - j], conv tap q reading frame m - (taps-1-q). Plain tensor
     ops, so a traced step exports them as constants the exporter folds."""
     cin, cout, kernel = (int(d) for d in weight.shape)  # python ints: a traced graph stays fixed-shape
     taps = -(-kernel // stride)
     if taps * stride > kernel:
-        weight = F.pad(weight, (0, taps * stride - kernel))
-    phases = weight.reshape(cin, cout, taps, stride).flip(2).permute(3, 1, 0, 2).reshape(stride * cout, cin, taps)
+        weight = torch.cat([weight, weight.new_zeros(cin, cout, taps * stride - kernel)], dim=-1)
+    shape = (stride * cout, cin, 1, taps) if row_kernel else (stride * cout, cin, taps)
+    phases = weight.reshape(cin, cout, taps, stride).flip(2).permute(3, 1, 0, 2).reshape(shape)
     return phases, (bias if bias is not None else weight.new_zeros(cout)).repeat(stride)
 
 

@@ -133,8 +133,8 @@ class RowTransposedConv(nn.Module):
         if self.tail is not None:
             x = extend_rows_from_cache(x, state, new_state, self.tail, self.context)
         cout = self.conv.out_channels
-        weight, bias = polyphase_weights(self.conv.weight, self.conv.bias, self.stride)
-        phases = F.conv2d(x, weight.unsqueeze(2), bias)  # a [1, taps] kernel: along each row only
+        weight, bias = polyphase_weights(self.conv.weight, self.conv.bias, self.stride, row_kernel=True)
+        phases = F.conv2d(x, weight, bias)  # a [1, taps] kernel: along each row only
         rows, length = (int(d) for d in phases.shape[2:])
         # [1, cout, R, L] per phase -> [1, cout*R, L, 1] (a view), stacked on the last axis, read back as rows.
         stacked = torch.cat([phase.reshape(1, cout * rows, length, 1) for phase in torch.split(phases, cout, dim=1)],

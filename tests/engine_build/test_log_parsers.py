@@ -1,4 +1,4 @@
-"""REGTASK and layer-table parsers on real build-log excerpts (tests/spine/data), checked against figures
+"""REGTASK and layer-table parsers on real build-log excerpts (tests/engine_build/data), checked against figures
 read off the same text with independent, simpler means."""
 from __future__ import annotations
 

@@ -50,12 +50,12 @@ def test_small_conv_graph_builds_clean(graph, inputs_npz, tmp_path, require_conv
     assert manifest["rknn"]["bytes"] == result.rknn.stat().st_size > 0
     assert manifest["inputs"] == [{"name": "x", "shape": [1, 8, 64], "dtype": "float32"}]
     assert manifest["ops"]["cpu"] == 0 and manifest["est_cycles"] > 0 and manifest["weight_bytes"] > 0
-    assert manifest["exec_plan"] == {"spine_test.exec_plan": {"decoder": {
+    assert manifest["exec_plan"] == {"build_test.exec_plan": {"decoder": {
         "impl": "rknn", "artifacts": {"main": "small.rknn"}, "params": {"overlap": 0}}}}
-    assert manifest["family"] == "spine_test" and manifest["producer_git"]
+    assert manifest["family"] == "build_test" and manifest["producer_git"]
     assert set(result.simulator_outputs) == {"y"}
     # The engine carries the contract essentials itself (config custom_string).
-    assert b'"family":"spine_test","component":"decoder"' in result.rknn.read_bytes()
+    assert b'"family":"build_test","component":"decoder"' in result.rknn.read_bytes()
 
 
 def run_convert(*args: str) -> subprocess.CompletedProcess:

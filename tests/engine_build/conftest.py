@@ -33,10 +33,10 @@ def conv_graph(path: Path, channels: int = 8, length: int = 64, *, activation: s
         h = "y" if block == blocks - 1 else f"h{block}"
         nodes.append(helper.make_node("Add", [branch, conv], [h], name=f"add{block}"))
     shape = dims if dims is not None else [1, channels, length]
-    graph = helper.make_graph(nodes, "spine_test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+    graph = helper.make_graph(nodes, "build_test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="spine-tests")
-    model = set_contract(model, make_contract("spine_test", "decoder", "main", "spine_test.exec_plan",
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="engine-build-tests")
+    model = set_contract(model, make_contract("build_test", "decoder", "main", "build_test.exec_plan",
                                               exec_params={"overlap": 0}))
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
