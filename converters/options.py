@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from toolkit.versions import DEFAULT_TOOLKIT, FP16_TARGETS
+from toolkit.versions import FP16_TARGETS
 
 Target = Annotated[
     str,

@@ -22,7 +22,6 @@ import math
 
 import numpy as np
 import torch
-from torch import nn
 
 SINE_FORMS = ("exact", "clip", "floor", "round")
 ROUND_SHIFT_FP32 = 1.5 * 2.0**23  # fp32 ulp is 1 in [2^23, 2^24)
