@@ -8,6 +8,8 @@ TARGET ?= rk3588
 # CI builds the small-graph engine with both toolkits, so `make test` creates both converter venvs.
 TEST_TOOLKITS ?= 2.3.2 2.5.0
 PYTEST_ARGS ?=
+# `make engines -j N` (GNU make puts -jN in MAKEFLAGS) or JOBS=N: packages built in parallel, bounded by memory.
+JOBS ?= $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),1)
 
 EXPORT_PY := $(VENV_DIR)/export/bin/python
 export RKAUDIO_VENV_DIR := $(abspath $(VENV_DIR))
@@ -15,7 +17,7 @@ export RKAUDIO_VENV_DIR := $(abspath $(VENV_DIR))
 .PHONY: help venvs venv-export venv-convert engines test bench clean-venvs
 help:
 	@echo "make venvs [RKNN_TOOLKIT=2.3.2|2.5.0]  create .venv/export and .venv/convert-<ver> (idempotent)"
-	@echo "make engines TARGET=rk3588             build every recipe whose checkpoint is present into dist/<target>/"
+	@echo "make engines TARGET=rk3588 [ONLY=pkg]  build every recipe whose checkpoint is present into dist/<target>/"
 	@echo "make test                              create the venvs if missing, run the test suite"
 	@echo "make bench NAME=<bench>                run bench/<bench>.py (table + bench/results/<bench>.json)"
 
@@ -29,7 +31,7 @@ venv-convert:
 	@bash venvs/ensure.sh convert $(VENV_DIR)/convert-$(RKNN_TOOLKIT) venvs/convert-$(RKNN_TOOLKIT).txt
 
 engines: venvs
-	$(EXPORT_PY) -m converters.cli engines --target $(TARGET) --toolkit $(RKNN_TOOLKIT)
+	$(EXPORT_PY) -m converters.cli engines --target $(TARGET) --toolkit $(RKNN_TOOLKIT) --jobs $(JOBS) $(if $(ONLY),--only $(ONLY))
 
 test: venv-export
 	@for v in $(TEST_TOOLKITS); do $(MAKE) --no-print-directory venv-convert RKNN_TOOLKIT=$$v || exit 1; done

@@ -22,10 +22,10 @@ def main() -> list[dict]:
             for frames in FRAMES:
                 out = Path(scratch) / f"{toolkit}_{frames}"
                 started = time.perf_counter()
-                onnx_path, verdicts = example.export(out, CHANNELS, frames, seed=0, target=TARGET)
+                [record] = example.export(out, CHANNELS, frames, seed=0, target=TARGET)
                 exported = time.perf_counter()
-                result = build_engine(onnx_path, out, BuildOptions(TARGET, toolkit),
-                                      selfcheck=example.selfcheck_path(onnx_path), export_verdicts=verdicts)
+                result = build_engine(record.onnx, out, BuildOptions(TARGET, toolkit), selfcheck=record.selfcheck,
+                                      export_verdicts=record.verdicts)
                 built = time.perf_counter()
                 manifest = result.manifest_data
                 rows.append({

@@ -6,6 +6,7 @@ the commands, so `--help` is fast. Errors a user can hit end in one clean line w
 `core.errors` assigns them (2 setup, 3 gate, 4 dead build child)."""
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -41,8 +42,15 @@ def _respell(argv: list[str]) -> list[str]:
     return out
 
 
+def _terminated(signum, _frame) -> None:
+    """SIGTERM (CI cancellation, `timeout`) unwinds like Ctrl-C: every `finally` runs, so the compiler child
+    is killed and no staging directory stays behind."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     _register_all()
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         app(args=_respell(sys.argv[1:]), prog_name="convert")
     except Exception as error:

@@ -44,6 +44,12 @@ def recipe_builder(name: str):
     return module.build_recipe
 
 
+def recipe_sources(name: str):
+    """The `recipe_sources(recipe) -> [files of the checkpoint]` of family `name`, or None when it has none
+    (its packages are then always rebuilt)."""
+    return getattr(family_module(name), "recipe_sources", None)
+
+
 def build(
     onnx_path: Annotated[Path, typer.Argument(metavar="ONNX", help="Fixed-shape ONNX to compile (every input "
                                               "dimension a number; its rkaudio contract, if any, goes into the manifest).")],
@@ -64,22 +70,21 @@ def build(
     import tempfile
 
     import numpy as np
-    import onnx
 
     from converters.engine import BuildOptions, build_engine
     from toolkit.session import graph_io, random_feeds
-    from core.errors import SetupError
     from toolkit.versions import check_target
     from gates.manifest import summary_lines
 
+    from core.onnx_graph import load_model
+
     check_target(target)
-    if not onnx_path.is_file():
-        raise SetupError(f"no ONNX at {onnx_path}")
+    model = load_model(onnx_path)  # a truncated, foreign or NaN-carrying file stops here, in one line
     options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
                            fail_on_cpu_ops=fail_on_cpu_ops, min_simulator_snr_db=min_snr_db, timeout_s=timeout)
     with tempfile.TemporaryDirectory(prefix="rkaudio-selfcheck-") as scratch:
         if selfcheck is None:
-            inputs, _ = graph_io(onnx.load(str(onnx_path), load_external_data=False))
+            inputs, _ = graph_io(model)
             selfcheck = Path(scratch) / "inputs.npz"
             np.savez(selfcheck, **random_feeds(inputs))
         typer.echo(f"building {onnx_path.name} for {target} with rknn-toolkit2 {toolkit} ...", err=True)
@@ -103,8 +108,8 @@ def inspect(
 
 
 def engines(
-    target: Annotated[str, typer.Option("--target", "-t", help="SoC to build for; every recipe whose `targets` "
-                                        f"list it is built. One of: {', '.join(FP16_TARGETS)}.")],
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="SoC to build for; every recipe whose "
+                      f"`targets` list it is built. One of: {', '.join(FP16_TARGETS)}. Required to build.")] = None,
     toolkit: Toolkit = DEFAULT_TOOLKIT,
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Build only this package (a recipe's "
                                                       "`package` name); repeat for several.")] = None,
@@ -113,6 +118,14 @@ def engines(
     recipes_dir: Annotated[Path, typer.Option("--recipes", help="Directory of recipe TOML files.")] = RECIPES_DIR,
     dist_dir: Annotated[Path, typer.Option("--dist", help="Output root: packages go to DIST/<target>/"
                                            "<package>_<target>/.")] = DIST_DIR,
+    reproduce: Annotated[bool, typer.Option("--reproduce", help="Compile every engine twice and fail the package "
+                         "unless both compiles are byte-identical.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild packages that are up to date (same recipe, "
+                     "checkpoint, code, toolkit and target as the package in dist).")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Build up to this many packages at once, in "
+                    "separate processes, never more at once than the memory their last builds needed.")] = 1,
+    matrix_json: Annotated[bool, typer.Option("--matrix-json", help="Print the (package, target) pairs the recipes "
+                           "build (all targets, or --target's) as a CI matrix JSON and build nothing.")] = False,
 ) -> None:
     """Build the release engines of every recipe for one target into dist/ (what `make engines` runs).
 
@@ -121,6 +134,13 @@ def engines(
     from converters import recipes
     from converters.package import format_table
 
+    if matrix_json:
+        import json
+
+        pairs = [{"package": r["package"], "target": t, "family": r["family"]} for r in recipes.load_recipes(recipes_dir)
+                 for t in r["targets"] if target is None or t == target]
+        print(json.dumps({"include": pairs}))
+        return
     if list_recipes:
         rows = [{"package": r["package"], "family": r["family"], "targets": ",".join(r["targets"]),
                  "builds_for_target": target in r["targets"],
@@ -128,19 +148,97 @@ def engines(
                 for r in recipes.load_recipes(recipes_dir)]
         print(format_table(rows))
         return
-    rows = recipes.build_all(target, recipe_builder, toolkit, recipes_dir, dist_dir, only)
+    if target is None:
+        raise SetupError(f"--target is required to build: one of {', '.join(FP16_TARGETS)}")
+    rows = recipes.build_all(target, recipe_builder, toolkit, recipes_dir, dist_dir, only, reproduce=reproduce,
+                             jobs=jobs, sources_for=recipe_sources, force=force)
     print()
     print(format_table(rows, recipes.SUMMARY_COLUMNS) if rows else f"no recipe in {recipes_dir} lists target {target}")
     if any(row["status"] == "FAILED" for row in rows):
         sys.exit(3)
 
 
+PackageDir = Annotated[Path, typer.Argument(metavar="PACKAGE_DIR", help="A package built by `convert engines` "
+                                             "(dist/<target>/<package>_<target>/).")]
+
+
+def selftest(
+    package_dir: PackageDir,
+    backend: Annotated[str, typer.Option("--backend", help="simulator: compile each engine's ONNX in the toolkit "
+                                         "simulator (it refuses engines loaded from disk) and require the stored "
+                                         "simulator outputs back (>= 120 dB); onnx: onnxruntime fp32 on the ONNX.")] = "simulator",
+    onnx_dir: Annotated[Optional[Path], typer.Option("--onnx-dir", help="Where the package's ONNX files are "
+                        "(default: the work directory each manifest names, kept by `convert engines`).")] = None,
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per engine after the warm-up.")] = 3,
+    report: Annotated[Optional[Path], typer.Option("--report", help="JSON report (default: selftest-report.json "
+                      "in the working directory, or beside the package when run inside it).")] = None,
+) -> None:
+    """Replay a package's board self-test on the host: the same kit (`selftest.py`) and gates, with the engines
+    compiled from their ONNX in the simulator (or run in onnxruntime). Exit 0 pass, 3 a gate failed, 2 setup."""
+    from converters.kit import HostOpener
+    from runtime.selftest import selftest as run_selftest
+
+    if not package_dir.is_dir():
+        raise SetupError(f"no package directory {package_dir}")
+    code = run_selftest(package_dir, HostOpener(package_dir, backend, onnx_dir), runs=runs, report_path=report,
+                        say=lambda line: typer.echo(line))
+    if code:
+        sys.exit(code)
+
+
+def verify(
+    package_dir: PackageDir,
+    rebuild: Annotated[Optional[Path], typer.Option("--rebuild", metavar="ONNX_DIR", help="Also compile every "
+                       "engine again from the ONNX in this directory and require the manifest's digest "
+                       "(builds are byte-identical).")] = None,
+) -> None:
+    """Check every file of a package against its SHA256SUMS and its manifests: each missing, extra or changed
+    file is named. Exit 0 when intact, 3 otherwise."""
+    from converters.kit import rebuild_problems, verify as verify_package
+
+    if not package_dir.is_dir():
+        raise SetupError(f"no package directory {package_dir}")
+    problems = verify_package(package_dir)
+    if rebuild is not None:
+        problems += rebuild_problems(package_dir, rebuild, say=lambda line: typer.echo(line, err=True))
+    for problem in problems:
+        typer.echo(problem)
+    if problems:
+        typer.echo(f"{package_dir}: {len(problems)} problem(s)")
+        sys.exit(3)
+    typer.echo(f"{package_dir}: every file matches SHA256SUMS and the manifests")
+
+
+def publish(
+    dist_target_dir: Annotated[Path, typer.Argument(metavar="DIST_TARGET_DIR", help="dist/<target>/: every package "
+                               "in it (a folder with SHA256SUMS) is published, each in a folder of the repository.")],
+    repo_id: Annotated[str, typer.Option("--repo-id", help="Hub repository, ORG/NAME (created if missing).")],
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Tag the upload with this name, e.g. "
+                        "v0.3.0 (a tag that exists is left alone).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the packages and print every file operation; "
+                       "upload nothing.")] = False,
+    replay: Annotated[str, typer.Option("--replay", help="Host replay each package's self-test before uploading: "
+                      "simulator, onnx, or none.")] = "simulator",
+) -> None:
+    """Publish a release to the Hugging Face Hub: each package is checked first (SHA256SUMS and manifests, the
+    host replay of its self-test; one failure refuses the whole release), then only the files whose remote
+    hashes differ are uploaded, and the revision is tagged. Needs a token (`huggingface-cli login`)."""
+    from converters.publish import publish as run_publish
+
+    if replay not in ("simulator", "onnx", "none"):
+        raise SetupError(f"--replay {replay!r}: expected simulator, onnx or none")
+    run_publish(dist_target_dir, repo_id, revision, dry_run, replay, say=typer.echo)
+
+
+SHARED_COMMANDS = {"build": build, "inspect": inspect, "engines": engines, "selftest": selftest, "verify": verify,
+                   "publish": publish}
+
+
 def register(app: typer.Typer, check_app: typer.Typer) -> None:
     """The shared commands, then every family's own (each family's register adds `convert <name>` and,
     if it has one, `convert check <name>`)."""
-    app.command("build")(build)
-    app.command("inspect")(inspect)
-    app.command("engines")(engines)
+    for name, command in SHARED_COMMANDS.items():
+        app.command(name)(command)
     for name in family_names():
         family_register = getattr(family_module(name), "register", None)
         if family_register is not None:

@@ -5,6 +5,7 @@ A failing gate leaves no .rknn and no manifest (the log stays).
 onnx / numpy are imported inside functions so `convert --help` stays fast."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -24,6 +25,7 @@ class BuildOptions:
     fail_on_cpu_ops: bool = False
     min_simulator_snr_db: float = 35.0
     timeout_s: float | None = None  # the child is killed with SIGKILL past this (reported like any signal)
+    reproduce: bool = False  # compile a second time and fail unless both engines are byte-identical
 
     @classmethod
     def from_recipe(cls, recipe: dict, target: str, toolkit: str) -> "BuildOptions":
@@ -40,19 +42,22 @@ class EngineResult:
     build_log: Path
     manifest_data: dict
     verdicts: list[Verdict]
-    simulator_outputs: dict = field(default_factory=dict)
+    simulator_outputs: dict = field(default_factory=dict)  # of the self-check inputs
+    reference_outputs: dict = field(default_factory=dict)  # onnxruntime fp32 (on the twin, if any) of the same
+    golden_simulator_outputs: list = field(default_factory=list)  # one dict per `golden_feeds` run
 
 
 def simulator_verdicts(reference: dict, simulated: dict, min_snr_db: float) -> tuple[list[Verdict], dict]:
-    """Per output: SNR of the simulator against onnxruntime fp32 (gated) and max|d| (recorded)."""
-    from gates.snr import max_abs, snr_db
+    """Per output: SNR of the simulator against onnxruntime fp32 (gated) and max|d| (recorded). A self-check
+    whose fp32 output is degenerate (all zeros, a constant, non-finite) fails: it cannot judge the engine."""
+    from gates.snr import max_abs, snr_db, snr_verdict
 
     verdicts, figures = [], {}
     for name, ref in reference.items():
         snr, worst = snr_db(ref, simulated[name]), max_abs(ref, simulated[name])
         figures[name] = {"snr_db": snr, "max_abs": worst}
-        verdicts.append(Verdict(f"simulator_snr[{name}]", snr, min_snr_db, "dB", bool(snr >= min_snr_db),
-                                f"max|d| {worst:.3g} vs onnxruntime fp32"))
+        verdicts.append(snr_verdict(f"simulator_snr[{name}]", ref, simulated[name], min_snr_db,
+                                    f"max|d| {worst:.3g} vs onnxruntime fp32", full_scale=None))
     return verdicts, figures
 
 
@@ -62,22 +67,24 @@ SIMULATOR_ADVICE = ("the fp16 simulator disagrees with onnxruntime fp32: look fo
 
 
 def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, export_verdicts=(),
-                 reference_onnx=None) -> EngineResult:
+                 reference_onnx=None, golden_feeds=()) -> EngineResult:
     """Compile `onnx_path` for `options.target` in the converter child, gate it, write the artifacts.
     `reference_onnx`: the fp32 graph the simulator is compared with, when the engine graph relies on fp16
-    arithmetic (e.g. a native fp16 rounding) and so cannot be its own fp32 reference; default `onnx_path`."""
+    arithmetic (e.g. a native fp16 rounding) and so cannot be its own fp32 reference; default `onnx_path`.
+    `golden_feeds`: more inputs to run in the same simulator session (the engine calls of an end-to-end golden),
+    with the self-check; their outputs come back in `golden_simulator_outputs`."""
     import numpy as np
-    import onnx
 
     from core.contract import get_contract
     from gates import fp16_range, layer_table, manifest, regtask
+    from core.onnx_graph import load_model
+    from gates.snr import DEGENERATE_ADVICE
     from runtime.backends import OnnxBackend
 
     check_target(options.target)
     check_toolkit(options.toolkit)
     onnx_path, out_dir = Path(onnx_path), Path(out_dir)
-    if not onnx_path.is_file():
-        raise SetupError(f"no ONNX at {onnx_path}")
+    model = load_model(onnx_path)  # missing, unreadable, truncated or NaN-carrying: one SetupError line
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = onnx_path.stem
     final_rknn, final_manifest = out_dir / engine_name(onnx_path), out_dir / manifest_name(onnx_path)
@@ -86,7 +93,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     for stale in (final_rknn, final_manifest, partial_rknn):
         stale.unlink(missing_ok=True)
 
-    constants = fp16_range.fp16_constants_verdict(onnx.load(str(onnx_path)))
+    constants = fp16_range.fp16_constants_verdict(model)
     if not constants.passed:  # fail before a compile that can take minutes
         raise GateFailure([constants], advice=fp16_range.ADVICE, context=f"{stem} for {options.target}")
 
@@ -100,18 +107,15 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
         with child:
             child.wait_ready()
             if feeds is not None:
-                missing = [s.name for s in child.inputs if s.name not in feeds]
-                if missing:
-                    raise SetupError(f"self-check {selfcheck} lacks inputs {missing} (keys must be the ONNX input names)")
-                wrong = [f"{s.name} {feeds[s.name].shape} (ONNX {s.shape})" for s in child.inputs
-                         if feeds[s.name].shape != s.shape]
-                if wrong:
-                    raise SetupError(f"self-check {selfcheck} has inputs of the wrong shape: {', '.join(wrong)}")
-                feeds = {s.name: np.asarray(feeds[s.name], dtype=s.dtype) for s in child.inputs}
+                feeds = _checked_feeds(child.inputs, feeds, f"self-check {selfcheck} (keys: the ONNX input names)")
                 simulated = child.run(feeds)
+                golden_simulated = [child.run(_checked_feeds(child.inputs, extra, "an end-to-end golden call"))
+                                    for extra in golden_feeds]
             inputs, outputs = child.inputs, child.outputs
         if not partial_rknn.is_file():
             raise BuildError("export", "the child finished but wrote no engine", log_tail(log_path), log_path)
+        build_stats = {"peak_rss_bytes": child.peak_rss_bytes,
+                       "reproducible": "byte-identical builds (MALLOC_PERTURB_ in the compiler child)"}
 
         log_text = log_path.read_text(errors="replace")
         regtask_report = regtask.parse_regtask(log_text)
@@ -124,13 +128,16 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
         if options.fail_on_cpu_ops:
             verdicts.append(layer_table.cpu_ops_verdict(table))
             advice[verdicts[-1].name] = layer_table.ADVICE
-        simulator_figures = {}
+        if options.reproduce:
+            verdicts.append(reproduce_verdict(onnx_path, options, partial_rknn, out_dir))
+            advice[verdicts[-1].name] = REPRODUCE_ADVICE
+        simulator_figures, reference = {}, {}
         if feeds is not None:
             with OnnxBackend(Path(reference_onnx or onnx_path)) as reference_graph:
                 reference = reference_graph.run(feeds)
             sim_verdicts, simulator_figures = simulator_verdicts(reference, simulated, options.min_simulator_snr_db)
             verdicts += sim_verdicts
-            advice.update({v.name: SIMULATOR_ADVICE for v in sim_verdicts})
+            advice.update({v.name: DEGENERATE_ADVICE if math.isnan(v.value) else SIMULATOR_ADVICE for v in sim_verdicts})
         failed = [v for v in verdicts if not v.passed]
         if failed:
             hints = list(dict.fromkeys(advice[v.name] for v in failed if v.name in advice))
@@ -138,10 +145,10 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
 
         os.replace(partial_rknn, final_rknn)
         data = manifest.build_manifest(
-            contract=get_contract(onnx.load(str(onnx_path), load_external_data=False)),
+            contract=get_contract(model),
             target=options.target, toolkit=options.toolkit, inputs=inputs, outputs=outputs,
             onnx_path=onnx_path, rknn_path=final_rknn, build_log=log_path, regtask_report=regtask_report,
-            table=table, verdicts=verdicts, simulator=simulator_figures)
+            table=table, verdicts=verdicts, simulator=simulator_figures, build_stats=build_stats)
         manifest.write_manifest(final_manifest, data)
     except BaseException:
         partial_rknn.unlink(missing_ok=True)
@@ -149,4 +156,51 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
         final_manifest.unlink(missing_ok=True)
         raise
     return EngineResult(final_rknn, final_manifest, log_path, data, verdicts,
-                        simulated if feeds is not None else {})
+                        simulated if feeds is not None else {}, reference,
+                        golden_simulated if feeds is not None else [])
+
+
+REPRODUCE_ADVICE = ("two compiles of the same ONNX gave different engines: the compiler child's environment lost "
+                    "MALLOC_PERTURB_ (toolkit/session.py), or this toolkit version has a new source of variation")
+
+
+def compile_only(onnx_path: Path, options: BuildOptions, rknn_path: Path) -> Path:
+    """One more compile of `onnx_path` into `rknn_path` (no simulator, no gates): what `--reproduce` compares."""
+    with ConverterChild(Path(onnx_path), options.target, options.toolkit, None, rknn_path=Path(rknn_path),
+                        simulate=False, timeout_s=options.timeout_s) as child:
+        child.wait_ready()
+    return Path(rknn_path)
+
+
+def differing_bytes(first: Path, second: Path) -> int:
+    """Bytes that differ between two files (a length difference counts in full)."""
+    import numpy as np
+
+    a, b = (np.frombuffer(Path(p).read_bytes(), np.uint8) for p in (first, second))
+    common = min(a.size, b.size)
+    return int(np.count_nonzero(a[:common] != b[:common])) + abs(a.size - b.size)
+
+
+def reproduce_verdict(onnx_path: Path, options: BuildOptions, engine: Path, out_dir: Path) -> Verdict:
+    """Compile again and compare: 0 differing bytes passes."""
+    from gates.manifest import sha256_file
+    from gates.verdict import at_most
+
+    again = compile_only(onnx_path, options, Path(out_dir) / f".{Path(engine).name}.again")
+    try:
+        changed = differing_bytes(engine, again)
+        detail = f"sha256 {sha256_file(engine)[:12]} vs {sha256_file(again)[:12]} of a second compile"
+    finally:
+        again.unlink(missing_ok=True)
+    return at_most("reproducible", changed, 0, "bytes", detail)
+
+
+def _checked_feeds(specs, feeds: dict, what: str) -> dict:
+    """`feeds` in the engine's input order and dtypes; SetupError for a missing input or a wrong shape."""
+    import numpy as np
+
+    wrong = [f"{s.name} {None if s.name not in feeds else feeds[s.name].shape} (ONNX {s.shape})" for s in specs
+             if s.name not in feeds or tuple(feeds[s.name].shape) != tuple(s.shape)]
+    if wrong:
+        raise SetupError(f"{what} does not fit the engine's inputs: {', '.join(wrong)}")
+    return {s.name: np.asarray(feeds[s.name], dtype=s.dtype) for s in specs}

@@ -1,12 +1,15 @@
 """Assemble a release package: `dist/<target>/<package>_<target>/` with every engine, its manifest and
-build log, and one merged `exec_plan.json`; plus the summary table `make engines` prints.
+build log, one merged `exec_plan.json` and the board self-test kit (converters/kit.py: `selftest/`,
+`selftest.py`, `SHA256SUMS`); plus the summary table `make engines` prints. The ONNX files the engines were
+compiled from stay in `onnx_dir()` (beside dist/, named by each manifest relatively) for host replays.
 
 The package is staged in a hidden directory beside its final place and renamed in one step, so a
-failed or interrupted build never leaves a half-written package behind. Stdlib only (and core)."""
+failed or interrupted build never leaves a half-written package behind."""
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -16,8 +19,30 @@ from typing import Iterator
 from core.errors import PackageError
 
 
+KEY_NAME = "build-key.json"  # what determined the package (converters.recipes.package_key)
+
+
 def package_name(package: str, target: str) -> str:
     return f"{package}_{target}"
+
+
+def write_file(target: Path, source: Path | None = None, text: str | None = None) -> Path:
+    """Copy `source` (with its times) or write `text` to `target`; a failed write (disk full, a file-size limit,
+    permissions) is a PackageError naming the file, so the staged package is dropped with one clear line."""
+    try:
+        if source is not None:
+            shutil.copy2(source, target)
+        else:
+            Path(target).write_text(text)
+    except OSError as error:
+        raise PackageError(f"could not write {target}: {error.strerror or error}") from None
+    return Path(target)
+
+
+def onnx_dir(dist_dir: Path, target: str, name: str) -> Path:
+    """Where `convert engines` keeps a package's ONNX (and self-check inputs, twins, goldens): work/dist/<target>/
+    <package>_<target>/ beside dist/."""
+    return Path(dist_dir).resolve().parent / "work" / Path(dist_dir).name / target / name
 
 
 def merge_exec_plan(engines: list[tuple[str, dict]]) -> dict:
@@ -50,9 +75,10 @@ def merge_exec_plan(engines: list[tuple[str, dict]]) -> dict:
 
 
 @contextmanager
-def staged_package(dist_target_dir: Path, name: str) -> Iterator[tuple[Path, Path]]:
+def staged_package(dist_target_dir: Path, name: str, keep_work_at: Path | None = None) -> Iterator[tuple[Path, Path]]:
     """Yield (work_dir, package_dir) inside a hidden staging dir; on normal exit the package dir replaces
-    `dist_target_dir/name`. On any error nothing is published and the staging dir is removed."""
+    `dist_target_dir/name` (and the work dir replaces `keep_work_at`, when given). On any error nothing is
+    published and the staging dir is removed."""
     dist_target_dir.mkdir(parents=True, exist_ok=True)
     for stale in dist_target_dir.glob(f".{name}.*.partial"):  # left by a killed run
         shutil.rmtree(stale, ignore_errors=True)
@@ -62,6 +88,12 @@ def staged_package(dist_target_dir: Path, name: str) -> Iterator[tuple[Path, Pat
     package_dir.mkdir()
     try:
         yield work_dir, package_dir
+        if keep_work_at is not None:
+            keep_work_at = Path(keep_work_at)
+            keep_work_at.parent.mkdir(parents=True, exist_ok=True)
+            if keep_work_at.exists():
+                keep_work_at.rename(staging / "previous-work")
+            work_dir.rename(keep_work_at)
         final = dist_target_dir / name
         if final.exists():
             # Rename the old one aside first: the final name never points at a mix of old and new.
@@ -72,10 +104,18 @@ def staged_package(dist_target_dir: Path, name: str) -> Iterator[tuple[Path, Pat
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def assemble(results: list, package_dir: Path) -> list[dict]:
+def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
+             onnx_home: tuple[Path, Path] | None = None, recipe: dict | None = None,
+             target: str | None = None, build_key: dict | None = None) -> list[dict]:
     """Copy each engine (`converters.engine.EngineResult`), its manifest and build log, and the files its
-    contract lists under `package_files`, into `package_dir`; write the merged `exec_plan.json`.
+    contract lists under `package_files`, into `package_dir`; write the merged `exec_plan.json`; add the
+    self-test kit from `work_dir` (where the engines were built: its `selftest/`) with SHA256SUMS.
+    `onnx_home` = (final ONNX folder, final package folder): each manifest then names its ONNX relatively.
+    With `recipe` and `target`, the model card (README.md, converters/publish.py) is written too; `build_key`
+    (converters.recipes.package_key) goes into build-key.json.
     Returns the manifests as written."""
+    from converters import kit
+
     seen: set[str] = set()
     manifests, engines = [], []
     for result in results:
@@ -84,28 +124,46 @@ def assemble(results: list, package_dir: Path) -> list[dict]:
         if clash:
             raise PackageError(f"two engines of the package write {clash}: give their ONNX files distinct names")
         for source in files:
-            shutil.copy2(source, package_dir / source.name)
+            write_file(package_dir / source.name, source)
             seen.add(source.name)
-        manifests.append(result.manifest_data)
-        contract = result.manifest_data["contract"]
+        built_onnx = Path(result.manifest).parent / result.manifest_data["onnx"]["path"]
+        manifest = result.manifest_data
+        if onnx_home is not None:
+            onnx_folder, final_dir = onnx_home
+            manifest = {**manifest, "onnx": {**manifest["onnx"], "path": os.path.relpath(
+                Path(onnx_folder) / built_onnx.name, final_dir)}}
+            write_file(package_dir / Path(result.manifest).name, text=json.dumps(manifest, indent=2) + "\n")
+        manifests.append(manifest)
+        contract = manifest["contract"]
         engines.append((Path(result.rknn).name, contract))
         # Files the runtime needs beside the engines (a plan, a CPU-side table), named by the contract
         # relative to the ONNX they were exported with; shared by many engines, copied once.
         for name in contract.get("package_files", []):
             if name not in seen:
-                onnx_path = Path(result.manifest).parent / result.manifest_data["onnx"]["path"]
-                source = onnx_path.parent / name
+                source = built_onnx.parent / name
                 if not source.is_file():
                     raise PackageError(f"{Path(result.rknn).name}'s contract names {name}, not found at {source}")
-                shutil.copy2(source, package_dir / name)
+                write_file(package_dir / name, source)
                 seen.add(name)
-    (package_dir / "exec_plan.json").write_text(json.dumps(merge_exec_plan(engines), indent=2) + "\n")
+    plan = merge_exec_plan(engines)
+    write_file(package_dir / "exec_plan.json", text=json.dumps(plan, indent=2) + "\n")
+    if recipe is not None:
+        from converters.publish import CARD_NAME, model_card
+
+        write_file(package_dir / CARD_NAME, text=model_card(recipe, target, manifests, plan))
+    if build_key is not None:
+        write_file(package_dir / KEY_NAME, text=json.dumps(build_key, indent=2) + "\n")
+    if work_dir is not None:
+        kit.add_to_package(package_dir, work_dir)
     return manifests
 
 
-def summary_row(package: str, status: str, manifests: list[dict] = (), gate_results: list[dict] = ()) -> dict:
+def summary_row(package: str, status: str, manifests: list[dict] = (), gate_results: list[dict] = (),
+                package_dir: Path | None = None) -> dict:
     """One line of the `make engines` table from the package's manifests (or, for a failed build, from the
-    verdicts of the failure)."""
+    verdicts of the failure); with `package_dir`, the package's and its self-test kit's bytes."""
+    from converters.kit import kit_size, tree_bytes
+
     gates = [g for m in manifests for g in m.get("gates", [])] + list(gate_results)
     # float(): Verdict.to_json writes non-finite figures as strings ("inf", "-inf", "nan").
     snrs = [float(g["value"]) for g in gates if g.get("unit") == "dB"]
@@ -117,6 +175,8 @@ def summary_row(package: str, status: str, manifests: list[dict] = (), gate_resu
         "engine_bytes": sum(m["rknn"]["bytes"] for m in manifests) if manifests else None,
         "cpu_ops": sum(m["ops"]["cpu"] for m in manifests) if manifests else None,
         "regtask_lines": sum(m["regtask"]["lines"] for m in manifests) if manifests else None,
+        "kit_bytes": kit_size(package_dir) if package_dir is not None else None,
+        "package_bytes": tree_bytes(package_dir) if package_dir is not None else None,
     }
 
 

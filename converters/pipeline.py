@@ -8,34 +8,37 @@ Export verdicts travel in the ONNX contract (`record_export` writes them), so a 
 recipe shows the same verdicts as a fresh export."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from core.contract import get_contract
 from core.errors import SetupError
-from core.paths import reference_path, selfcheck_path
+from core.paths import end_to_end_inputs, end_to_end_spec, engine_name, reference_path, selfcheck_path
 from gates.verdict import Verdict, require
 
 
 @dataclass(frozen=True)
 class Exported:
     """One engine's export: its ONNX, the self-check inputs beside it, the exact fp32 twin the simulator
-    is compared with (when the engine graph relies on fp16 arithmetic), and the export-stage verdicts."""
+    is compared with (when the engine graph relies on fp16 arithmetic), the export-stage verdicts, and the
+    end-to-end golden (`<name>.e2e.json`) whose loop runs this engine, if the family declared one."""
 
     onnx: Path
     selfcheck: Path
     reference: Path | None = None
     verdicts: tuple[Verdict, ...] = ()
+    end_to_end: Path | None = None
 
     @classmethod
     def from_onnx(cls, onnx_path: Path, family: str | None = None) -> "Exported":
         """The record of an ONNX exported earlier (by `convert <family> --skip-rknn`): everything is read from
         its contract and the files beside it; `family` refuses an ONNX another family wrote."""
+        from core.onnx_graph import load_model
+
         onnx_path = Path(onnx_path)
-        if not onnx_path.is_file():
-            raise SetupError(f"no ONNX at {onnx_path}")
-        contract = get_contract(onnx_path)
+        contract = get_contract(load_model(onnx_path))
         command = f"convert {family.replace('_', '-')}" if family else "convert <family>"
         if family is not None and contract.get("family") != family:
             raise SetupError(f"{onnx_path} was not written by `{command}` (its contract names family "
@@ -46,7 +49,9 @@ class Exported:
             if needed is not None and not needed.is_file():
                 raise SetupError(f"no {what} {needed} beside {onnx_path}; export it with `{command} --skip-rknn`")
         verdicts = tuple(Verdict.from_json(v) for v in contract.get("export_verdicts", []))
-        return cls(onnx_path, selfcheck, reference, verdicts)
+        spec = next((path for path in sorted(onnx_path.parent.glob("*.e2e.json"))
+                     if onnx_path.name in json.loads(path.read_text())["onnx"]), None)
+        return cls(onnx_path, selfcheck, reference, verdicts, spec)
 
 
 def record_export(onnx_path: Path, verdicts, *, feeds: dict | None = None, reference: Path | None = None) -> Exported:
@@ -57,6 +62,7 @@ def record_export(onnx_path: Path, verdicts, *, feeds: dict | None = None, refer
     import onnx
 
     from core.contract import set_contract
+    from runtime.golden import as_stored
 
     onnx_path = Path(onnx_path)
     if reference is not None and Path(reference) != reference_path(onnx_path):
@@ -67,18 +73,39 @@ def record_export(onnx_path: Path, verdicts, *, feeds: dict | None = None, refer
     if reference is not None:
         contract["reference_onnx"] = Path(reference).name
     onnx.save(set_contract(model, contract), str(onnx_path))
-    if feeds is not None:
-        np.savez(selfcheck_path(onnx_path), **feeds)
+    if feeds is not None:  # in the kit's storage form: the golden's fp32 outputs are then those of the board's inputs
+        np.savez(selfcheck_path(onnx_path), **{name: as_stored(value) for name, value in feeds.items()})
     if not selfcheck_path(onnx_path).is_file():
         raise ValueError(f"{onnx_path.name} has no self-check inputs: pass feeds=")
     return Exported(onnx_path, selfcheck_path(onnx_path), Path(reference) if reference else None, tuple(verdicts))
 
 
+def record_end_to_end(name: str, loop: str, records: list[Exported], inputs: dict, params: dict | None = None,
+                      description: str = "") -> list[Exported]:
+    """Declare a family's end-to-end golden: its runtime loop (`"runtime.<module>:<function>"`, see
+    runtime/golden.py) run over the engines of `records` on `inputs` (name -> array) with `params` (JSON).
+    Writes `<name>.e2e.json` and `.e2e.npz` beside the ONNX files; returns the records that now name it. The
+    build records every engine call of the loop (fp32) and the board kit replays it (converters/kit.py)."""
+    import numpy as np
+
+    from runtime.golden import as_stored, load_loop
+
+    load_loop(loop)  # a typo fails at export, not on the board
+    spec = end_to_end_spec(records[0].onnx.parent, name)
+    spec.write_text(json.dumps({"name": name, "loop": loop, "onnx": [r.onnx.name for r in records],
+                                "engines": [engine_name(r.onnx) for r in records], "params": params or {},
+                                "description": description}, indent=2) + "\n")
+    np.savez(end_to_end_inputs(spec), **{key: as_stored(value) for key, value in inputs.items()})
+    return [replace(record, end_to_end=spec) for record in records]
+
+
 def build(exported: list[Exported], out_dir: Path, options, *, context: str, advice: str = "",
           say: Callable[[str], None] = print) -> list:
     """Print and gate every export verdict, then (unless `options` is None: --skip-rknn) compile each record
-    with `options` (`converters.engine.BuildOptions`), printing the build's own verdicts and what it wrote.
+    with `options` (`converters.engine.BuildOptions`), printing the build's own verdicts and what it wrote,
+    and write the self-test kit's golden I/O (`selftest/`) beside the engines.
     Returns the `EngineResult`s in the records' order (what packaging assembles)."""
+    from converters import kit
     from converters.engine import build_engine
 
     # Records of one export often share verdicts (one gate over many graphs): each is shown once.
@@ -90,14 +117,19 @@ def build(exported: list[Exported], out_dir: Path, options, *, context: str, adv
         for record in exported:
             say(f"wrote {record.onnx} and {record.selfcheck.name}")
         return []
+    recordings = kit.record_end_to_end(exported, say)  # fp32 engine calls, run in the simulator at each build
     results = []
     for record in exported:
+        calls = kit.calls_of(recordings, engine_name(record.onnx))
         result = build_engine(record.onnx, out_dir, options, selfcheck=record.selfcheck,
-                              export_verdicts=record.verdicts, reference_onnx=record.reference)
+                              export_verdicts=record.verdicts, reference_onnx=record.reference,
+                              golden_feeds=[feeds for feeds, _ in calls])
         for verdict in result.verdicts[len(record.verdicts):]:
             say(verdict.line())
         say(f"wrote {result.rknn} and {result.manifest.name}")
         results.append(result)
+    kit_dir = kit.write_goldens(Path(out_dir), exported, results, recordings, options.min_simulator_snr_db)
+    say(f"wrote {kit_dir} (self-test golden I/O, {kit.tree_bytes(kit_dir):,} bytes)")
     return results
 
 
@@ -126,3 +158,23 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path, export
 
     return build(exported, work_dir, BuildOptions.from_recipe(recipe, target, toolkit), context=recipe["package"],
                  advice=advice, say=say)
+
+
+def recipe_snapshot(source: dict, resolve: Callable[[str], object], repo_id: str) -> str:
+    """The first of a recipe's `source.dir` (environment variables expanded; an unset one skips it) and
+    `source.repo` (a huggingface_hub cache id) that `resolve` accepts; MissingSource saying why none did."""
+    import os
+
+    from core.errors import MissingSource
+
+    expanded = os.path.expandvars(source.get("dir") or "")
+    errors = []
+    for candidate in (c for c in (expanded if "$" not in expanded else "", source.get("repo")) if c):
+        try:
+            resolve(candidate)
+            return candidate
+        except SetupError as error:
+            errors.append(str(error))
+    raise MissingSource(f"no {repo_id} snapshot ({'; '.join(errors) or 'recipe names no source'}); set "
+                        "RKAUDIO_MODELS to a folder holding it or put it in the huggingface_hub cache")
+

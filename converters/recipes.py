@@ -11,18 +11,21 @@ A recipe is a TOML table:
     [options]  # family-specific export options (frames, window, ...)
     [gates]    # thresholds; keys named like BuildOptions fields (min_simulator_snr_db, max_regtask_lines,
                # fail_on_cpu_ops) reach build_engine through BuildOptions.from_recipe(), the rest are the family's
+    [card]     # the model card (README.md): license of the source model, pipeline_tag, tags, source (one line)
 
 Heavy modules are imported inside functions: `convert --help` must stay fast."""
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import tomllib
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-from converters.package import assemble, package_name, staged_package, summary_row
+from converters.package import KEY_NAME, assemble, onnx_dir, package_name, staged_package, summary_row
 from core.errors import BuildError, GateFailure, MissingSource, PackageError, SetupError
 from core.paths import REPO_ROOT
 from toolkit.versions import DEFAULT_TOOLKIT, FP16_TARGETS, check_target, check_toolkit
@@ -30,9 +33,11 @@ from toolkit.versions import DEFAULT_TOOLKIT, FP16_TARGETS, check_target, check_
 # A family's build_recipe(recipe, target, toolkit, work_dir) -> list[EngineResult].
 BuildRecipe = Callable[[dict, str, str, Path], list]
 
+LOCK_NAME = ".lock"
 RECIPES_DIR = REPO_ROOT / "recipes"
 DIST_DIR = REPO_ROOT / "dist"
-SUMMARY_COLUMNS = ["package", "status", "gates", "worst_snr_db", "engine_bytes", "cpu_ops", "regtask_lines"]
+SUMMARY_COLUMNS = ["package", "status", "gates", "worst_snr_db", "engine_bytes", "cpu_ops", "regtask_lines", "kit_bytes",
+                   "package_bytes"]
 
 def load_recipe(path: Path) -> dict:
     """Parse and check one recipe; `source`, `options` and `gates` default to empty tables."""
@@ -47,7 +52,7 @@ def load_recipe(path: Path) -> dict:
     unknown_targets = [t for t in recipe["targets"] if t not in FP16_TARGETS]
     if unknown_targets:
         raise SetupError(f"recipe {path} lists targets {unknown_targets}; fp16 targets are {', '.join(FP16_TARGETS)}")
-    for table in ("source", "options", "gates"):
+    for table in ("source", "options", "gates", "card"):
         if not isinstance(recipe.setdefault(table, {}), dict):
             raise SetupError(f"recipe {path}: `{table}` must be a table ([{table}])")
     recipe["path"] = str(path)
@@ -64,8 +69,56 @@ def load_recipes(directory: Path = RECIPES_DIR) -> list[dict]:
     return recipes
 
 
+SHARED_CODE = ("core", "gates", "toolkit", "runtime", "surgery")
+
+
+def code_files(family: str) -> list[Path]:
+    """The code that shapes a package of `family`: the shared layers, converters' own modules, the family's
+    folder (or module), and the venv pins and pyproject (the packages that run it). Not the commit: an
+    unrelated change rebuilds nothing."""
+    roots = [REPO_ROOT / name for name in SHARED_CODE]
+    family_path = REPO_ROOT / "converters" / "families" / family
+    files = [p for root in roots for p in root.rglob("*.py")]
+    files += sorted((REPO_ROOT / "converters").glob("*.py")) + [REPO_ROOT / "converters" / "families" / "__init__.py"]
+    files += sorted(family_path.rglob("*.py")) if family_path.is_dir() else [family_path.with_suffix(".py")]
+    files += sorted((REPO_ROOT / "venvs").glob("*.txt")) + [REPO_ROOT / "pyproject.toml"]
+    return sorted(set(p for p in files if p.is_file() and "__pycache__" not in p.parts))
+
+
+def package_key(recipe: dict, target: str, toolkit: str, sources: list[Path] | None) -> dict | None:
+    """What determines a package: the recipe, the source checkpoint's files, the code that shapes it, the toolkit
+    and the target, each hashed; `key` hashes them all. None when the family cannot name its sources."""
+    import hashlib
+    import json
+
+    from gates.manifest import sha256_file
+
+    if sources is None:
+        return None
+    code = hashlib.sha256()
+    for path in code_files(recipe["family"]):
+        code.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    parts = {"recipe": {k: v for k, v in recipe.items() if k != "path"}, "target": target, "toolkit": toolkit,
+             "sources": {str(path): sha256_file(path) for path in sorted(set(map(Path, sources)))},
+             "code_sha256": code.hexdigest()}
+    return {"key": hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), **parts}
+
+
+def up_to_date(package_dir: Path, key: dict | None) -> bool:
+    """The package in dist was built from the same key and is intact (SHA256SUMS, manifests)."""
+    import json
+
+    from converters.kit import verify
+
+    path = Path(package_dir) / KEY_NAME
+    if key is None or not path.is_file():
+        return False
+    return json.loads(path.read_text()).get("key") == key["key"] and not verify(package_dir)
+
+
 def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build: BuildRecipe,
-                  say: Callable[[str], None]) -> dict:
+                  say: Callable[[str], None], sources: Callable[[dict], list] | None = None,
+                  force: bool = False) -> dict:
     """Build one recipe into `dist_dir/<target>/<package>_<target>/`; returns its summary row.
 
     A missing source is a skip; a failed gate, a dead build child or a family bug is a failure whose
@@ -73,11 +126,24 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build
     name = package_name(recipe["package"], target)
     target_dir = Path(dist_dir) / target
     failed_dir = target_dir / f"{name}.failed"
+    try:  # the family names its checkpoint's files (MissingSource when absent) without exporting anything
+        key = package_key(recipe, target, toolkit, sources(recipe) if sources is not None else None)
+    except MissingSource as missing:
+        say(f"skip {name}: {missing}")
+        return summary_row(name, "missing source")
+    if not force and up_to_date(target_dir / name, key):
+        import json
+
+        manifests = [json.loads(p.read_text()) for p in sorted((target_dir / name).glob("*.manifest.json"))]
+        say(f"{name} is up to date (same recipe, checkpoint, code, toolkit and target; --force rebuilds)")
+        return summary_row(name, "up to date", manifests, package_dir=target_dir / name)
+    kept_onnx = onnx_dir(dist_dir, target, name)
     try:
-        with staged_package(target_dir, name) as (work_dir, package_dir):
+        with staged_package(target_dir, name, keep_work_at=kept_onnx) as (work_dir, package_dir):
             try:
                 results = build(recipe, target, toolkit, work_dir)
-                manifests = assemble(results, package_dir)
+                manifests = assemble(results, package_dir, work_dir, (kept_onnx, target_dir.resolve() / name),
+                                     recipe, target, build_key=key)
             except MissingSource:
                 raise
             except Exception:
@@ -95,25 +161,146 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build
         say(f"FAIL {name}:\n{traceback.format_exc().rstrip()}\n  work dir and build logs: {failed_dir}")
         return summary_row(name, "FAILED")
     shutil.rmtree(failed_dir, ignore_errors=True)
-    return summary_row(name, "ok", manifests)
+    return summary_row(name, "ok", manifests, package_dir=target_dir / name)
 
 
 def build_all(target: str, builder_for: Callable[[str], BuildRecipe], toolkit: str = DEFAULT_TOOLKIT,
               recipes_dir: Path = RECIPES_DIR, dist_dir: Path = DIST_DIR, only: list[str] | None = None,
-              say: Callable[[str], None] = print) -> list[dict]:
-    """Build every recipe listing `target` (restricted to `only` packages); one summary row per recipe.
-    `builder_for(family)` is that family's `build_recipe` (the CLI looks the families up: they sit above)."""
+              say: Callable[[str], None] = print, reproduce: bool = False, jobs: int = 1,
+              sources_for: Callable[[str], Callable | None] | None = None, force: bool = False) -> list[dict]:
+    """Build every recipe listing `target` (restricted to `only` packages); one summary row per recipe, in
+    recipe order. `builder_for(family)` is that family's `build_recipe` (the CLI looks the families up: they sit
+    above). `jobs` > 1 builds independent packages in parallel processes, bounded by memory (`build_parallel`).
+    `sources_for(family)` is the family's `recipe_sources(recipe) -> [files]` (or None): a package whose key
+    (`package_key`) matches the one in dist is not rebuilt, unless `force`."""
     target, toolkit = check_target(target), check_toolkit(toolkit)
     recipes = load_recipes(recipes_dir)
     unknown = sorted(set(only or ()) - {r["package"] for r in recipes})
     if unknown:
         raise SetupError(f"--only names no recipe: {unknown}; recipes: {[r['package'] for r in recipes]}")
     chosen = [r for r in recipes if target in r["targets"] and (not only or r["package"] in only)]
+    if reproduce:  # a [gates] key naming a BuildOptions field reaches every engine build (BuildOptions.from_recipe)
+        chosen = [{**r, "gates": {**r["gates"], "reproduce": True}} for r in chosen]
     builders = {family: builder_for(family) for family in {r["family"] for r in chosen}}  # fail before building
-    rows = []
-    for index, recipe in enumerate(chosen, 1):
-        say(f"[{index}/{len(chosen)}] {recipe['package']} ({recipe['family']}) for {target}, toolkit {toolkit} ...")
-        started = time.monotonic()
-        rows.append(build_package(recipe, target, toolkit, dist_dir, builders[recipe["family"]], say))
-        say(f"[{index}/{len(chosen)}] {recipe['package']}: {rows[-1]['status']} in {time.monotonic() - started:.1f} s")
-    return rows
+    with dist_lock(Path(dist_dir) / target):
+        tasks = [(index, len(chosen), recipe, target, toolkit, dist_dir, builder_for, sources_for, force)
+                 for index, recipe in enumerate(chosen, 1)]
+        if jobs <= 1 or len(chosen) <= 1:
+            return [build_numbered(*task, say=say) for task in tasks]
+        estimates = [last_peak_rss(Path(dist_dir) / target / package_name(r["package"], target)) for r in chosen]
+        return build_parallel(tasks, build_numbered, jobs, estimates, available_memory(), say,
+                              [package_name(r["package"], target) for r in chosen])
+
+
+def build_numbered(index: int, count: int, recipe: dict, target: str, toolkit: str, dist_dir: Path,
+                   builder_for: Callable[[str], BuildRecipe], sources_for: Callable | None = None, force: bool = False,
+                   say: Callable[[str], None] = print) -> dict:
+    """`build_package` between its two progress lines ([i/n] ... and [i/n] status in seconds)."""
+    say(f"[{index}/{count}] {recipe['package']} ({recipe['family']}) for {target}, toolkit {toolkit} ...")
+    started = time.monotonic()
+    sources = sources_for(recipe["family"]) if sources_for is not None else None
+    row = build_package(recipe, target, toolkit, dist_dir, builder_for(recipe["family"]), say, sources, force)
+    say(f"[{index}/{count}] {recipe['package']}: {row['status']} in {time.monotonic() - started:.1f} s")
+    return row
+
+
+DEFAULT_PEAK_RSS = 4 << 30  # a package never built here: assume 4 GiB
+
+
+def last_peak_rss(package_dir: Path) -> int:
+    """The largest compiler-child peak RSS the package's manifests recorded at its last build (DEFAULT_PEAK_RSS
+    when it was never built here)."""
+    import json
+
+    peaks = [json.loads(p.read_text()).get("build", {}).get("peak_rss_bytes") or 0
+             for p in Path(package_dir).glob("*.manifest.json")]
+    return max(peaks) if peaks and max(peaks) > 0 else DEFAULT_PEAK_RSS
+
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo, in bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise SetupError("no MemAvailable in /proc/meminfo: --jobs needs Linux")
+
+
+def _run_task(connection, function: Callable, task: tuple, label: str) -> None:
+    import signal
+
+    # SIGTERM (the parent interrupted) unwinds like Ctrl-C here too: staging dirs and compiler children go.
+    signal.signal(signal.SIGTERM, lambda signum, _: (_ for _ in ()).throw(SystemExit(128 + signum)))
+    try:
+        connection.send(function(*task))
+    except BaseException as error:  # a bug outside build_package's own handling: a failed row
+        connection.send({"package": label, "status": "FAILED", "error": repr(error)})
+    finally:
+        connection.close()
+
+
+def build_parallel(tasks: list, function: Callable, jobs: int, estimates: list[int], memory: int,
+                   say: Callable[[str], None], labels: list[str] | None = None) -> list[dict]:
+    """Run `function(*task)` in fresh (spawned: a fork of a process holding torch's thread pools can deadlock)
+    processes, at most `jobs` at once and never more than `memory` bytes of estimated peak RSS at once (a task
+    alone over the budget still runs, by itself); rows in task order. `function` and tasks must pickle."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    context = multiprocessing.get_context("spawn")
+    labels = labels or [f"task {number + 1}" for number in range(len(tasks))]
+    rows: dict[int, dict] = {}
+    pending = list(range(len(tasks)))
+    running: dict = {}  # connection -> (task number, process)
+
+    try:
+        while pending or running:
+            used = sum(estimates[number] for number, _ in running.values())
+            while pending and len(running) < jobs and (not running or used + estimates[pending[0]] <= memory):
+                number = pending.pop(0)
+                parent_end, child_end = context.Pipe(duplex=False)
+                process = context.Process(target=_run_task, args=(child_end, function, tasks[number], labels[number]))
+                process.start()
+                child_end.close()
+                running[parent_end] = (number, process)
+                used += estimates[number]
+            for connection in wait(list(running)):
+                number, process = running.pop(connection)
+                try:
+                    rows[number] = connection.recv()
+                except EOFError:  # the worker died without a word (OOM killer, a signal)
+                    rows[number] = {"package": labels[number], "status": "FAILED"}
+                    say(f"FAIL {labels[number]}: its build process died (exit {process.exitcode})")
+                process.join()
+    finally:  # interrupted: each worker unwinds as on SIGTERM (its staging dir and compiler child go)
+        for _, process in running.values():
+            process.terminate()
+        for _, process in running.values():
+            process.join(timeout=30)
+            if process.exitcode is None:
+                process.kill()
+    return [rows[number] for number in range(len(tasks))]
+
+
+@contextmanager
+def dist_lock(target_dir: Path) -> Iterator[None]:
+    """One `convert engines` at a time per dist/<target>: a second run refuses at once, naming the first (the
+    lock is an flock on dist/<target>/.lock, released by the kernel however the holder ends)."""
+    import fcntl
+
+    target_dir.mkdir(parents=True, exist_ok=True)
+    with open(target_dir / LOCK_NAME, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise SetupError(f"another `convert engines` ({holder}) is building into {target_dir}; wait for it to "
+                             "finish, or build into another directory with --dist") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.truncate(0)

@@ -162,3 +162,33 @@ def drop_unused_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     del model.graph.initializer[:]
     model.graph.initializer.extend(live)
     return model
+
+
+def load_model(path, what: str = "ONNX model", load_external_data: bool = True) -> onnx.ModelProto:
+    """The ONNX at `path`, refused up front with one line naming the file (and the tensor) when it is missing,
+    unreadable, truncated, not ONNX at all, or carries a NaN/Inf constant (an fp16 engine of it is garbage)."""
+    from pathlib import Path
+
+    from core.errors import SetupError
+
+    path = Path(path)
+    if not path.is_file():
+        raise SetupError(f"no {what} at {path}")
+    try:
+        model = onnx.load(str(path), load_external_data=load_external_data)
+    except Exception as error:  # protobuf DecodeError, OSError, a missing external-data file, ...
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SetupError(f"{path} is not a readable {what} ({type(error).__name__}: {reason}): a truncated "
+                         "download or another kind of file; copy or export it again") from None
+    if not model.graph.node:
+        raise SetupError(f"{path} is not a usable {what}: it has no graph nodes (a truncated or empty file?)")
+    for name, tensor in constant_tensors(model.graph):
+        if tensor.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                                    onnx.TensorProto.BFLOAT16) or not load_external_data and tensor.external_data:
+            continue
+        values = numpy_helper.to_array(tensor)
+        if not np.all(np.isfinite(values)):
+            count = int(np.sum(~np.isfinite(values)))
+            raise SetupError(f"{path}: constant '{name}' holds {count} NaN/Inf value(s): the checkpoint is damaged "
+                             "(or the export overflowed); nothing built from it can be right")
+    return model

@@ -39,3 +39,25 @@ def manifest_name(onnx_path: Path) -> str:
 
 def build_log_name(onnx_path: Path) -> str:
     return Path(onnx_path).stem + ".build.log"
+
+
+def end_to_end_spec(out_dir: Path, name: str) -> Path:
+    """An end-to-end golden's declaration beside the ONNX files it runs (`<name>.e2e.json`: loop, engines,
+    params); its inputs are `<name>.e2e.npz`."""
+    return Path(out_dir) / f"{name}.e2e.json"
+
+
+def end_to_end_inputs(spec_path: Path) -> Path:
+    return Path(spec_path).with_name(Path(spec_path).name[: -len(".json")] + ".npz")
+
+
+KIT_DIR = "selftest"  # the board self-test kit's golden I/O, beside the engines
+SUMS_NAME = "SHA256SUMS"  # every file of a package, `sha256sum -c` format
+
+
+def snapshot_files(directory: Path) -> list[Path]:
+    """Every file of a checkpoint snapshot directory (links resolved, hidden entries such as .cache skipped): what
+    a family's `recipe_sources` names so that a changed checkpoint rebuilds its package."""
+    directory = Path(directory)
+    return sorted(p for p in directory.rglob("*") if p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(directory).parts))

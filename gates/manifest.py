@@ -30,6 +30,14 @@ def file_entry(path: Path, manifest_dir: Path) -> dict:
     return {"path": str(shown), "sha256": sha256_file(path), "bytes": path.stat().st_size}
 
 
+def engine_entry(rknn_path: Path, manifest_dir: Path) -> dict:
+    """The engine's file entry plus `normalized_sha256`, the digest two builds of one ONNX must share. With the
+    compiler child's heap filled with a fixed byte (toolkit/session.py: MALLOC_PERTURB_) builds are byte-identical,
+    so nothing needs masking and it is the file's own sha256."""
+    entry = file_entry(rknn_path, manifest_dir)
+    return {**entry, "normalized_sha256": entry["sha256"]}
+
+
 def exec_plan_fragment(contract: dict, rknn_name: str) -> dict:
     """`{option: {component: {"impl": "rknn", "artifacts": {role: rknn_name}, "params"?: ...}}}` for the
     consumer's session option; `{}` when the ONNX carries no rkaudio contract."""
@@ -54,7 +62,8 @@ def json_safe(value):
 
 
 def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs, onnx_path: Path,
-                   rknn_path: Path, build_log: Path, regtask_report, table, verdicts, simulator: dict) -> dict:
+                   rknn_path: Path, build_log: Path, regtask_report, table, verdicts, simulator: dict,
+                   build_stats: dict | None = None) -> dict:
     """The manifest of one engine (see HACKING.md); `inputs`/`outputs` are TensorSpecs, `table` a LayerTable."""
     producer = contract.get("producer") or producer_info()
     rknn_name, manifest_dir = Path(rknn_path).name, Path(rknn_path).parent
@@ -70,7 +79,8 @@ def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs
         "inputs": [spec.to_json() for spec in inputs],
         "outputs": [spec.to_json() for spec in outputs],
         "onnx": file_entry(onnx_path, manifest_dir),
-        "rknn": file_entry(rknn_path, manifest_dir),
+        "rknn": engine_entry(rknn_path, manifest_dir),
+        "build": build_stats or {},
         "build_log": Path(build_log).name,
         "regtask": regtask_report.to_json(),
         "ops": table.ops_json(),

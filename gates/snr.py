@@ -46,7 +46,39 @@ def segmental_snr_db(reference, test, segment: int, last_axis_only: bool = True)
     return np.array([snr_db(reference[..., s : s + segment], test[..., s : s + segment]) for s in starts])
 
 
-def snr_verdict(name: str, reference, test, min_db: float, detail: str = "") -> Verdict:
+SILENT_RMS_RATIO = 1e-6  # a reference quieter than this fraction of its full scale is silent
+SILENT_ADVICE = "the checkpoint or the inputs make the model output {what}"
+DEGENERATE_ADVICE = ("the comparison has nothing to judge: check that the checkpoint holds all its weights and "
+                     "buffers (a snapshot saved without them outputs zeros) and that the inputs are real ones")
+
+
+def degenerate_reference(reference, full_scale: float | None = 1.0) -> str | None:
+    """Why `reference` (the whole of what a gate compares with) cannot judge anything, or None: non-finite
+    values, all zeros, a constant, or an RMS below 1e-6 of `full_scale` (1.0 for audio; None skips the RMS
+    rule where no full scale is known). A test matching such a reference proves nothing (0 vs 0 is "inf dB")."""
+    reference = np.asarray(reference, dtype=np.float64)
+    if reference.size == 0:
+        return "the reference output is empty"
+    if not np.all(np.isfinite(reference)):
+        bad = int(np.sum(~np.isfinite(reference)))
+        return f"the reference output has {bad} non-finite values (NaN/Inf): the fp32 model itself overflows"
+    if not np.any(reference):
+        return "the reference output is silent: " + SILENT_ADVICE.format(what="zeros")
+    if np.all(reference == reference.flat[0]):
+        return f"the reference output is constant ({reference.flat[0]:.6g}): " + SILENT_ADVICE.format(what="a constant")
+    rms = float(np.sqrt(np.mean(reference**2)))
+    if full_scale is not None and rms < SILENT_RMS_RATIO * full_scale:
+        return (f"the reference output is silent (RMS {rms:.3g}, below {SILENT_RMS_RATIO:g} of full scale "
+                f"{full_scale:g}): " + SILENT_ADVICE.format(what="near-zeros"))
+    return None
+
+
+def snr_verdict(name: str, reference, test, min_db: float, detail: str = "", full_scale: float | None = 1.0) -> Verdict:
+    """SNR of `test` against `reference` >= min_db; a degenerate reference (see `degenerate_reference`) fails
+    with the reason instead of a figure."""
+    problem = degenerate_reference(reference, full_scale)
+    if problem is not None:
+        return Verdict(name, math.nan, float(min_db), "dB", False, problem)
     return at_least(name, snr_db(reference, test), min_db, "dB", detail)
 
 

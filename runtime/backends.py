@@ -1,7 +1,7 @@
-"""Backends with one interface, `run(feeds) -> outputs` (dicts keyed by tensor name) plus `input_names` /
+"""Host backends with one interface, `run(feeds) -> outputs` (dicts keyed by tensor name) plus `input_names` /
 `output_names`: onnxruntime, the rknn-toolkit2 simulator (converter-venv child) and rknnlite on a board.
-The window walks, streams and bucket loops in runtime/ run over any of them. Module level is stdlib only:
-`RknnLiteBackend` runs on a board with numpy and rknn-toolkit-lite2 alone."""
+The window walks, streams and bucket loops in runtime/ run over any of them. The board's backend
+(rknnlite) is `runtime.board.RknnLiteBackend`: it ships in the self-test kit, numpy and rknnlite alone."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -88,53 +88,3 @@ class SimulatorBackend:
             self.close()
         else:
             self._child.kill()
-
-
-class RknnLiteBackend:
-    """An engine on the board's NPU through rknn-toolkit-lite2 (aarch64 only). Input order and output shapes
-    come from the manifest beside the engine. Asks for `core_mask` (default all three cores, "0_1_2") and falls
-    back to AUTO when the runtime refuses it (single-core SoCs)."""
-
-    def __init__(self, rknn_path, core_mask: str = "0_1_2"):
-        from rknnlite.api import RKNNLite  # only on the board
-
-        from gates.manifest import read_manifest
-
-        manifest = read_manifest(Path(rknn_path))
-        self.input_names = [t["name"] for t in manifest["inputs"]]
-        self.output_names = [t["name"] for t in manifest["outputs"]]
-        self._output_shapes = {t["name"]: tuple(t["shape"]) for t in manifest["outputs"]}
-        self._lite = RKNNLite()
-        if self._lite.load_rknn(str(rknn_path)) != 0:
-            raise RuntimeError(f"rknnlite could not load {rknn_path} (is librknnrt older than toolkit "
-                               f"{manifest['toolkit_version']}?)")
-        self.core_mask = core_mask
-        if self._init(getattr(RKNNLite, f"NPU_CORE_{core_mask}")) != 0:
-            self.core_mask = "AUTO"
-            if self._init(RKNNLite.NPU_CORE_AUTO) != 0:
-                raise RuntimeError(f"rknnlite init_runtime failed for {rknn_path} (core mask {core_mask} and AUTO)")
-
-    def _init(self, mask) -> int:
-        try:
-            return self._lite.init_runtime(core_mask=mask)
-        except Exception:  # some runtimes raise instead of returning -1 for a mask the SoC lacks
-            return -1
-
-    def run(self, feeds: dict) -> dict:
-        import numpy as np
-
-        arrays = [np.ascontiguousarray(feeds[name]) for name in self.input_names]
-        outputs = self._lite.inference(inputs=arrays, data_format=["nchw"] * len(arrays))
-        if outputs is None:
-            raise RuntimeError("rknnlite inference returned None")
-        return {name: np.asarray(value).reshape(self._output_shapes[name])
-                for name, value in zip(self.output_names, outputs)}
-
-    def close(self) -> None:
-        self._lite.release()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_):
-        self.close()

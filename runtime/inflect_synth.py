@@ -45,14 +45,21 @@ def latent_channels(value, path: Path, which: str) -> int:
     return int(dims[1].dim_value)
 
 
-def check_duration(path: Path, channels: int) -> None:
-    """duration.onnx must have the official I/O and produce latents of the decoder's width."""
-    import onnx
+def load_official(path: Path, which: str):
+    """An official ONNX (`which`: decode.onnx, duration.onnx) loaded whole, refused in one line naming the file
+    when it is missing, truncated, not ONNX or carries a NaN/Inf constant (core.onnx_graph.load_model)."""
+    from core.onnx_graph import load_model
 
     path = Path(path)
     if not path.is_file():
-        raise SetupError(f"no duration.onnx at {path}; {OFFICIAL_HINT}")
-    model = onnx.load(str(path), load_external_data=False)
+        raise SetupError(f"no {which} at {path}; {OFFICIAL_HINT}")
+    return load_model(path, f"Inflect v2 {which}")
+
+
+def check_duration(path: Path, channels: int) -> None:
+    """duration.onnx must have the official I/O and produce latents of the decoder's width."""
+    path = Path(path)
+    model = load_official(path, "duration.onnx")
     inputs, outputs = io_names(model.graph.input), io_names(model.graph.output)
     if any(n not in inputs for n in DURATION_INPUTS) or any(n not in outputs for n in DURATION_OUTPUTS):
         raise SetupError(f"{path} is not an Inflect v2 duration.onnx: inputs {inputs}, outputs {outputs}; expected "
@@ -74,16 +81,32 @@ def config_beside(onnx_path: Path) -> Path | None:
 
 
 def config_values(config_path: Path | None) -> tuple[int, int]:
-    """(hop, sample rate) from config.json (`data.hop_length`, `data.sampling_rate`); v2 defaults where absent."""
-    data = json.loads(Path(config_path).read_text()).get("data", {}) if config_path else {}
-    return int(data.get("hop_length", DEFAULT_HOP)), int(data.get("sampling_rate", DEFAULT_SAMPLE_RATE))
+    """(hop, sample rate) from config.json (`data.hop_length`, `data.sampling_rate`); v2 defaults where absent.
+    A config.json that is not a JSON object, or whose figures are not integers, is refused in one line."""
+    if not config_path:
+        return DEFAULT_HOP, DEFAULT_SAMPLE_RATE
+    config_path = Path(config_path)
+    try:
+        config = json.loads(config_path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SetupError(f"{config_path} is not valid JSON ({error}): a truncated download or another file; copy "
+                         "the model's config.json again") from None
+    except OSError as error:
+        raise SetupError(f"{config_path} cannot be read ({error.strerror or error})") from None
+    data = config.get("data", {}) if isinstance(config, dict) else None
+    if not isinstance(data, dict):
+        raise SetupError(f"{config_path} is not an Inflect v2 config.json: expected a JSON object with a 'data' "
+                         f"object (hop_length, sampling_rate); {OFFICIAL_HINT}")
+    try:
+        return int(data.get("hop_length", DEFAULT_HOP)), int(data.get("sampling_rate", DEFAULT_SAMPLE_RATE))
+    except (TypeError, ValueError):
+        raise SetupError(f"{config_path}: data.hop_length / data.sampling_rate are not integers "
+                         f"({data.get('hop_length')!r}, {data.get('sampling_rate')!r})") from None
 
 
 def runtime_model(duration_path: Path, config_path: Path | None = None) -> InflectModel:
     """Latent channels from duration.onnx, hop and sample rate from config.json (v2 defaults without it)."""
-    import onnx
-
-    duration = onnx.load(str(duration_path), load_external_data=False)
+    duration = load_official(duration_path, "duration.onnx")
     m_p = next((v for v in duration.graph.output if v.name == DURATION_OUTPUTS[0]), None)
     if m_p is None:
         raise SetupError(f"{duration_path} has no output {DURATION_OUTPUTS[0]!r}: not an Inflect v2 duration.onnx")
@@ -118,21 +141,28 @@ def check_engine_matches(contract: dict, model: InflectModel, engine_name: str) 
 
 
 class InflectSynth:
-    """duration.onnx on the CPU, the decoder engine (any backend with `run`) over the window walk."""
+    """duration.onnx on the CPU, the decoder engine (any backend with `run`) over the window walk.
+    Without `duration_path` (None) it only decodes finished latents (`decode`; no onnxruntime needed)."""
 
-    def __init__(self, duration_path: Path, backend, contract: dict, model: InflectModel, engine_name: str = "engine"):
-        from runtime.backends import OnnxBackend
+    def __init__(self, duration_path: Path | None, backend, contract: dict, model: InflectModel,
+                 engine_name: str = "engine"):
         from runtime.window_walk import WindowContract
 
         check_engine_matches(contract, model, engine_name)
         self.model = model
         self.window = WindowContract.from_contract(contract)
         self.backend = backend
-        self.duration = OnnxBackend(duration_path)
+        self.duration = None
+        if duration_path is not None:
+            from runtime.backends import OnnxBackend
+
+            self.duration = OnnxBackend(duration_path)
 
     def latent(self, tokens, variation: float = DEFAULT_VARIATION, length_scale: float = 1.0,
                seed: int = 0) -> np.ndarray:
         """Prior latent [1,C,N] for `tokens` (blank-interleaved ids): duration.onnx, then the noise head."""
+        if self.duration is None:
+            raise SetupError("this synthesizer was made without duration.onnx: it decodes latents only")
         m_p, logs_p = prior_stats(self.duration, np.asarray(tokens, dtype=np.int64).reshape(1, -1), length_scale)
         return noise_head(m_p, logs_p, variation, np.random.default_rng(seed))
 
@@ -151,16 +181,39 @@ def load_engine(path: Path):
         raise SetupError(f"no engine at {path}")
     if path.suffix == ".onnx":
         from core.contract import get_contract
+        from core.onnx_graph import load_model
         from runtime.backends import OnnxBackend
 
-        contract = get_contract(path)
+        model = load_model(path, "decoder slice")
+        contract = get_contract(model)
         if not contract:
             raise SetupError(f"{path} carries no rkaudio contract: give the slice written by `convert inflect`")
-        return OnnxBackend(path), contract
+        return OnnxBackend(model), contract
     from core.paths import manifest_name
-    from runtime.backends import RknnLiteBackend
+    from runtime.board import RknnLiteBackend
 
     manifest = path.with_name(manifest_name(path))
     if not manifest.is_file():
         raise SetupError(f"no manifest {manifest} beside {path}: the engine's window contract is read from it")
-    return RknnLiteBackend(path), json.loads(manifest.read_text())["contract"]
+    try:
+        contract = json.loads(manifest.read_bytes().decode("utf-8"))["contract"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise SetupError(f"{manifest} is not an engine manifest with a contract ({type(error).__name__}: "
+                         f"{error}); rebuild the engine") from None
+    return RknnLiteBackend(path), contract
+
+
+def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
+    """End-to-end golden of the decoder engine: a finished latent [1, C, N] (`inputs["latent"]`) through
+    `InflectSynth.decode` (the window walk over the one engine). A latent shorter than the window is the tail
+    case: one zero-padded window whose mask is 0 over the padding. The model the engine must match is
+    `params["hop"]` / `params["sample_rate"]` (as loaded at export) with the latent's channels.
+    Returns {"waveform": the mono waveform}."""
+    from runtime.golden import only_engine
+
+    engine = only_engine(engines)
+    latent = np.asarray(inputs["latent"], dtype=np.float32)
+    model = InflectModel(int(latent.shape[1]), int(params.get("hop", engine.contract["hop"])),
+                         int(params.get("sample_rate", engine.contract.get("sample_rate", DEFAULT_SAMPLE_RATE))))
+    synth = InflectSynth(None, engine, engine.contract, model, engine.name)
+    return {"waveform": synth.decode(latent)}

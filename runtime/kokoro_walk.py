@@ -10,7 +10,9 @@ window). Two parameters of the exec plan:
   cosine (a seam knob);
 - `gain`: each window's log-magnitude is shifted so its loudness matches a full-length CPU decode of the same
   frames, and the top five log-magnitude rows (near Nyquist) are capped at that decode's level per column (the
-  NPU's fp16 accumulation leaves content-locked clicks there)."""
+  NPU's fp16 accumulation leaves content-locked clicks there).
+
+`golden_loop` is the board self-test kit's end-to-end golden (runtime/golden.py): `walk`, then the iSTFT head."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runtime.dsp import istft, stft
+from runtime.golden import only_engine
 from runtime.window_walk import WindowSpan, plan_windows, read_contract
 
 NYQUIST_ROWS = 5  # top log-magnitude rows capped by `gain`
@@ -172,3 +175,17 @@ def walk(backend, x: np.ndarray, har: np.ndarray, style: np.ndarray, layout: Kok
         out[..., lo:hi] += piece * blend
         weight[lo:hi] += blend
     return (out / weight).astype(np.float32)
+
+
+def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
+    """End-to-end golden of the Kokoro generator: the utterance's `x`, `har` and `style` walked through the one
+    engine (`walk`, at the contract's window with `params` over its exec params), then the iSTFT head:
+    {"audio": float32 samples}. One engine call per window whatever the engine returns. `gain` needs a
+    full-length CPU decode, which a board loop does not have: the golden runs with it off."""
+    engine = only_engine(engines)
+    layout = KokoroWindow.from_contract(engine.contract, params)
+    if layout.gain:
+        raise ValueError("the kokoro golden runs with params.gain off: gain needs a full-length CPU decode")
+    spec_phase = walk(engine, inputs["x"], inputs["har"], inputs["style"], layout)
+    audio = spec_phase_to_audio(spec_phase, layout.n_fft, int(engine.contract["istft_hop"]))
+    return {"audio": audio.astype(np.float32)}

@@ -5,7 +5,10 @@ it compiles to; nothing here restates a shape. Per token: each layer's K/V proje
 position's K/V rows, the CPU writes them into the layer's [heads, Smax, head_dim] buffers, and the layer's
 block graph for the current bucket reads the whole buffer under a CPU-made mask. When the write position
 reaches the bucket's end, every layer's valid rows are copied into the next bucket and decoding continues
-at the same token and RoPE position. Graphs load on first use; the frontend graphs are released after prefill."""
+at the same token and RoPE position. Graphs load on first use; the frontend graphs are released after prefill.
+
+`golden_loop` is the family's end-to-end golden for the board self-test kit: the same runtime over the kit's
+engines (`runtime.golden.Engine`, each known by its contract) instead of a plan directory."""
 from __future__ import annotations
 
 import json
@@ -17,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from core.errors import SetupError
+from runtime.mel import log_mel
 
 PLAN_FILE = "audio8_plan.json"
 
@@ -68,18 +72,31 @@ class Decoded:
 
 class Audio8Runtime:
     """Everything after the mel features. `backend_for(path)` opens one graph (an `.onnx` or `.rknn` path
-    from the plan directory); the default is onnxruntime. Use as a context manager to release backends."""
+    from the plan directory); the default is onnxruntime. Use as a context manager to release backends.
 
-    def __init__(self, plan_dir: Path, backend_for: Callable | None = None, artifact: str = "onnx"):
+    Or, without a plan directory, over `engines` (`runtime.golden.Engine`s: each runs one graph, known by its
+    contract's component/role/ladder_key, and opens its backend itself) with `embed_table` (indexable like the
+    [vocab, hidden] table: `table[ids]`, `table[id]`)."""
+
+    def __init__(self, plan_dir: Path | None = None, backend_for: Callable | None = None, artifact: str = "onnx",
+                 engines: list | None = None, embed_table=None):
+        self.artifact = artifact
+        self._backend_for = backend_for or _onnx_backend
+        self._open: dict[tuple, object] = {}
+        if engines is not None:
+            if not engines or embed_table is None:
+                raise SetupError("an Audio8Runtime over engines needs the engines and the embedding table")
+            self.plan_dir, self.plan = None, None
+            self.contract = engines[0].contract
+            self._embed_table = embed_table
+            self.graphs = {self._key(engine.contract): engine for engine in engines}
+            return
         self.plan_dir = Path(plan_dir)
         plan_path = self.plan_dir / PLAN_FILE
         if not plan_path.is_file():
             raise SetupError(f"no {PLAN_FILE} in {self.plan_dir}: export the graphs with `convert audio8 ...`")
         self.plan = json.loads(plan_path.read_text())
         self.contract = self.plan["graphs"][0]["contract"]
-        self.artifact = artifact
-        self._backend_for = backend_for or _onnx_backend
-        self._open: dict[tuple, object] = {}
         self._embed_table = np.load(self.plan_dir / self.plan["embed_table"], mmap_mode="r")
         self.graphs = {self._key(entry["contract"]): entry for entry in self.plan["graphs"]}
 
@@ -91,20 +108,26 @@ class Audio8Runtime:
     def _run(self, key: tuple, feeds: dict, timings: "Timings", stage: str) -> dict:
         """Run one graph, opening it on first use; loading and running are timed apart."""
         if key not in self.graphs:
-            raise SetupError(f"the plan in {self.plan_dir} has no graph {key}")
+            where = f"the plan in {self.plan_dir}" if self.plan_dir is not None else "the engines given"
+            raise SetupError(f"{where} has no graph {key}")
         backend = self._open.get(key)
         if backend is None:
             start = time.perf_counter()
-            path = self.plan_dir / self.graphs[key][self.artifact]
-            if not path.is_file():
-                raise SetupError(f"no {path.name} in {self.plan_dir}: build the engines with `convert audio8` "
-                                 "(without --skip-rknn)")
-            backend = self._open[key] = self._backend_for(path)
+            backend = self._open[key] = self._open_graph(key)
             timings.load_ms += _ms_since(start)
         start = time.perf_counter()
         outputs = backend.run(feeds)
         setattr(timings, stage, getattr(timings, stage) + _ms_since(start))
         return outputs
+
+    def _open_graph(self, key: tuple):
+        if self.plan_dir is None:
+            return self.graphs[key]  # an Engine: runs itself (its backend opens on its first run, closes on release)
+        path = self.plan_dir / self.graphs[key][self.artifact]
+        if not path.is_file():
+            raise SetupError(f"no {path.name} in {self.plan_dir}: build the engines with `convert audio8` "
+                             "(without --skip-rknn)")
+        return self._backend_for(path)
 
     def loaded(self) -> list[tuple]:
         return list(self._open)
@@ -206,7 +229,7 @@ class Audio8Runtime:
             if position >= bucket:
                 bucket, keys, values, mask = self._migrate(bucket, position, keys, values, mask, timings)
                 used.append(bucket)
-            cos, sin = rope_tables([position], c["head_dim"], c["rope_theta"])
+            cos, sin = self._rope(position)
             mask[:, :, position] = 0.0
             hidden = np.asarray(self._embed_table[tokens[-1]], dtype=np.float32).reshape(1, 1, -1)
             for layer in range(c["layers"]):
@@ -226,6 +249,11 @@ class Audio8Runtime:
             timings.decode_steps += 1
             position += 1
         return Decoded(tokens, used, timings, kept)
+
+    def _rope(self, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin [1, head_dim] of the token decoded at `position` (its K/V row and its query). One method, so
+        a test can plant a position fault (the family's step-logit gate must catch it)."""
+        return rope_tables([position], self.contract["head_dim"], self.contract["rope_theta"])
 
     def _migrate(self, bucket, position, keys, values, mask, timings):
         """Copy every layer's valid K/V rows into the next bucket's buffers; release the old block graphs."""
@@ -257,3 +285,38 @@ def _onnx_backend(path: Path):
     from runtime.backends import OnnxBackend
 
     return OnnxBackend(path)
+
+
+class EmbeddingRows:
+    """The rows of the [vocab, hidden] embedding table that one short run reads (an end-to-end golden's: the
+    prompt ids and the tokens it feeds back), indexed like the full table. A token outside them (a board run
+    that decoded differently from the recorded one) reads zeros, so the loop still makes the same calls; its
+    tokens already differ, which the token gate judges at the first difference."""
+
+    def __init__(self, ids, rows):
+        rows = np.asarray(rows, dtype=np.float32)
+        self._index = {int(token): number for number, token in enumerate(np.asarray(ids).reshape(-1))}
+        self._rows = np.concatenate([rows, np.zeros((1, rows.shape[1]), np.float32)])  # last: the zero row
+
+    def __getitem__(self, ids):
+        ids = np.asarray(ids)
+        missing = len(self._rows) - 1
+        positions = [self._index.get(int(token), missing) for token in ids.reshape(-1)]
+        return self._rows[np.asarray(positions, dtype=np.int64).reshape(ids.shape)]
+
+
+def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
+    """End-to-end golden of Audio8: the probe clip `inputs["audio"]` (mono 16 kHz) through the log-mel frontend
+    and `Audio8Runtime.transcribe` over `engines` (encoder -> adapter -> prefill -> per token: every layer's K/V
+    projection and block over the K/V bucket -> head shards), decoding exactly `params["tokens"]` greedy tokens
+    with EOS ignored, so the number of engine calls is fixed whatever the engines return. The embedding rows it
+    reads come as `inputs["embed_ids"]` / `inputs["embed_rows"]` (EmbeddingRows; the full table is too large for
+    a golden). Returns `tokens` and `tokens.margin`: the fp32 top-1 minus top-2 logit of each step, so the kit
+    passes a difference at a step whose margin is within `params["tie_margin"]` as an fp16 tie."""
+    audio = np.asarray(inputs["audio"], dtype=np.float32).reshape(-1)
+    table = EmbeddingRows(inputs["embed_ids"], inputs["embed_rows"])
+    with Audio8Runtime(engines=engines, embed_table=table) as runtime:
+        features = log_mel(audio, runtime.contract["mel_bins"])
+        decoded = runtime.transcribe(features, audio.size, int(params["tokens"]), ignore_eos=True, keep_logits=True)
+    top = np.sort(np.stack(decoded.step_logits).astype(np.float32), axis=-1)
+    return {"tokens": np.asarray(decoded.tokens, dtype=np.int64), "tokens.margin": top[:, -1] - top[:, -2]}

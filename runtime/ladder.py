@@ -46,3 +46,17 @@ class WidthLadder:
         pad = [(0, 0)] * value.ndim
         pad[self.axis] = (0, extra)
         return np.pad(value, pad)
+
+
+def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
+    """End-to-end golden of a width ladder: chunk k's feeds are the inputs named `<input>@k`; each chunk runs
+    through the smallest engine that fits it (an engine's width is its contract's `params["width_key"]`, padding
+    along `params["axis"]`, default -1), and its outputs come back as `<output>@k`."""
+    ladder = WidthLadder({int(engine.contract[params["width_key"]]): engine for engine in engines},
+                         axis=int(params.get("axis", -1)))
+    outputs = {}
+    for chunk in sorted({name.rpartition("@")[2] for name in inputs}, key=int):
+        feeds = {name.rpartition("@")[0]: value for name, value in inputs.items() if name.rpartition("@")[2] == chunk}
+        length = next(iter(feeds.values())).shape[ladder.axis]
+        outputs.update({f"{name}@{chunk}": value for name, value in ladder.run(feeds, length).items()})
+    return outputs

@@ -135,3 +135,30 @@ def window_decode(codes: np.ndarray, backend, contract: dict) -> np.ndarray:
         pcm = np.asarray(backend.run({CODES: _padded(codes[:, start - context : start + new], role.window)})[PCM])
         pieces.append(pcm.reshape(-1)[context * role.samples_per_frame : (context + new) * role.samples_per_frame])
     return np.concatenate(pieces)
+
+
+def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
+    """End-to-end golden of the stateful stream: codes [K, T] (`inputs["codes"]`) pushed `params["event_frames"]`
+    (default 1, as a talker emits them) at a time through `stream_decode`: the first group on the `first` engine
+    (B=16) when there is one, every later group on `main` (B=64), the cache carried from call to call. Engines are
+    chosen by contract role; a lone `first` engine plays `main`. Returns {"pcm": the stream's audio}."""
+    from runtime.golden import by_role, only_engine
+
+    mains, firsts = by_role(engines, "main"), by_role(engines, "first")
+    if not mains:
+        mains, firsts = firsts, []
+    main = only_engine(mains)
+    first = only_engine(firsts) if firsts else None
+    pcm, _ = stream_decode(np.asarray(inputs["codes"], dtype=np.int64), main, main.contract, first,
+                           first.contract if first is not None else None,
+                           event_frames=int(params.get("event_frames", 1)))
+    return {PCM: pcm}
+
+
+def golden_codes_length(contracts: list) -> int:
+    """Code frames of the stream's end-to-end golden for engines of these contracts: one group on `first` (when
+    there is one besides `main`), then two on `main`, so the cache is carried across both engines and main->main."""
+    steps = {c["role"]: int(c["frames"]) for c in contracts if c.get("role") in ("first", "main")}
+    if "main" not in steps:
+        return 2 * steps["first"]
+    return steps.get("first", 0) + 2 * steps["main"]

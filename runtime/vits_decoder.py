@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import SetupError
+from runtime.golden import by_role, only_engine
 from runtime.window_walk import WindowContract, walk
 
 
@@ -29,6 +30,15 @@ class VoiceDecoder:
     def decode(self, z: np.ndarray, g: np.ndarray | None = None):
         """The waveform of latent `z` [1, C, N] (a `walk` result: output plus the windows it ran)."""
         return walk(self.backend, z, self.window, {self.cond_input: g} if self.cond_input else {})
+
+
+def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
+    """End-to-end golden of the Piper decoder: one voice latent `z` [1, C, N] (with the speaker embedding `g`
+    of a multi-speaker voice) walked window by window through the decoder engine, as a consumer decodes an
+    utterance; returns the waveform as `audio`. One engine call per window of the walk."""
+    engine = only_engine(by_role(engines, "main", "decoder"))
+    z = np.asarray(inputs["z"], dtype=np.float32)
+    return {"audio": VoiceDecoder(engine, engine.contract, z.shape[1]).decode(z, inputs.get("g")).output}
 
 
 def engine_contract(engine_path: Path) -> dict:

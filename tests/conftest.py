@@ -21,3 +21,16 @@ def require_converter():
     def check(version: str = "2.3.2") -> None:
         converter_python(version)  # raises SetupError with the make command to run
     return check
+
+
+@pytest.fixture
+def refused_in_one_line():
+    """Checks a `python -m converters.cli ...` run refused its input as a user-facing setup error: exit 2, one
+    stderr line naming `path`, no traceback; returns that line."""
+    def check(result, path) -> str:
+        assert result.returncode == 2, result.stdout + result.stderr
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert str(path) in lines[0], lines[0]
+        return lines[0]
+    return check

@@ -6,7 +6,7 @@ Imports only the stdlib, numpy and rknn: the converter venv holds nothing else o
 
 Request keys: onnx, target, inputs (names), input_shapes, custom_string, rknn (path to export to, or
 null), outputs (names), simulate (bool: start the simulator), events_fd (a pipe write end inherited
-from the parent).
+from the parent), parent_pid (the child dies with it).
 Every step is announced on the events pipe as one JSON line ({"stage": ...}) *before* it starts, so the
 parent can name the stage in which a signal killed the child. After the build, the child answers run
 requests read from stdin, one JSON line each ({"inputs": npz, "outputs": npz}), until stdin closes:
@@ -55,9 +55,22 @@ def _simulate(rknn, request: dict, run: dict) -> None:
     np.savez(run["outputs"], **{name: np.asarray(value) for name, value in zip(names, outputs)})
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies, however it dies (a SIGKILLed parent runs no
+    cleanup); then check the parent did not die before the request was made."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
 def main(request_path: str) -> int:
     with open(request_path) as handle:
         request = json.load(handle)
+    _die_with_parent(request["parent_pid"])
     events = _Events(request["events_fd"])
     try:
         events.send(stage="import")
@@ -88,7 +101,9 @@ def main(request_path: str) -> int:
             events.send(ran=run["outputs"])
         events.send(stage="release")
         rknn.release()
-        events.send(done=True)
+        import resource
+
+        events.send(done=True, peak_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
         return 0
     except Exception as error:  # reported to the parent, which raises BuildError with the log tail
         traceback.print_exc()

@@ -141,6 +141,21 @@ def kill_stray_adb(venv_dir: Path) -> list[int]:
     return killed
 
 
+MALLOC_PERTURB = "85"  # any fixed non-zero byte; see ConverterChild._start
+CHILD_DIR_PREFIX = "rkaudio-child-"  # + the parent's pid: a directory whose parent is gone is stale
+
+
+def remove_stale_work_dirs() -> list[Path]:
+    """Remove the child work directories of parents that no longer run (a SIGKILLed run leaves its own)."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{CHILD_DIR_PREFIX}*-*"):
+        owner = path.name[len(CHILD_DIR_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 class ConverterChild:
     """One `python -m toolkit.child` child in the converter venv: builds the ONNX once, then runs
     simulator requests until closed. Its fds 1/2 go to `log_path`; JSON events come back on a pipe.
@@ -154,12 +169,14 @@ class ConverterChild:
         self.toolkit = check_toolkit(toolkit)
         python = converter_python(self.toolkit)
         self._venv_dir = python.parent.parent
-        self.work_dir = Path(tempfile.mkdtemp(prefix="rkaudio-child-"))
+        remove_stale_work_dirs()
+        self.work_dir = Path(tempfile.mkdtemp(prefix=f"{CHILD_DIR_PREFIX}{os.getpid()}-"))
         # Without a log_path the log lives (and dies) with the work dir; errors still quote its tail.
         self._log_kept = log_path is not None
         self.log_path = Path(log_path) if self._log_kept else self.work_dir / "build.log"
         self.stage = "start"
         self._proc = None
+        self.peak_rss_bytes = None  # the child's peak resident memory, known once it closed cleanly
         try:
             model = onnx.load(str(onnx_path))
             self.inputs, self.outputs = graph_io(model)
@@ -173,6 +190,7 @@ class ConverterChild:
                 "outputs": [s.name for s in self.outputs],
                 "custom_string": custom_string(get_contract(model)),
                 "rknn": str(rknn_path) if rknn_path else None, "simulate": simulate,
+                "parent_pid": os.getpid(),
             }
             self._start(python, request, timeout_s)
         except BaseException:
@@ -184,8 +202,11 @@ class ConverterChild:
         request["events_fd"] = write_fd
         request_path = self.work_dir / "request.json"
         request_path.write_text(json.dumps(request))
+        # MALLOC_PERTURB_: the compiler writes some never-initialised heap bytes into the engine (about 2 KB
+        # that differ between builds of one ONNX); glibc filling every allocation with a fixed byte makes two
+        # builds of the same graph byte-identical (measured on the example and the Piper decoder engines).
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(self.work_dir),
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1", "MALLOC_PERTURB_": MALLOC_PERTURB}
         for key in ("VIRTUAL_ENV", "PYTHONHOME"):
             env.pop(key, None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -269,7 +290,8 @@ class ConverterChild:
             self._cleanup()
             return
         self._close_stdin()
-        self._next_event("done")
+        done = self._next_event("done")
+        self.peak_rss_bytes = int(done.get("peak_rss_kb", 0)) * 1024
         self._proc.wait()
         self._reap()
         self._cleanup()

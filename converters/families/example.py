@@ -79,6 +79,27 @@ def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | N
     return [record_export(onnx_path, verdicts, feeds={"x": x})]
 
 
+def with_end_to_end(exported: list, channels: int, seed: int) -> list:
+    """The family's end-to-end golden: one chunk per rung, three quarters of its width, through the ladder."""
+    import numpy as np
+
+    from converters import pipeline
+    from core.contract import get_contract
+
+    rng = np.random.default_rng(seed + 1)
+    widths = sorted(int(get_contract(record.onnx)["frames"]) for record in exported)
+    inputs = {f"x@{k}": rng.standard_normal((1, channels, width - width // 4)).astype(np.float32)
+              for k, width in enumerate(widths)}
+    return pipeline.record_end_to_end("example_ladder", "runtime.ladder:golden_loop", exported, inputs,
+                                      {"width_key": "frames", "axis": -1},
+                                      "one chunk per rung (3/4 of its width), right-padded, through the ladder")
+
+
+def recipe_sources(recipe: dict) -> list:
+    """No checkpoint: the weights come from `source.seed`, which is part of the recipe itself."""
+    return []
+
+
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """One engine per entry of `options.frames` (a ladder ordered by frames); `source.seed` gives the weights."""
     from converters import pipeline
@@ -93,6 +114,7 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
     for frames in frames_list:
         print(f"  export example c{options['channels']} t{frames}, build for {target}", flush=True)
         exported += export(work_dir, options["channels"], frames, recipe["source"]["seed"], target)
+    exported = with_end_to_end(exported, options["channels"], recipe["source"]["seed"])
     return pipeline.build_recipe(recipe, target, toolkit, work_dir, exported)
 
 
@@ -112,7 +134,8 @@ def convert_example(
     """Export the built-in example conv graph and compile it: the smoke test of the whole path."""
     from converters import pipeline
 
-    pipeline.convert(FAMILY, lambda: export(out, channels, frames, seed, target), from_onnx=from_onnx,
+    pipeline.convert(FAMILY, lambda: with_end_to_end(export(out, channels, frames, seed, target), channels, seed),
+                     from_onnx=from_onnx,
                      skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit,
                      max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db,
                      context="example export")

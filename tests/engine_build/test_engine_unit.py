@@ -134,7 +134,7 @@ def test_rknnlite_backend_uses_manifest_order_and_falls_back_to_auto(tmp_path, m
     api.RKNNLite = FakeRKNNLite
     monkeypatch.setitem(sys.modules, "rknnlite", types.ModuleType("rknnlite"))
     monkeypatch.setitem(sys.modules, "rknnlite.api", api)
-    from runtime.backends import RknnLiteBackend
+    from runtime.board import RknnLiteBackend
 
     engine = tmp_path / "e.rknn"
     engine.write_bytes(b"fake")

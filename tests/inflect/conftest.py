@@ -50,6 +50,12 @@ def slices(official, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def nano_slice(nano_official, tmp_path_factory):
+def nano_record(nano_official, tmp_path_factory):
+    """The `Exported` record of a masked Nano slice of its own model (with its end-to-end golden)."""
+    return write_slice(nano_official[1], tmp_path_factory.mktemp("nano_slice"))
+
+
+@pytest.fixture(scope="session")
+def nano_slice(nano_record):
     """A masked Nano slice of its own model (for tests that need one size only)."""
-    return write_slice(nano_official[1], tmp_path_factory.mktemp("nano_slice")).onnx
+    return nano_record.onnx

@@ -217,7 +217,7 @@ def test_export_gate_and_engine_graph(tmp_path, weights):
     engine, reference, verdicts = record.onnx, record.reference, record.verdicts
     assert all(v.passed for v in verdicts), [v.line() for v in verdicts]
     # The recipe's verdict set; the fp32 twin and the verdicts travel in the contract for `--onnx`.
-    assert [v.name for v in verdicts] == ["onnx_vs_torch", "padded_vs_unpadded"]
+    assert [v.name for v in verdicts] == ["onnx_vs_torch", "padded_vs_unpadded", "walk_vs_windows"]
     assert reference == tmp_path / f"kokoro_generator_w{FRAMES}.fp32.onnx"
     assert Exported.from_onnx(engine, "kokoro") == record
     model = onnx.load(str(engine))
@@ -242,11 +242,51 @@ def test_convert_export_adds_the_reference_gate_and_a_clip_engine_is_its_own_fp3
     shift the engine graph needs no twin."""
     [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "clip", True, reference_gate=True)
     assert [v.name for v in record.verdicts] == ["onnx_vs_torch", "generator_vs_kokoro_reference",
-                                                 "padded_vs_unpadded"]
+                                                 "padded_vs_unpadded", "walk_vs_windows"]
     assert all(v.passed for v in record.verdicts), [v.line() for v in record.verdicts]
     assert record.reference is None
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"kokoro_generator_w{FRAMES}.onnx",
-                                                          f"kokoro_generator_w{FRAMES}.selfcheck.npz"]
+                                                          f"kokoro_generator_w{FRAMES}.selfcheck.npz",
+                                                          f"kokoro_walk_w{FRAMES}.e2e.json",
+                                                          f"kokoro_walk_w{FRAMES}.e2e.npz"]
+
+
+def test_end_to_end_golden_is_two_walk_windows_of_the_utterance_through_the_runtime_walk(tmp_path, weights):
+    """The export declares the golden (runtime.kokoro_walk:golden_loop at the contract's exec params, gain off);
+    recorded over onnxruntime fp32 on the twin it is exactly `walk` + the iSTFT head, in 2 engine calls, and
+    the first call's inputs are the engine's self-check arrays (one copy in the kit)."""
+    import json
+
+    from converters.families.kokoro.export import golden_frames
+    from converters.kit import record_end_to_end
+    from core.contract import get_contract
+    from runtime.backends import OnnxBackend
+    from runtime.kokoro_walk import KokoroWindow, golden_loop, spec_phase_to_audio, walk
+
+    [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
+    spec = json.loads(record.end_to_end.read_text())
+    assert (spec["loop"], spec["params"], spec["engines"]) == (
+        "runtime.kokoro_walk:golden_loop", {"overlap": 0, "gain": False}, [f"kokoro_generator_w{FRAMES}.rknn"])
+    [recording] = record_end_to_end([record], say=lambda line: None)
+    x, har, style = (recording.inputs[name] for name in ("x", "har", "style"))
+    assert x.shape[-1] == golden_frames(FRAMES) == FRAMES + 8 and har.shape[-1] == 60 * x.shape[-1] + 1
+    assert [name for name, _, _ in recording.calls] == [f"kokoro_generator_w{FRAMES}.rknn"] * 2
+    selfcheck = dict(np.load(record.selfcheck))
+    first_feeds = recording.calls[0][1]
+    assert sorted(first_feeds) == sorted(selfcheck)
+    for name, value in selfcheck.items():
+        np.testing.assert_array_equal(first_feeds[name], value)
+
+    contract = get_contract(record.onnx)
+    walked = walk(OnnxBackend(record.reference), x, har, style, KokoroWindow.from_contract(contract))
+    audio = spec_phase_to_audio(walked, int(contract["n_fft"]), int(contract["istft_hop"]))
+    assert recording.outputs["audio"].dtype == np.float32 and recording.outputs["audio"].shape == (300 * x.shape[-1],)
+    np.testing.assert_array_equal(recording.outputs["audio"], audio.astype(np.float32))
+
+    class Engine:  # the loop refuses gain (a board has no full-length CPU decode to match)
+        contract = get_contract(record.onnx)
+    with pytest.raises(ValueError, match="gain"):
+        golden_loop([Engine()], recording.inputs, {"gain": True})
 
 def test_frames_past_the_field_limit_are_refused():
     assert check_frames(136) == 136

@@ -28,11 +28,12 @@ def joe():
 
 @pytest.fixture(scope="session")
 def joe_exports(tmp_path_factory):
-    """The spec's 93/45/24 window and its --dec-mask twin, exported for rk3588 (no polyphase tail)."""
-    from converters.families.piper import decoder
+    """The default 109/45/32 window and its --dec-mask twin, exported for rk3588 (no polyphase tail)."""
+    from converters.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW, decoder
 
     out = tmp_path_factory.mktemp("joe_decoder")
-    return {dec_mask: decoder.export(None, out, 93, 24, dec_mask, "rk3588")[0] for dec_mask in (False, True)}
+    return {dec_mask: decoder.export(None, out, DEFAULT_WINDOW, DEFAULT_CONTEXT, dec_mask, "rk3588")[0]
+            for dec_mask in (False, True)}
 
 
 def _random_multispeaker_vits():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -56,25 +55,55 @@ def test_drift_gate_and_measure(voice):
     assert encoder.duration_drift(voice, reference, shifted, len(ids)) != 0.0
 
 
-def test_ladder_refuses_widths_over_the_drift_threshold(voice, tmp_path, monkeypatch):
-    """Stand-in build and drift figures: the refused width's engine and manifest are removed and the
-    exec_plan names only the kept widths."""
-    def fake_build(width):
-        rknn, manifest = tmp_path / f"piper_encoder_w{width}.rknn", tmp_path / f"piper_encoder_w{width}.manifest.json"
-        rknn.write_bytes(b"engine")
-        manifest.write_text("{}")
-        data = {"contract": {"ladder_key": width}, "onnx": {"path": f"piper_encoder_w{width}.onnx"}}
-        return SimpleNamespace(rknn=rknn, manifest=manifest, verdicts=[], manifest_data=data)
+def _forced_drift(monkeypatch, figures: dict[int, list[float]]):
+    """Stand-in drift figures per width (the real ones need a simulator run per width and rarely differ)."""
+    monkeypatch.setattr(encoder, "measure_drift", lambda voice, path, width, *args: figures[width])
 
-    monkeypatch.setattr(encoder, "measure_drift", lambda v, p, width, *a: [1.0, 9.5] if width > 128 else [0.5])
-    built = [fake_build(width) for width in (128, 192)]
-    kept = encoder.keep_ladder(built, None, tmp_path, "rk3588", "2.3.2", max_drift_pct=7.0)
-    assert [r.rknn.name for r in kept] == ["piper_encoder_w128.rknn"]
-    assert not (tmp_path / "piper_encoder_w192.rknn").exists()
+
+def test_a_width_past_the_drift_threshold_is_refused_before_the_build(tmp_path, monkeypatch, require_converter):
+    """The refused width is never exported, so the build, its self-test goldens and the ladder's end-to-end
+    golden all name the kept width only; the kept width's drift verdict travels in its contract."""
+    require_converter("2.3.2")
+    _forced_drift(monkeypatch, {32: [0.5, -1.0], 48: [1.0, 9.5]})
+    records = encoder.export(None, [48, 32], tmp_path, max_drift_pct=7.0, target="rk3588")
+    assert [r.onnx.name for r in records] == ["piper_encoder_w32.onnx"]
+    assert not list(tmp_path.glob("piper_encoder_w48.*"))
+    drift = {v.name: v for v in records[0].verdicts}["duration_drift[N=32]"]
+    assert drift.passed and drift.value == 1.0
+    assert pipeline.Exported.from_onnx(records[0].onnx, "piper").verdicts == records[0].verdicts
+    assert json.loads(records[0].end_to_end.read_text())["engines"] == ["piper_encoder_w32.rknn"]
     ladder = json.loads((tmp_path / "piper_encoder_ladder.json").read_text())
-    assert ladder["widths"] == [128] and list(ladder["refused"]) == ["192"]
+    assert ladder["widths"] == [32] and list(ladder["refused"]) == ["48"] and ladder["drift_pct"]["48"] == [1.0, 9.5]
     assert ladder["exec_plan"]["piper_tts.exec_plan"]["duration_encoder"]["artifacts"]["main"] == \
-        "piper_encoder_w128.rknn"
+        "piper_encoder_w32.rknn"
+
+    from converters.engine import BuildOptions
+    from core.paths import KIT_DIR
+
+    results = pipeline.build(records, tmp_path, BuildOptions(target="rk3588"), context="piper encoder export")
+    assert [r.rknn.name for r in results] == ["piper_encoder_w32.rknn"]
+    index = json.loads((tmp_path / KIT_DIR / "index.json").read_text())
+    assert [engine["engine"] for engine in index["engines"]] == ["piper_encoder_w32.rknn"]
+    (golden,) = index["end_to_end"]
+    assert golden["engines"] == ["piper_encoder_w32.rknn"]
+    assert [call["engine"] for call in golden["calls"]] == ["piper_encoder_w32.rknn"]
+
+
+def test_every_width_refused_is_a_gate_failure(tmp_path, monkeypatch):
+    _forced_drift(monkeypatch, {32: [8.0], 48: [-9.0]})
+    with pytest.raises(GateFailure, match="every width drifts past the threshold") as failure:
+        encoder.export(None, [32, 48], tmp_path, max_drift_pct=7.0, target="rk3588")
+    assert [v.name for v in failure.value.verdicts] == ["duration_drift[N=32]", "duration_drift[N=48]"]
+    assert not list(tmp_path.glob("piper_encoder_w*.onnx"))
+
+
+def test_drift_threshold_with_onnx_is_refused(tmp_path):
+    from core.errors import SetupError
+
+    with pytest.raises(SetupError, match="--max-drift-pct is measured at export"):
+        encoder.run_encoder(voice_onnx=None, frames=[128], target="rk3588", toolkit="2.3.2", out_dir=tmp_path,
+                            skip_rknn=False, onnx=tmp_path / "piper_encoder_w128.onnx", max_regtask_lines=0,
+                            fail_on_cpu_ops=True, min_snr_db=35.0, max_drift_pct=7.0)
 
 
 def test_engine_at_128_has_no_cpu_ops_and_measured_drift(require_converter, tmp_path):
@@ -88,3 +117,17 @@ def test_engine_at_128_has_no_cpu_ops_and_measured_drift(require_converter, tmp_
     assert all(v["passed"] for v in manifest["gates"])
     ladder = json.loads(Path(tmp_path / "piper_encoder_ladder.json").read_text())
     assert ladder["widths"] == [128] and len(ladder["drift_pct"]["128"]) == 3
+
+
+def test_a_degenerate_encoder_reference_fails_without_a_figure():
+    from gates.verdict import at_least
+
+    real = np.random.default_rng(0).standard_normal((1, 4, 20)).astype(np.float32)
+    verdict = at_least("padded_vs_exact[N=20]", 130.0, encoder.MIN_PADDED_DB, "dB")
+    assert encoder._judged(verdict, [({"stats": real, "dp_cond": real}, 17)]) == verdict
+    silent = [({"stats": real, "dp_cond": np.zeros_like(real)}, 17), ({"stats": real, "dp_cond": real * 0}, 20)]
+    judged = encoder._judged(verdict, silent)
+    assert not judged.passed and np.isnan(judged.value) and judged.detail.startswith("dp_cond: the reference output "
+                                                                                     "is silent")
+    with pytest.raises(GateFailure, match="the comparison has nothing to judge"):
+        encoder.refuse_degenerate([judged], "piper encoder export")

@@ -75,6 +75,13 @@ def test_two_stages_build_a_tiny_engine(tiny_snapshot, tmp_path, require_convert
     assert manifest["exec_plan"] == {"qwen3_tts.exec_plan": {"speech_decoder": {
         "impl": "rknn", "artifacts": {"main": "step_64.rknn"}}}}
     print(f"tiny B=64 engine CPU ops: {[op['type'] for op in manifest['ops']['cpu_ops']]}")
+    # The end-to-end golden the export declared (a lone B=64 step: two groups, the cache carried on) is recorded.
+    index = json.loads((tmp_path / "engines" / "selftest" / "index.json").read_text())
+    [golden] = index["end_to_end"]
+    assert golden["loop"] == "runtime.stream:golden_loop" and golden["engines"] == ["step_64.rknn"]
+    assert [call["engine"] for call in golden["calls"]] == ["step_64.rknn"] * 2
+    print(f"tiny B=64 end-to-end golden: simulator {golden['simulator']['pcm']['snr_db']:.1f} dB (pcm), "
+          f"kit {sum(p.stat().st_size for p in (tmp_path / 'engines' / 'selftest').iterdir()):,} bytes")
 
 
 def test_recipe_is_skipped_without_a_snapshot(tmp_path, monkeypatch):

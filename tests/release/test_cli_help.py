@@ -5,6 +5,7 @@ import typer
 from typer.testing import CliRunner
 
 from converters import cli
+from converters.commands import SHARED_COMMANDS
 
 
 def _walk(app: typer.Typer):
@@ -58,7 +59,7 @@ def test_every_command_and_option_has_help(path, command):
 
 BUILD_OPTIONS = ("--target", "--toolkit", "--out", "--max-regtask-lines", "--fail-on-cpu-ops", "--min-snr-db")
 FAMILY_COMMANDS = [(path, command) for path, command in COMMANDS if len(path) == 1
-                   and path[0] not in ("build", "inspect", "engines", "check")]
+                   and path[0] not in (*SHARED_COMMANDS, "check")]
 
 
 @pytest.mark.parametrize("path,command", FAMILY_COMMANDS, ids=[p[0] for p, _ in FAMILY_COMMANDS])
@@ -81,4 +82,4 @@ def test_an_old_spelling_runs_through_main(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main()
     assert exit_info.value.code == 2  # a setup error (no ONNX there), not a usage error about the flag
-    assert "no ONNX at" in capsys.readouterr().err
+    assert "no ONNX model at" in capsys.readouterr().err

@@ -37,8 +37,9 @@ def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publish
     package = dist / "rk3588" / "example_conv_rk3588"
     frames = shipped["options"]["frames"]
     stems = [f"example_c{shipped['options']['channels']}_t{t}" for t in frames]
+    kit = ["SHA256SUMS", "selftest.py", "selftest", "runtime", "core", "gates", "README.md"]  # self-test kit, card
     assert sorted(p.name for p in package.iterdir()) == sorted(
-        [f"{s}{ext}" for s in stems for ext in (".rknn", ".manifest.json", ".build.log")] + ["exec_plan.json"])
+        [f"{s}{ext}" for s in stems for ext in (".rknn", ".manifest.json", ".build.log")] + ["exec_plan.json"] + kit)
     plan = json.loads((package / "exec_plan.json").read_text())
     assert plan == {"example.exec_plan": {"conv": {"impl": "rknn", "artifacts": {
         "main": ",".join(f"{s}.rknn" for s in stems)}}}}
@@ -62,7 +63,8 @@ def test_convert_example_skip_rknn_writes_the_fixed_shape_export_with_its_contra
                                           "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     onnx_path = tmp_path / "example_c8_t48.onnx"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["example_c8_t48.onnx", "example_c8_t48.selfcheck.npz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "example_c8_t48.onnx", "example_c8_t48.selfcheck.npz", "example_ladder.e2e.json", "example_ladder.e2e.npz"]
     contract = get_contract(onnx_path)
     assert (contract["family"], contract["component"], contract["role"], contract["ladder_key"]) == (
         "example", "conv", "main", 48)

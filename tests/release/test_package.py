@@ -69,7 +69,7 @@ def test_summary_row_sums_engines_and_takes_the_worst_snr():
     ]
     row = summary_row("pkg_rk3588", "ok", manifests)
     assert row == {"package": "pkg_rk3588", "status": "ok", "gates": "3/3", "worst_snr_db": 61.5,
-                   "engine_bytes": 3000, "cpu_ops": 3, "regtask_lines": 3}
+                   "engine_bytes": 3000, "cpu_ops": 3, "regtask_lines": 3, "kit_bytes": None, "package_bytes": None}
     skipped = summary_row("other_rk3588", "missing source")
     assert skipped["gates"] == "-" and skipped["engine_bytes"] is None
 

@@ -5,11 +5,13 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from converters import recipes
+from converters import kit, recipes
+from converters.pipeline import Exported
 from converters.commands import engines, recipe_builder
 from converters.engine import BuildOptions, EngineResult
 from core.errors import GateFailure, MissingSource, SetupError
@@ -30,9 +32,16 @@ def _fake_engine(work_dir: Path, stem: str, snr: float) -> EngineResult:
     verdict = at_least("simulator_snr[y]", snr, 35.0, "dB")
     data = {"contract": {"family": "fake", "component": "decoder", "role": "main",
                          "exec_plan_option": "fake.exec_plan"},
-            "gates": [verdict.to_json()], "rknn": {"bytes": 100}, "ops": {"cpu": 0}, "regtask": {"lines": 0}}
+            "gates": [verdict.to_json()], "rknn": {"bytes": 100, "path": f"{stem}.rknn"}, "ops": {"cpu": 0},
+            "regtask": {"lines": 0}, "toolkit_version": "2.3.2",
+            "inputs": [], "outputs": [], "simulator": {}, "onnx": {"path": f"{stem}.onnx"}}
     manifest.write_text(json.dumps(data))
-    return EngineResult(rknn, manifest, log, data, [verdict])
+    result = EngineResult(rknn, manifest, log, data, [verdict])
+    # What pipeline.build leaves beside the engines: the self-test goldens (none to record for a fake graph).
+    selfcheck = work_dir / f"{stem}.selfcheck.npz"
+    np.savez(selfcheck)
+    kit.write_goldens(work_dir, [Exported(work_dir / f"{stem}.onnx", selfcheck)], [result], [], 35.0)
+    return result
 
 
 def _family(monkeypatch, name: str, build_recipe) -> None:
@@ -94,7 +103,7 @@ def test_missing_source_is_one_skip_line_and_no_package(tmp_path, fake_families)
     assert [r["status"] for r in rows] == ["missing source"]
     skips = [line for line in lines if line.startswith("skip")]
     assert skips == ["skip voice_rk3588: checkpoint /nowhere/voice.pt not found; download the voice there"]
-    assert list((tmp_path / "dist" / "rk3588").iterdir()) == []
+    assert [p.name for p in (tmp_path / "dist" / "rk3588").iterdir()] == [recipes.LOCK_NAME]
 
 
 def test_failures_leave_no_package_dir_and_the_other_recipes_still_build(tmp_path, fake_families):
@@ -111,13 +120,14 @@ def test_failures_leave_no_package_dir_and_the_other_recipes_still_build(tmp_pat
     assert rows[2]["gates"] == "1/1" and rows[2]["engine_bytes"] == 100
     text = "\n".join(lines)
     assert "look for fp16 overflow" in text and "ZeroDivisionError: a family bug" in text
-    published = sorted(p.name for p in (dist / "rk3588").iterdir())
+    published = sorted(p.name for p in (dist / "rk3588").iterdir() if p.name != recipes.LOCK_NAME)
     # Failed recipes keep their work dir (ONNX, logs) beside, never under the package name.
     assert published == ["a_gate_rk3588.failed", "b_bug_rk3588.failed", "c_ok_rk3588"]
     assert (dist / "rk3588" / "a_gate_rk3588.failed" / "model.onnx").is_file()
     package = dist / "rk3588" / "c_ok_rk3588"
     assert sorted(p.name for p in package.iterdir()) == [
-        "c_ok_rk3588_engine.build.log", "c_ok_rk3588_engine.manifest.json", "c_ok_rk3588_engine.rknn", "exec_plan.json"]
+        "README.md", "SHA256SUMS", "c_ok_rk3588_engine.build.log", "c_ok_rk3588_engine.manifest.json",
+        "c_ok_rk3588_engine.rknn", "core", "exec_plan.json", "gates", "runtime", "selftest", "selftest.py"]
     assert json.loads((package / "exec_plan.json").read_text()) == {
         "fake.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {"main": "c_ok_rk3588_engine.rknn"}}}}
 
@@ -162,3 +172,43 @@ def test_engines_command_prints_the_summary_and_exits_3_on_a_failed_recipe(tmp_p
         ["gate_rk3588", "FAILED"], ["good_rk3588", "ok"], ["missing_rk3588", "missing"]]
     listing = CliRunner().invoke(app, ["engines", "--target", "rk3576", "--list", "--recipes", str(recipes_dir)])
     assert listing.exit_code == 0 and "fake_missing" in listing.output and "False" in listing.output
+
+
+def test_a_write_failure_while_packaging_publishes_nothing_and_names_the_file(tmp_path, fake_families, monkeypatch):
+    import errno
+    import shutil as real_shutil
+
+    from converters import package as package_module
+
+    def copy2(source, target, *args, **kwargs):
+        if str(target).endswith(".rknn"):
+            raise OSError(errno.EFBIG, "File too large")  # what a file-size limit (RLIMIT_FSIZE) gives
+        return real_shutil.copy2(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(package_module.shutil, "copy2", copy2)
+    recipes_dir, dist = tmp_path / "r", tmp_path / "dist"
+    _write_recipe(recipes_dir, "c_ok", "fake_ok")
+    lines = []
+    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lines.append)
+    assert [r["status"] for r in rows] == ["FAILED"]
+    failure = next(line for line in lines if line.startswith("FAIL"))
+    assert "could not write" in failure and "c_ok_rk3588_engine.rknn" in failure and "File too large" in failure
+    assert sorted(p.name for p in (dist / "rk3588").iterdir()) == [recipes.LOCK_NAME, "c_ok_rk3588.failed"]
+
+
+def test_files_a_contract_names_reach_the_package_when_the_onnx_is_kept_beside_dist(tmp_path, monkeypatch):
+    def with_plan(recipe, target, toolkit, work_dir):
+        (work_dir / "plan.json").write_text("{}")
+        result = _fake_engine(work_dir, "planned", 60.0)
+        result.manifest_data["contract"]["package_files"] = ["plan.json"]
+        return [result]
+
+    _family(monkeypatch, "fake_files", with_plan)
+    recipes_dir, dist = tmp_path / "r", tmp_path / "dist"
+    _write_recipe(recipes_dir, "p", "fake_files")
+    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lambda _: None)
+    assert [r["status"] for r in rows] == ["ok"]
+    package = dist / "rk3588" / "p_rk3588"
+    assert (package / "plan.json").is_file()
+    manifest = json.loads((package / "planned.manifest.json").read_text())
+    assert (package / manifest["onnx"]["path"]).parent.resolve() == (tmp_path / "work" / "dist" / "rk3588" / "p_rk3588")

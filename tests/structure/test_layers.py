@@ -94,7 +94,7 @@ BOARD_PROBE = textwrap.dedent("""
     api = types.ModuleType("rknnlite.api"); api.RKNNLite = FakeLite
     sys.modules["rknnlite"] = types.ModuleType("rknnlite"); sys.modules["rknnlite.api"] = api
 
-    from runtime.backends import RknnLiteBackend
+    from runtime.board import RknnLiteBackend
     folder = Path(sys.argv[1])
     (folder / "e.rknn").write_bytes(b"")
     (folder / "e.manifest.json").write_text(json.dumps({"toolkit_version": "2.3.2",

@@ -115,6 +115,13 @@ def _snapshot_dir(source: dict) -> Path:
                         f"copy a snapshot of {SNAPSHOT_REPO} there")
 
 
+def recipe_sources(recipe: dict) -> list[Path]:
+    """Every file of the recipe's snapshot (MissingSource when there is none)."""
+    from core.paths import snapshot_files
+
+    return snapshot_files(_snapshot_dir(recipe["source"]))
+
+
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """The recipe's snapshot exported with its `[options]`, then built with its `[gates]`."""
     from converters import pipeline
@@ -138,7 +145,7 @@ def check_audio8(
 ) -> None:
     """Decode a WAV through the exported graphs: token ids, the buckets used, and per-stage milliseconds."""
     from runtime.audio import read_wav
-    from runtime.backends import RknnLiteBackend
+    from runtime.board import RknnLiteBackend
     from runtime.kv_buckets import Audio8Runtime
     from runtime.mel import log_mel
 

@@ -3,7 +3,8 @@
 Graphs: encoder, adapter per T, prefill per S = T + 10, per layer a K/V projection and a block per K/V
 bucket, LM head shards. `audio8_plan.json` lists each file with its contract and the engine it compiles to;
 `embed_tokens.npy` is the fp32 table the CPU looks tokens up in. `export` is the family's one export: the
-graphs, then the token gates run through them, recorded on every graph."""
+graphs, then the token gates run through them, recorded on every graph, then the end-to-end golden of the
+board self-test kit (`with_end_to_end`: a probe clip, 5 tokens)."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,9 @@ FAMILY = "audio8"
 EXEC_PLAN_OPTION = "audio8_asr.exec_plan"
 EMBED_FILE = "embed_tokens.npy"
 OPSET = 17
+E2E_NAME = "audio8_probe"
+E2E_LOOP = "runtime.kv_buckets:golden_loop"
+E2E_TOKENS = 5
 # The board showed in-graph caches and 4-D cache layouts corrupt: decoder graphs may hold none of these.
 CACHE_OPS = ("Concat", "ScatterND", "ScatterElements", "Scatter")
 
@@ -57,6 +61,7 @@ def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list
     from core.contract import make_contract
     from converters.families.audio8 import graphs
     from core.errors import SetupError
+    from runtime.golden import as_stored  # self-check inputs in the board kit's storage form
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -96,7 +101,7 @@ def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list
         path = out_dir / f"{stem}.onnx"
         args = tuple(torch.from_numpy(value) for value in feeds.values())
         onnx_model = _export(module, args, list(feeds), outputs, contract, path)
-        np.savez(selfcheck_path(path), **feeds)
+        np.savez(selfcheck_path(path), **{name: as_stored(value) for name, value in feeds.items()})
         if cache_free:
             verdicts.append(cache_free_verdict(onnx_model, stem))
         entries.append({"onnx": path.name, "selfcheck": selfcheck_path(path).name, "rknn": engine_name(path),
@@ -155,7 +160,7 @@ def export(model, out_dir: Path, adapter_tokens, kv_buckets, head_shards: int, s
            target: str | None = None, say=print) -> list[Exported]:
     """Export every graph, warn of problem ops, run the token gates through the graphs and record their verdicts
     on each one: one `Exported` per graph, all sharing the verdicts (`pipeline.build` gates them once)."""
-    from converters.families.audio8.checks import graph_verdicts
+    from converters.families.audio8.checks import graph_verdicts, refuse_degenerate
     from core.contract import get_contract
     from gates import opscan
 
@@ -167,10 +172,52 @@ def export(model, out_dir: Path, adapter_tokens, kv_buckets, head_shards: int, s
         if problems:
             say(f"{entry['onnx']}:")
             opscan.warn(problems)
-    verdicts = graph_verdicts(model, out_dir, stress=stress, say=say)
+    verdicts = refuse_degenerate(graph_verdicts(model, out_dir, stress=stress, say=say))
     records = [record_export(out_dir / entry["onnx"], verdicts) for entry in plan["graphs"]]
     # the plan carries each graph's contract as the graph does, export verdicts included
     for entry in plan["graphs"]:
         entry["contract"] = get_contract(out_dir / entry["onnx"])
     _write_plan(out_dir, plan)
-    return records
+    return with_end_to_end(records, out_dir, say=say)
+
+
+def with_end_to_end(records: list[Exported], out_dir: Path, tokens: int = E2E_TOKENS, say=print) -> list[Exported]:
+    """Declare the family's end-to-end golden on `records`: the probe clip of the smallest adapter bucket through
+    the runtime loop (`runtime.kv_buckets:golden_loop`), exactly `tokens` tokens with EOS ignored. The probe is
+    first run here through the plan on onnxruntime (the existing path): the graphs it opens are the golden's
+    engines, the embedding rows it reads (prompt ids, fed-back tokens) are an input beside the clip, and
+    `tie_margin` is the family's margin gate threshold (`checks.fp16_resolution`) at the largest top-1 logit
+    of its steps. Returns `records`, those the golden runs naming it."""
+    from converters import pipeline
+    from converters.families.audio8.checks import fp16_resolution, probe_audio
+    from runtime.backends import OnnxBackend
+    from runtime.golden import as_stored
+    from runtime.kv_buckets import Audio8Runtime
+    from runtime.mel import log_mel
+
+    out_dir = Path(out_dir)
+    opened = []
+
+    def backend_for(path: Path):
+        opened.append(path.name)
+        return OnnxBackend(path)
+
+    with Audio8Runtime(out_dir, backend_for=backend_for) as runtime:
+        contract = runtime.contract
+        placeholders = min(contract["adapter_tokens"])
+        audio = as_stored(probe_audio(placeholders, contract["hop"]))  # the clip as the kit stores it
+        decoded = runtime.transcribe(log_mel(audio, contract["mel_bins"]), audio.size, tokens, ignore_eos=True,
+                                     keep_logits=True)
+        ids = np.array(sorted(set(runtime.prompt_ids(placeholders)) | set(decoded.tokens[:-1])), dtype=np.int64)
+    table = np.load(out_dir / EMBED_FILE, mmap_mode="r")
+    inputs = {"audio": audio, "embed_ids": ids, "embed_rows": np.asarray(table[ids], dtype=np.float32)}
+    params = {"tokens": tokens, "tie_margin": max(fp16_resolution(np.max(logits)) for logits in decoded.step_logits)}
+    golden = [record for record in records if record.onnx.name in opened]
+    declared = pipeline.record_end_to_end(
+        E2E_NAME, E2E_LOOP, golden, inputs, params,
+        f"the probe clip ({audio.size / contract['sample_rate']:g} s, chirp in noise, {placeholders} placeholders) "
+        f"-> {tokens} greedy tokens, EOS ignored, K/V buckets {' -> '.join(map(str, decoded.buckets))}")
+    say(f"end-to-end golden {E2E_NAME}: {len(golden)} of {len(records)} graphs, {tokens} tokens, "
+        f"tie margin {params['tie_margin']:.4g}")
+    by_onnx = {record.onnx: record for record in declared}
+    return [by_onnx.get(record.onnx, record) for record in records]

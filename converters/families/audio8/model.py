@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -214,25 +215,43 @@ class Audio8ASR(nn.Module):
         return embeds.unsqueeze(0)
 
     @torch.no_grad()
-    def greedy(self, inputs_embeds: torch.Tensor, max_new_tokens: int) -> list[int]:
-        """The decoder's own `generate`: greedy, stops after EOS (EOS included)."""
+    def greedy(self, inputs_embeds: torch.Tensor, max_new_tokens: int, with_logits: bool = False):
+        """The decoder's own `generate`: greedy, stops after EOS (EOS included). With `with_logits`, also the
+        logits [tokens, vocab] each token was chosen from."""
         eos = self.prompt.eos_token_id
         out = self.decoder.generate(inputs_embeds=inputs_embeds, attention_mask=torch.ones(inputs_embeds.shape[:2],
                                     dtype=torch.long), max_new_tokens=max_new_tokens, do_sample=False,
-                                    eos_token_id=eos, pad_token_id=eos)
-        return out[0].tolist()
+                                    eos_token_id=eos, pad_token_id=eos, output_logits=with_logits,
+                                    return_dict_in_generate=True)
+        tokens = out.sequences[0].tolist()
+        if not with_logits:
+            return tokens
+        return tokens, torch.cat(out.logits).float().numpy()
 
     @torch.no_grad()
-    def forced_greedy(self, inputs_embeds: torch.Tensor, new_tokens: int) -> list[int]:
-        """Greedy for exactly `new_tokens` steps, EOS fed back like any token (the stress reference)."""
+    def forced_greedy(self, inputs_embeds: torch.Tensor, new_tokens: int, with_logits: bool = False):
+        """Greedy for exactly `new_tokens` steps, EOS fed back like any token (the stress reference). With
+        `with_logits`, also the logits [new_tokens, vocab] each token was chosen from."""
         out = self.decoder(inputs_embeds=inputs_embeds, use_cache=True)
-        tokens = [int(out.logits[0, -1].argmax())]
+        logits = [out.logits[0, -1]]
+        tokens = [int(logits[-1].argmax())]
         cache = out.past_key_values
         while len(tokens) < new_tokens:
             out = self.decoder(input_ids=torch.tensor([[tokens[-1]]]), past_key_values=cache, use_cache=True)
             cache = out.past_key_values
-            tokens.append(int(out.logits[0, -1].argmax()))
-        return tokens
+            logits.append(out.logits[0, -1])
+            tokens.append(int(logits[-1].argmax()))
+        return (tokens, torch.stack(logits).numpy()) if with_logits else tokens
+
+    @torch.no_grad()
+    def teacher_forced_logits(self, inputs_embeds: torch.Tensor, tokens: list[int]) -> np.ndarray:
+        """Logits [len(tokens), vocab] of each step of a decode that emitted `tokens` after the prompt: one
+        causal forward over the prompt and tokens[:-1] (each step sees the history the decode had, so a
+        decode's step logits compare with these even where a token of it is wrong)."""
+        fed = self.decoder.get_input_embeddings()(torch.tensor(tokens[:-1], dtype=torch.long))
+        sequence = torch.cat([inputs_embeds, fed[None].to(inputs_embeds.dtype)], dim=1)
+        logits = self.decoder(inputs_embeds=sequence, use_cache=False).logits[0]
+        return logits[inputs_embeds.shape[1] - 1:].numpy()
 
 
 @dataclass
@@ -280,12 +299,88 @@ def build_random(config: ModelConfig, seed: int = 0, embedding_std: float = 1.0,
     return model.eval()
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
+
+
+def _json_file(path: Path):
+    """The JSON in `path`, or a one-line SetupError naming the file (cut short, not text, not JSON)."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise SetupError(f"{path} is not valid JSON (not UTF-8 text): a damaged or truncated copy; copy the "
+                         "snapshot again") from None
+    except json.JSONDecodeError as error:
+        raise SetupError(f"{path} is not valid JSON ({error.msg} at line {error.lineno} column {error.colno}): "
+                         "a damaged or truncated copy; copy the snapshot again") from None
+
+
+def _check_weight_file(path: Path) -> None:
+    """A one-line SetupError when a checkpoint file cannot be read whole: a .safetensors whose header or data
+    is cut short (its header names every tensor's byte range, checked against the file size), a zip-format
+    .bin/.pth without its central directory (it sits at the end: a truncated file has none), or a legacy
+    pickle that does not load."""
+    import zipfile
+
+    reason = None
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), "pt"):
+                pass
+        except Exception as error:  # SafetensorError: header too small, incomplete metadata, ...
+            reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    elif zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                size = path.stat().st_size
+                bad = [info.filename for info in archive.infolist() if info.header_offset + info.compress_size > size]
+            if bad:
+                reason = f"member {bad[0]} runs past the end of the file"
+        except (zipfile.BadZipFile, OSError) as error:
+            reason = f"{type(error).__name__}: {error}"
+    else:
+        try:
+            torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as error:  # a truncated zip is no zip at all, so it lands here too
+            reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    if reason is not None:
+        raise SetupError(f"{path} is not a readable checkpoint file ({reason}): a truncated download or another "
+                         "kind of file; copy the snapshot again")
+
+
+def check_snapshot_files(model_dir: Path) -> None:
+    """Refuse a damaged snapshot before anything loads it, in one line naming the file: every top-level JSON
+    (config.json, generation/tokenizer configs, weight indexes) must parse, config.json as an object; there
+    must be weights, every shard an index names must exist, and every weight file must be readable whole."""
+    model_dir = Path(model_dir)
+    for path in sorted(model_dir.glob("*.json")):
+        value = _json_file(path)
+        if path.name == "config.json" and not isinstance(value, dict):
+            raise SetupError(f"{path} is a JSON {type(value).__name__}, not an object: not a model config")
+        if path.name.endswith(".index.json"):
+            shards = sorted(set((value.get("weight_map") or {}).values())) if isinstance(value, dict) else []
+            missing = [shard for shard in shards if not (model_dir / shard).is_file()]
+            if missing:
+                raise SetupError(f"{path} names weight shards that are not in {model_dir}: {', '.join(missing)}; "
+                                 "copy the whole snapshot")
+    weights = sorted(path for path in model_dir.iterdir() if path.suffix in WEIGHT_SUFFIXES and path.is_file())
+    if not weights:
+        raise SetupError(f"no weights ({', '.join('*' + s for s in WEIGHT_SUFFIXES)}) in the snapshot {model_dir}")
+    for path in weights:
+        _check_weight_file(path)
+
+
 def load_snapshot(model_dir: Path) -> Audio8ASR:
-    """The real checkpoint from a local snapshot (its remote code included); never downloads."""
+    """The real checkpoint from a local snapshot (its remote code included); never downloads. A damaged
+    snapshot (JSON that does not parse, a truncated weight file) is refused first (`check_snapshot_files`)."""
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise SetupError(f"no Audio8-ASR snapshot at {model_dir} (config.json missing); pass --model-dir with a "
                          "local copy of Edge0/Audio8-ASR-0.1B (config.json, weights and its modeling files)")
+    check_snapshot_files(model_dir)
     from transformers import AutoConfig
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 

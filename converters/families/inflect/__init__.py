@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
-from core.errors import SetupError
+from core.errors import GateFailure, SetupError
 from core.paths import work_dir
 from toolkit.versions import DEFAULT_TOOLKIT
 
@@ -46,20 +46,21 @@ MinInterior = Annotated[float, typer.Option("--min-interior-db", help="Gate: int
 def _export_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: Path | None, target: str | None,
                      min_tail_db: float, min_interior_db: float, say=print) -> list:
     """The export stage's gates of a written slice: its problem-op scan for `target`, then the self-check."""
-    from converters.families.inflect.decoder import selfcheck_verdicts
+    from converters.families.inflect.decoder import refuse_degenerate, selfcheck_verdicts
     from gates import opscan
 
     problems = opscan.scan(onnx_path, target)
     opscan.warn(problems)
-    return [opscan.verdict(problems),
-            *selfcheck_verdicts(onnx_path, decode_path, duration_path, min_tail_db, min_interior_db, say)]
+    checked = selfcheck_verdicts(onnx_path, decode_path, duration_path, min_tail_db, min_interior_db, say)
+    return [opscan.verdict(problems), *refuse_degenerate(checked, f"{FAMILY} export self-check")]
 
 
 def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window: int = WINDOW,
            context: int = CONTEXT, dec_mask: bool = True, target: str | None = None,
            min_tail_db: float = MIN_TAIL_DB, min_interior_db: float = MIN_INTERIOR_DB, say=print) -> list:
     """Write the fixed-window slice `inflect_v2_decoder_c<C>_w<W>.onnx` and its self-check npz; returns its
-    one `Exported` record, whose verdicts (problem-op scan, windowed vs full-length decode) travel in its contract."""
+    one `Exported` record, whose verdicts (problem-op scan, windowed vs full-length decode) travel in its contract,
+    with the family's end-to-end golden declared beside it (`with_end_to_end`)."""
     import numpy as np
     import onnx
 
@@ -77,10 +78,38 @@ def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window:
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / f"inflect_v2_decoder_c{info.channels}_w{window}.onnx"
     onnx.save(sliced, str(onnx_path))
-    verdicts = _export_verdicts(onnx_path, decode_path, duration_path, target, min_tail_db, min_interior_db, say)
-    latent = D.selfcheck_latent(D.optional_backend(duration_path), info.channels, window, seed=window)
+    try:
+        verdicts = _export_verdicts(onnx_path, decode_path, duration_path, target, min_tail_db, min_interior_db, say)
+    except GateFailure:  # a degenerate reference: the slice of a model that outputs nothing is not kept
+        onnx_path.unlink(missing_ok=True)
+        raise
+    duration = D.optional_backend(duration_path)
+    latent = D.selfcheck_latent(duration, info.channels, window, seed=window)
     feeds = {D.LATENT_INPUT: latent, D.MASK_INPUT: np.ones((1, 1, window), np.float32)}
-    return [record_export(onnx_path, verdicts, feeds=feeds)]
+    record = record_export(onnx_path, verdicts, feeds=feeds)
+    return with_end_to_end([record], duration, info, window)
+
+
+GOLDEN_LOOP = "runtime.inflect_synth:golden_loop"
+GOLDEN_TAIL_SLICES = 47  # one of the gated tail lengths (decoder.TAIL_LENGTHS): well short of any usual window
+GOLDEN_SEED = 4747
+
+
+def with_end_to_end(exported: list, duration, model, window: int) -> list:
+    """The family's end-to-end golden: a short latent's tail window, the model's own prior sample of
+    GOLDEN_TAIL_SLICES slices (duration.onnx, a backend, when given; white noise otherwise) through
+    `runtime.inflect_synth.golden_loop`: one zero-padded window with its mask, one engine call."""
+    from converters import pipeline
+    from converters.families.inflect import decoder as D
+
+    slices = max(1, min(GOLDEN_TAIL_SLICES, window - 1))
+    latent = D.selfcheck_latent(duration, model.channels, slices, seed=GOLDEN_SEED)
+    source = "the model's prior sample" if duration is not None else "white noise (no duration.onnx)"
+    return pipeline.record_end_to_end(
+        f"inflect_tail_c{model.channels}_w{window}", GOLDEN_LOOP, exported, {"latent": latent},
+        {"hop": model.hop, "sample_rate": model.sample_rate},
+        f"a {slices}-slice latent ({source}) decoded by InflectSynth.decode: one zero-padded {window}-slice "
+        "window, mask 0 over the padding")
 
 
 def _rechecked(onnx_path: Path, decode_path: Path, duration_path: Path | None, target: str,
@@ -175,6 +204,14 @@ def check_inflect(
         full_out = out.with_name(out.stem + ".full.wav")
         write_wav(full_out, reference, model.sample_rate)
         print(f"wrote {full_out}; windowed engine vs full-length decode: {snr_db(reference, waveform):.1f} dB")
+
+
+def recipe_sources(recipe: dict) -> list[Path]:
+    """The official files the recipe builds from (source.FILES; MissingSource when absent)."""
+    from converters.families.inflect.source import FILES, resolve_source
+
+    root = resolve_source(recipe["source"])[0].parent.parent  # decode.onnx sits in <root>/onnx/
+    return [root / name for name in FILES]
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:

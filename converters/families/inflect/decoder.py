@@ -20,6 +20,7 @@ from runtime.inflect_synth import (
     config_values,
     io_names,
     latent_channels,
+    load_official,
     noise_head,
     prior_stats,
 )
@@ -32,17 +33,16 @@ DECODE_OUTPUT = "waveform"
 LATENT_INPUT, MASK_INPUT = "z", "y_mask"
 N_SYMBOLS = 178  # token vocabulary of both sizes (0 is the blank)
 TAIL_LENGTHS = (30, 47, 91, 210)
+# Full scale of every comparison (gates.snr.degenerate_reference): the waveform, tanh-bounded audio.
+FULL_SCALE = 1.0
 INTERIOR_LENGTH = 480  # slices, as the spec measured: first, one interior and a last window at 256/32
 
 
 def load_decode(path: Path):
-    """decode.onnx checked for the official I/O; returns (ModelProto, latent channels)."""
-    import onnx
-
+    """decode.onnx checked for the official I/O; returns (ModelProto, latent channels). A missing, truncated or
+    non-ONNX file (or one with a NaN/Inf constant) is refused in one line naming it (`load_official`)."""
     path = Path(path)
-    if not path.is_file():
-        raise SetupError(f"no decode.onnx at {path}; {OFFICIAL_HINT}")
-    model = onnx.load(str(path))
+    model = load_official(path, "decode.onnx")
     inputs, outputs = io_names(model.graph.input), io_names(model.graph.output)
     missing = [name for name in DECODE_INPUTS if name not in inputs]
     if missing or DECODE_OUTPUT not in outputs:
@@ -152,23 +152,41 @@ def windowed_decode(backend, latent: np.ndarray, window: int, context: int, hop:
 
 
 def tail_figures(backend, decode, latents: dict[int, np.ndarray], window: int, context: int,
-                 hop: int) -> dict[int, float]:
-    """SNR (dB) of the windowed decode of each short latent against a full-length decode.onnx decode."""
+                 hop: int) -> dict[int, tuple[float, np.ndarray]]:
+    """Per short latent: (SNR in dB of its windowed decode against a full-length decode.onnx decode, that
+    full-length decode, the reference the gate judges)."""
     from gates.snr import snr_db
 
-    return {n: snr_db(full_decode(decode, z), windowed_decode(backend, z, window, context, hop).output)
-            for n, z in latents.items()}
+    out = {}
+    for n, z in latents.items():
+        reference = full_decode(decode, z)
+        out[n] = (snr_db(reference, windowed_decode(backend, z, window, context, hop).output), reference)
+    return out
 
 
 def interior_figures(backend, decode, latent: np.ndarray, window: int, context: int,
-                     hop: int) -> dict[int, float]:
-    """SNR (dB) per interior window (neither first nor last) against a full-length decode."""
+                     hop: int) -> tuple[dict[int, float], np.ndarray]:
+    """(SNR in dB per interior window (neither first nor last) against a full-length decode, that whole
+    full-length decode: the reference the gate judges once, never one window of it)."""
     from gates.snr import snr_db
 
     reference = full_decode(decode, latent)
     result = windowed_decode(backend, latent, window, context, hop)
     return {w.index: snr_db(reference[..., result.span(w)], result.output[..., result.span(w)])
-            for w in result.windows if w.kind == "interior"}
+            for w in result.windows if w.kind == "interior"}, reference
+
+
+def judged(verdict, reference):
+    """`verdict`, failed without a figure when the whole `reference` it compared with cannot judge anything
+    (gates.snr.degenerate_reference at FULL_SCALE: silent, constant or non-finite audio)."""
+    import math
+
+    from gates.snr import degenerate_reference
+    from gates.verdict import Verdict
+
+    problem = degenerate_reference(reference, FULL_SCALE)
+    return verdict if problem is None else Verdict(verdict.name, math.nan, verdict.threshold, verdict.unit, False,
+                                                   problem)
 
 
 def context_table(backend, decode, latent: np.ndarray, window: int, contexts, hop: int) -> dict[int, float]:
@@ -201,7 +219,7 @@ def selfcheck_verdicts(onnx_path: Path, decode_path: Path | None, duration_path:
     Tails are gated only with the decoder-half mask (without it their deficit is the documented
     trade and is only reported). Without decode.onnx the check degrades, and says so."""
     from core.contract import get_contract
-    from gates.snr import snr_db
+    from gates.snr import snr_verdict
     from gates.verdict import at_least
     from runtime.backends import OnnxBackend
     from runtime.window_walk import WindowContract
@@ -224,21 +242,37 @@ def selfcheck_verdicts(onnx_path: Path, decode_path: Path | None, duration_path:
         direct = backend.run({walk.latent_input: latent,
                               walk.mask_input: np.ones((1, 1, walk.window), np.float32)})[walk.output]
         walked = windowed_decode(backend, latent, walk.window, walk.context, walk.hop).output
-        return [at_least("window_self_snr", snr_db(direct, walked), min_interior_db, "dB",
-                         "one window-length latent, walk vs direct run (degraded: no decode.onnx)")]
+        return [snr_verdict("window_self_snr", direct, walked, min_interior_db,
+                            "one window-length latent, walk vs direct run (degraded: no decode.onnx)", FULL_SCALE)]
     verdicts = []
     latents = {n: selfcheck_latent(duration, channels, n, seed=n) for n in TAIL_LENGTHS}
     tails = tail_figures(backend, decode, latents, walk.window, walk.context, walk.hop)
-    for n, snr in tails.items():
+    for n, (snr, reference) in tails.items():
         if contract.get("dec_mask"):
-            verdicts.append(at_least(f"tail_snr[{n}]", snr, min_tail_db, "dB",
-                                     f"{n}-slice latent vs full-length decode.onnx"))
+            verdicts.append(judged(at_least(f"tail_snr[{n}]", snr, min_tail_db, "dB",
+                                            f"{n}-slice latent vs full-length decode.onnx"), reference))
         else:
             say(f"note: tail {n} slices: {snr:.1f} dB vs full-length decode (--no-dec-mask: not gated)")
     # Long enough for at least one interior window at any context.
     length = max(INTERIOR_LENGTH, 2 * (walk.window - walk.context) + 1)
     latent = selfcheck_latent(duration, channels, length, seed=INTERIOR_LENGTH)
-    interior = interior_figures(backend, decode, latent, walk.window, walk.context, walk.hop)
-    verdicts.append(at_least("interior_snr_min", min(interior.values()), min_interior_db, "dB",
-                             f"{len(interior)} interior window(s) of a {length}-slice latent"))
+    interior, reference = interior_figures(backend, decode, latent, walk.window, walk.context, walk.hop)
+    # The worst window is the figure; the whole full-length decode is what is judged for silence.
+    verdicts.append(judged(at_least("interior_snr_min", min(interior.values()), min_interior_db, "dB",
+                                    f"{len(interior)} interior window(s) of a {length}-slice latent"), reference))
+    return verdicts
+
+
+def refuse_degenerate(verdicts: list, context: str) -> list:
+    """Stop the export when a gate had nothing to judge (its whole reference is degenerate: NaN value, the
+    reason in its detail): a decode.onnx whose waveform is silent needs no advice about masks or context.
+    Returns `verdicts` otherwise."""
+    import math
+
+    from core.errors import GateFailure
+    from gates.snr import DEGENERATE_ADVICE
+
+    degenerate = [v for v in verdicts if not v.passed and math.isnan(v.value)]
+    if degenerate:
+        raise GateFailure(degenerate, advice=DEGENERATE_ADVICE, context=context)
     return verdicts

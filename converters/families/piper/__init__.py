@@ -22,14 +22,15 @@ DEFAULT_WINDOW, DEFAULT_CONTEXT = 109, 32
 Window = Annotated[int, typer.Option("--window", help="Latent slices the decoder engine is compiled for.")]
 Context = Annotated[int, typer.Option("--context", help="Real context slices on each side of the emitted "
                     "ones (emitted = window - 2*context). Worst interior window vs a full decode on joe: "
-                    "24 -> 68 dB, 32 -> 102 dB (bench/piper_decoder).")]
+                    "24 -> 68 dB (fails the export's 90 dB gate), 32 -> 102 dB (bench/piper_decoder).")]
 DecMask = Annotated[bool, typer.Option("--dec-mask", help="Mask inside the decoder too (Mul(y_mask) after every "
                     "decoder conv): exact short-utterance tails for +21% window time.")]
 Encoder = Annotated[bool, typer.Option("--encoder", help="Build the duration-encoder engines instead of the decoder.")]
 Frames = Annotated[str, typer.Option("--frames", help="--encoder: comma-separated phoneme-token widths, one "
                    "engine each.")]
-MaxDriftPct = Annotated[Optional[float], typer.Option("--max-drift-pct", help="--encoder: measure each width's "
-                        "fp16 duration drift against fp32 on real sentences and refuse widths past this percent.")]
+MaxDriftPct = Annotated[Optional[float], typer.Option("--max-drift-pct", help="--encoder: at export, measure each "
+                        "width's fp16 duration drift (simulator) against fp32 on real sentences and refuse the widths "
+                        "past this percent before anything is built.")]
 CheckOut = Annotated[Path, typer.Option("--out", "-o", help="WAV of the windowed path; the full-model WAV is "
                     "written beside it as <name>.full.wav (and a per-window SNR plot as <name>.png).")]
 
@@ -77,7 +78,7 @@ def convert_piper(
     pipeline.convert("piper", lambda: decoder.export(voice_onnx, out, window, context, dec_mask, target),
                      from_onnx=from_onnx, skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit,
                      max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db,
-                     context="piper decoder export self-check",
+                     context=decoder.SELFCHECK_CONTEXT,
                      advice="the windowed decode does not reproduce the full-length decode: widen --context")
 
 
@@ -113,6 +114,14 @@ def check_piper(
 
     render_check(text=text, voice_onnx=voice_onnx, engine=engine, out=out, window=window, context=context,
                  dec_mask=dec_mask)
+
+
+def recipe_sources(recipe: dict) -> list[Path]:
+    """The voice a recipe builds from: its ONNX and the .onnx.json beside it (MissingSource when absent)."""
+    from converters.families.piper.voice import default_voice_onnx, recipe_voice
+
+    voice = recipe_voice(recipe) or default_voice_onnx()
+    return [voice, voice.with_name(voice.name + ".json")]
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:

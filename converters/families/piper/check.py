@@ -10,18 +10,15 @@ def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: P
                  dec_mask: bool) -> dict:
     """Write `out` (windowed path) and `<out>.full.wav` (full voice), print SNR, per-window SNR and the
     largest sample step of both; return the figures."""
-    import onnx
-
     from converters.families.piper.decoder import export, slice_voice, voice_latents
-    from converters.families.piper.voice import resolve_voice, sample_rate
+    from converters.families.piper.voice import load_voice, sample_rate
     from gates.snr import snr_db
     from runtime.audio import max_step, write_wav
     from runtime.backends import OnnxBackend
     from runtime.vits_decoder import VoiceDecoder, engine_contract
 
     out = Path(out)
-    voice = resolve_voice(voice_onnx)
-    voice_model = onnx.load(str(voice.onnx_path))
+    voice, voice_model = load_voice(voice_onnx)
     piece = slice_voice(voice_model)
     if engine is None:
         (exported,) = export(voice.onnx_path, out.parent / f"{out.stem}_engine", window, context, dec_mask)

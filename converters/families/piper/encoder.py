@@ -5,18 +5,23 @@ prior stats (`enc_p.proj`, [1, 2*inter_channels, N]) and the duration flows' con
 embedding lookup and the mask stay on the host (a data-dependent Gather and a Range/Less run on the CPU);
 `scales` is not an input (all three feed strictly downstream of the seam). Tokens are right-padded to N.
 Relative-shift chains are rewritten to the banded form (surgery.graph.relshift); a graph with a chain left is refused.
-Each width's fp16 duration drift is measured after its build and the widths past the threshold are refused."""
+With a drift threshold, each width's fp16 duration drift is measured in the simulator at export, and a width past it
+is refused there, before any build: nothing downstream (engines, self-test goldens, the ladder's golden) names it."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
+from converters.families.piper.decoder import refuse_degenerate
 from converters.pipeline import Exported, record_export
-from core.errors import SetupError
+from core.errors import GateFailure, SetupError
+from core.paths import engine_name
 from gates.verdict import Verdict, at_least, at_most
 from runtime.backends import OnnxBackend, SimulatorBackend
+from toolkit.versions import DEFAULT_TOOLKIT
 
 # Seam tensors of a Piper (VITS) voice ONNX, and the names the engine gives them.
 SEAM_INPUTS = {"/enc_p/Transpose_output_0": "x_emb", "/enc_p/Cast_1_output_0": "x_mask"}
@@ -28,6 +33,9 @@ COMPONENT, ROLE, EXEC_PLAN_OPTION = "duration_encoder", "main", "piper_tts.exec_
 MIN_REWRITE_DB = 120.0  # rewritten vs raw slice, fp32 (the rewrite is exact up to summation order)
 MIN_PADDED_DB = 110.0  # padded run vs the exact-length run on the real frames, fp32
 DEFAULT_MAX_DRIFT_PCT = 7.0  # spec: +-7% is the scale of the flow's own seeded sampling noise
+# Full scale of the encoder outputs for the degenerate-reference rule: both live on the latent's unit-normal
+# scale (joe on SAMPLE_TEXT: stats |x| <= 13.9, RMS 0.60; dp_cond |x| <= 1.3, RMS 0.21).
+OUTPUT_FULL_SCALE = 1.0
 LADDER_JSON = "piper_encoder_ladder.json"
 ADVICE = ("a relative-shift chain the rewrite did not recognise, or a rewrite that changed the numbers: "
           "check the voice is a standard Piper/VITS export (window-limited relative attention)")
@@ -110,11 +118,10 @@ class Voice:
     def __init__(self, voice_onnx: Path | None):
         import onnx
 
-        from converters.families.piper.voice import resolve_voice
+        from converters.families.piper.voice import load_voice
 
-        resolved = resolve_voice(voice_onnx)
+        resolved, self.model = load_voice(voice_onnx)
         self.path, self.config = resolved.onnx_path, resolved.config
-        self.model = onnx.load(str(self.path))
         self._prefix = OnnxBackend(host_prefix(self.model))
         self.dynamic = slice_encoder(self.model)
         self._duration_tail = None
@@ -150,6 +157,19 @@ def _min_snr(reference: dict[str, np.ndarray], test: dict[str, np.ndarray], leng
     return min(snr_db(reference[name][..., :length], test[name][..., :length]) for name in reference)
 
 
+def _judged(verdict: Verdict, references: list[tuple[dict, int]]) -> Verdict:
+    """`verdict`, failed without a figure when one output's whole reference (all runs it compared, each on its
+    first `length` frames) is degenerate (gates.snr.degenerate_reference at OUTPUT_FULL_SCALE)."""
+    from gates.snr import degenerate_reference
+
+    for name in references[0][0]:
+        whole = np.concatenate([run[name][..., :length].reshape(-1) for run, length in references])
+        problem = degenerate_reference(whole, OUTPUT_FULL_SCALE)
+        if problem is not None:
+            return Verdict(verdict.name, math.nan, verdict.threshold, verdict.unit, False, f"{name}: {problem}")
+    return verdict
+
+
 def shift_chain_verdict(model) -> Verdict:
     """Gate: the graph an engine is compiled from must hold no relative-shift chain (the NPU computes them wrong)."""
     from surgery.graph.relshift import find_shift_chains
@@ -169,17 +189,20 @@ def export_verdicts(voice: Voice, raw, rewritten, width: int) -> list[Verdict]:
     raw_run, new_run, exact_run = OnnxBackend(raw), OnnxBackend(rewritten), OnnxBackend(voice.dynamic)
     verdicts = [shift_chain_verdict(rewritten)]
     lengths = sorted({min(17, width), width - 1, width})
-    rewrite_db, padded_db = [], []
+    rewrite_db, padded_db, raw_refs, exact_refs = [], [], [], []
     for length in lengths:
         padded = voice.feeds(ids[:length], width)
         new = new_run.run(padded)
-        rewrite_db.append(_min_snr(raw_run.run(padded), new, width))  # padding included
-        padded_db.append(_min_snr(exact_run.run(voice.feeds(ids[:length])), new, length))
-    verdicts.append(at_least(f"relshift_rewrite_vs_raw[N={width}]", min(rewrite_db), MIN_REWRITE_DB, "dB",
-                             f"fp32, all {width} frames, n={lengths}: " + ", ".join(f"{v:.1f}" for v in rewrite_db)))
-    verdicts.append(at_least(f"padded_vs_exact[N={width}]", min(padded_db), MIN_PADDED_DB, "dB",
-                             f"fp32, n={lengths}: " + ", ".join(f"{v:.1f}" for v in padded_db)))
-    return verdicts
+        raw_refs.append((raw_run.run(padded), width))  # padding included
+        exact_refs.append((exact_run.run(voice.feeds(ids[:length])), length))
+        rewrite_db.append(_min_snr(raw_refs[-1][0], new, width))
+        padded_db.append(_min_snr(exact_refs[-1][0], new, length))
+    verdicts.append(_judged(at_least(f"relshift_rewrite_vs_raw[N={width}]", min(rewrite_db), MIN_REWRITE_DB, "dB",
+                                     f"fp32, all {width} frames, n={lengths}: " +
+                                     ", ".join(f"{v:.1f}" for v in rewrite_db)), raw_refs))
+    verdicts.append(_judged(at_least(f"padded_vs_exact[N={width}]", min(padded_db), MIN_PADDED_DB, "dB",
+                                     f"fp32, n={lengths}: " + ", ".join(f"{v:.1f}" for v in padded_db)), exact_refs))
+    return refuse_degenerate(verdicts, "piper encoder export")
 
 
 def export_width(voice: Voice, width: int, out_dir: Path) -> Exported:
@@ -196,17 +219,63 @@ def export_width(voice: Voice, width: int, out_dir: Path) -> Exported:
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / f"piper_encoder_w{width}.onnx"
     onnx.save(set_contract(rewritten, contract), str(onnx_path))
+    return record_export(onnx_path, verdicts, feeds=voice.feeds(selfcheck_ids(voice, width), width))
+
+
+def selfcheck_ids(voice: Voice, width: int) -> list[int]:
+    """A width's self-check (and end-to-end) token sequence: real phonemes, 3 short of the width."""
     ids = voice.sample_ids()
-    return record_export(onnx_path, verdicts, feeds=voice.feeds(ids[: min(len(ids), width - 3)], width))
+    return ids[: min(len(ids), width - 3)]
 
 
-def export(voice_onnx: Path | None, frames: list[int], out_dir: Path) -> list[Exported]:
-    """One engine record per phoneme-token width of `frames` (the ladder, narrowest first)."""
+def with_end_to_end(voice: Voice, records: list[Exported], widths: list[int]) -> list[Exported]:
+    """The encoder's end-to-end golden: each width's self-check sequence as one chunk, unpadded, through the
+    runtime's width ladder (runtime.ladder.golden_loop pads x_emb and x_mask with zeros to the width that fits)."""
+    from converters.pipeline import record_end_to_end
+
+    inputs = {f"{name}@{k}": value for k, width in enumerate(widths)
+              for name, value in voice.feeds(selfcheck_ids(voice, width)).items()}
+    return record_end_to_end("piper_encoder_ladder", "runtime.ladder:golden_loop", records, inputs,
+                             {"width_key": "frames", "axis": -1},
+                             "one real token sequence per width (3 short of it), right-padded, through the ladder")
+
+
+def export(voice_onnx: Path | None, frames: list[int], out_dir: Path, max_drift_pct: float | None = None,
+           target: str | None = None, toolkit: str = DEFAULT_TOOLKIT) -> list[Exported]:
+    """One engine record per phoneme-token width of `frames` (the ladder, narrowest first), with the ladder's
+    end-to-end golden (`piper_encoder_ladder.e2e.*`) and `piper_encoder_ladder.json` (widths kept, refused,
+    drift per width, the exec_plan). With `max_drift_pct`, each width's fp16 duration drift is measured in the
+    `target` simulator: a width past it is refused (its ONNX removed, no record), a kept one carries its drift
+    verdict among its export verdicts. GateFailure when every width is refused."""
     widths = sorted(set(frames))
     if not widths or widths[0] < 2:
         raise SetupError(f"--frames needs token widths >= 2, got {frames}")
-    voice = Voice(voice_onnx)
-    return [export_width(voice, width, Path(out_dir)) for width in widths]
+    voice, out_dir = Voice(voice_onnx), Path(out_dir)
+    chunks = drift_chunks(voice, widths) if max_drift_pct is not None else {}
+    records, refused, ladder = [], [], {"widths": [], "refused": {}, "drift_pct": {}, "max_drift_pct": max_drift_pct}
+    for width in widths:
+        record = export_width(voice, width, out_dir)
+        if chunks:
+            drifts = measure_drift(voice, record.onnx, width, target, toolkit, chunks[width])
+            verdict = drift_verdict(width, drifts, max_drift_pct)
+            ladder["drift_pct"][width] = drifts
+            if not verdict.passed:
+                print(f"refused width {width}: {verdict.line()}")
+                ladder["refused"][width] = verdict.line()
+                refused.append(verdict)
+                record.onnx.unlink()
+                record.selfcheck.unlink()
+                continue
+            record = record_export(record.onnx, [*record.verdicts, verdict])
+        ladder["widths"].append(width)
+        records.append(record)
+    if not records:
+        raise GateFailure(refused, advice="every width drifts past the threshold: use narrower --frames or raise "
+                          "--max-drift-pct", context="piper encoder export")
+    ladder["exec_plan"] = {EXEC_PLAN_OPTION: {COMPONENT: {"impl": "rknn", "artifacts": {
+        ROLE: ",".join(engine_name(r.onnx) for r in records)}}}}
+    (out_dir / LADDER_JSON).write_text(json.dumps(ladder, indent=2) + "\n")
+    return with_end_to_end(voice, records, ladder["widths"])
 
 
 def drift_chunks(voice: Voice, widths: list[int], per_width: int = 3) -> dict[int, list[list[int]]]:
@@ -261,63 +330,32 @@ def drift_verdict(width: int, drifts: list[float], max_drift_pct: float) -> Verd
                    "per chunk: " + ", ".join(f"{d:+.2f}" for d in drifts))
 
 
-def keep_ladder(results: list, voice_onnx: Path | None, out_dir: Path, target: str, toolkit: str,
-                max_drift_pct: float | None) -> list:
-    """The built widths (narrowest first) as a ladder: with `max_drift_pct`, measure each engine's drift in the
-    simulator and refuse (remove) the engines past it. Writes `piper_encoder_ladder.json` (widths kept, refused,
-    drift per width, the exec_plan) and returns the kept results."""
-    widths = [result.manifest_data["contract"]["ladder_key"] for result in results]
-    voice = Voice(voice_onnx) if max_drift_pct is not None else None
-    chunks = drift_chunks(voice, widths) if voice is not None else {}
-    kept, ladder = [], {"widths": [], "refused": {}, "drift_pct": {}, "max_drift_pct": max_drift_pct}
-    for width, result in zip(widths, results):
-        if chunks:
-            onnx_path = result.manifest.parent / result.manifest_data["onnx"]["path"]
-            drifts = measure_drift(voice, onnx_path, width, target, toolkit, chunks[width])
-            verdict = drift_verdict(width, drifts, max_drift_pct)
-            print(verdict.line())
-            ladder["drift_pct"][width] = drifts
-            if not verdict.passed:
-                ladder["refused"][width] = verdict.line()
-                result.rknn.unlink(missing_ok=True)
-                result.manifest.unlink(missing_ok=True)
-                continue
-        ladder["widths"].append(width)
-        kept.append(result)
-    ladder["exec_plan"] = {EXEC_PLAN_OPTION: {COMPONENT: {"impl": "rknn", "artifacts": {
-        ROLE: ",".join(r.rknn.name for r in kept)}}}}
-    (Path(out_dir) / LADDER_JSON).write_text(json.dumps(ladder, indent=2) + "\n")
-    return kept
-
-
 def run_encoder(*, voice_onnx: Path | None, frames: list[int], target: str, toolkit: str, out_dir: Path,
                 skip_rknn: bool, onnx: Path | None, max_regtask_lines: int, fail_on_cpu_ops: bool,
                 min_snr_db: float, max_drift_pct: float | None = None) -> list:
-    """`convert piper --encoder --frames 128,192`: one engine per width (`--onnx`: the width it was exported
-    at), then the drift refusal and the ladder's exec_plan beside them."""
+    """`convert piper --encoder --frames 128,192`: one engine per width kept by the drift check at export
+    (`--onnx`: the width it was exported at, with the drift verdict recorded then)."""
     from converters import pipeline
     from core.contract import get_contract
 
     if onnx is not None and Path(onnx).is_file() and get_contract(onnx).get("ladder_key") is None:
         raise SetupError(f"{onnx} carries no duration-encoder contract: export it with --encoder --skip-rknn")
-    results = pipeline.convert("piper", lambda: export(voice_onnx, frames, out_dir), from_onnx=onnx,
-                               skip_rknn=skip_rknn, out=Path(out_dir), target=target, toolkit=toolkit,
-                               max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
-                               min_snr_db=min_snr_db, context="piper encoder export", advice=ADVICE)
-    if skip_rknn:
-        return results
-    return keep_ladder(results, voice_onnx, Path(out_dir), target, toolkit, max_drift_pct)
+    if onnx is not None and max_drift_pct is not None:
+        raise SetupError("--max-drift-pct is measured at export (a refused width is never exported): export with "
+                         "--encoder --max-drift-pct P --skip-rknn, then build its --onnx without it")
+    return pipeline.convert("piper", lambda: export(voice_onnx, frames, out_dir, max_drift_pct, target, toolkit),
+                            from_onnx=onnx, skip_rknn=skip_rknn, out=Path(out_dir), target=target, toolkit=toolkit,
+                            max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
+                            min_snr_db=min_snr_db, context="piper encoder export", advice=ADVICE)
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """Recipes with `options.encoder = true`: `options.frames` is the ladder, `gates.max_drift_pct` the drift
-    threshold above which a width is refused; `source.voice_onnx` (optional) names the voice."""
+    threshold above which a width is refused at export; `source.voice_onnx` (optional) names the voice."""
     from converters import pipeline
     from converters.families.piper.voice import recipe_voice
 
-    voice_onnx = recipe_voice(recipe)
     frames = recipe["options"].get("frames", [])
-    exported = export(voice_onnx, frames if isinstance(frames, list) else [frames], Path(work_dir))
-    results = pipeline.build_recipe(recipe, target, toolkit, Path(work_dir), exported, advice=ADVICE)
-    return keep_ladder(results, voice_onnx, Path(work_dir), target, toolkit,
-                       recipe["gates"].get("max_drift_pct", DEFAULT_MAX_DRIFT_PCT))
+    exported = export(recipe_voice(recipe), frames if isinstance(frames, list) else [frames], Path(work_dir),
+                      recipe["gates"].get("max_drift_pct", DEFAULT_MAX_DRIFT_PCT), target, toolkit)
+    return pipeline.build_recipe(recipe, target, toolkit, Path(work_dir), exported, advice=ADVICE)

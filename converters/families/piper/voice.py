@@ -53,12 +53,24 @@ def resolve_voice(voice_onnx: Path | None) -> ResolvedVoice:
                          "voice.onnx.json; put the .json beside the .onnx")
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # JSONDecodeError, or UnicodeDecodeError for a binary file
         raise SetupError(f"voice config {config_path} is not valid JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise SetupError(f"voice config {config_path} holds a JSON {type(config).__name__}, not an object: "
+                         "not a Piper voice config")
     for key in ("audio", "phoneme_id_map"):
         if key not in config:
             raise SetupError(f"voice config {config_path} has no {key!r}: not a Piper voice config")
     return ResolvedVoice(path, config)
+
+
+def load_voice(voice_onnx: Path | None):
+    """`resolve_voice` and the voice graph, refused in one line (SetupError) when the ONNX is truncated, not ONNX
+    at all or carries a NaN/Inf constant."""
+    from core.onnx_graph import load_model
+
+    voice = resolve_voice(voice_onnx)
+    return voice, load_model(voice.onnx_path, "Piper voice ONNX")
 
 
 def sample_rate(config: dict) -> int:

@@ -14,7 +14,7 @@ import typer
 from converters import pipeline
 from converters.families.qwen3_vocoder.step_export import FAMILY, describe
 from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
-from core.errors import MissingSource, SetupError
+from core.errors import SetupError
 from core import paths
 from toolkit.versions import DEFAULT_TOOLKIT
 
@@ -45,7 +45,7 @@ def onnx_name(role: str, frames: int) -> str:
 def export(model_dir: str | Path, engines: list[tuple[str, int, Path]], sine_form: str | None = None
            ) -> list[pipeline.Exported]:
     """Load the snapshot once, build the step and the package reference decoder from the same state dict, and
-    export one step per (role, code frames, ONNX path)."""
+    export one step per (role, code frames, ONNX path); the stateful ones carry the end-to-end golden."""
     import torch
 
     from converters.families.qwen3_vocoder import step_export as E
@@ -73,7 +73,47 @@ def export(model_dir: str | Path, engines: list[tuple[str, int, Path]], sine_for
         window = frames + E.WINDOW_CONTEXT if role == "window" else frames
         with torch.no_grad():
             exported.append(E.export_step(step, window, role, onnx_path, reference=reference, sine_form=sine_form))
-    return exported
+    return with_end_to_end(exported, step.dims["codebook_size"])
+
+
+GOLDEN_LOOP = "runtime.stream:golden_loop"
+GOLDEN_SEED = 0
+
+
+def with_end_to_end(exported: list[pipeline.Exported], codebook_size: int, seed: int = GOLDEN_SEED,
+                    say=print) -> list[pipeline.Exported]:
+    """The family's end-to-end golden, declared over its stateful steps (`first`, `main`; the window role is
+    stateless and left out): the stateful stream (runtime.stream.golden_loop) on seeded random codes, one group
+    on B=16 `first`, then two on B=64 `main`, the cache carried from call to call (two groups on a lone step).
+    More than one step of a role: the golden runs the smallest of each."""
+    import numpy as np
+
+    from core.contract import get_contract
+    from runtime.stream import golden_codes_length
+
+    steps: dict[str, tuple[pipeline.Exported, dict]] = {}
+    for record in exported:
+        contract = get_contract(record.onnx)
+        role = contract["role"]
+        if role in ("first", "main") and (role not in steps or contract["frames"] < steps[role][1]["frames"]):
+            steps[role] = (record, contract)
+    if not steps:
+        return exported
+    chosen = [steps[role] for role in ("first", "main") if role in steps]
+    contracts = [contract for _, contract in chosen]
+    frames = golden_codes_length(contracts)
+    codes = np.random.default_rng(seed).integers(0, codebook_size, (int(contracts[0]["num_quantizers"]), frames),
+                                                 dtype=np.int64)
+    name = "qwen3_vocoder_stream_" + "_".join(f"{c['role']}{c['frames']}" for c in contracts)
+    *head, last = contracts
+    schedule = "".join(f"{c['role']} B={c['frames']}, then " for c in head) + f"{last['role']} B={last['frames']} twice"
+    declared = pipeline.record_end_to_end(
+        name, GOLDEN_LOOP, [record for record, _ in chosen], {"codes": codes}, {"event_frames": 1},
+        f"{frames} seeded random code frames pushed one at a time through the stateful stream: {schedule}, "
+        "the cache carried on")
+    say(f"end-to-end golden {name}: {frames} code frames through {GOLDEN_LOOP}")
+    by_onnx = {record.onnx: record for record in declared}
+    return [by_onnx.get(record.onnx, record) for record in exported]
 
 
 def convert_qwen3_vocoder(
@@ -110,22 +150,25 @@ def register(app: typer.Typer, check_app: typer.Typer | None = None) -> None:
     app.command(COMMAND)(convert_qwen3_vocoder)
 
 
+def _recipe_snapshot(recipe: dict) -> str:
+    """The snapshot a recipe names (`source.dir`, else the huggingface_hub cache of `source.repo`); MissingSource."""
+    from converters.families.qwen3_vocoder import snapshot
+    from converters.pipeline import recipe_snapshot
+
+    return recipe_snapshot(recipe["source"], snapshot.resolve, snapshot.REPO_ID)
+
+
+def recipe_sources(recipe: dict) -> list[Path]:
+    """Every file of the speech tokenizer the recipe's snapshot holds (MissingSource when there is none)."""
+    from converters.families.qwen3_vocoder import snapshot
+    from core.paths import snapshot_files
+
+    return snapshot_files(snapshot.resolve(_recipe_snapshot(recipe)))
+
+
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """One engine per recipe `options.engines` entry ({role, codes_length}); MissingSource without a snapshot."""
-    from converters.families.qwen3_vocoder import snapshot
-
-    source = recipe["source"]
-    directory, errors = None, []
-    for candidate in (c for c in (_expand(source.get("dir")), source.get("repo")) if c):
-        try:
-            snapshot.resolve(candidate)
-            directory = candidate
-            break
-        except SetupError as error:
-            errors.append(str(error))
-    if directory is None:
-        raise MissingSource(f"no {snapshot.REPO_ID} snapshot ({'; '.join(errors) or 'recipe names no source'}); "
-                            "set RKAUDIO_MODELS to a folder holding it or put it in the huggingface_hub cache")
+    directory = _recipe_snapshot(recipe)
     engines = []
     for engine in recipe["options"].get("engines", []):
         role, frames = engine["role"], int(engine["codes_length"])
@@ -151,12 +194,3 @@ def _say_cpu_ops(results: list) -> None:
     for result in results:
         cpu = [f"{op['type']}:{op['name']}" for op in result.manifest_data.get("ops", {}).get("cpu_ops", [])]
         print(f"{result.rknn.name}: {result.rknn.stat().st_size} bytes; CPU ops ({len(cpu)}): {', '.join(cpu) or 'none'}")
-
-
-def _expand(value: str | None) -> str | None:
-    import os
-
-    if not value:
-        return None
-    expanded = os.path.expandvars(value)
-    return None if "$" in expanded else expanded

@@ -69,9 +69,15 @@ def read_decoder_config(directory: Path) -> dict:
     """`decoder_config` of a speech-tokenizer config.json, refusing configs of other models."""
     config_path = directory / "config.json"
     try:
-        config = json.loads(config_path.read_text())
-    except json.JSONDecodeError as error:
-        raise SetupError(f"{config_path} is not valid JSON ({error})") from None
+        config = json.loads(config_path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SetupError(f"{config_path} is not valid JSON ({error}): a truncated download or another file; "
+                         f"copy the {REPO_ID} {SUBDIR}/config.json again") from None
+    except OSError as error:
+        raise SetupError(f"{config_path} cannot be read ({error.strerror or error})") from None
+    if not isinstance(config, dict):
+        raise SetupError(f"{config_path} holds a JSON {type(config).__name__}, not the object of a {REPO_ID} "
+                         f"{SUBDIR} config")
     model_type = config.get("model_type")
     if model_type != MODEL_TYPE or not isinstance(config.get("decoder_config"), dict):
         raise SetupError(f"{config_path} is a config of model_type {model_type!r}; expected the {REPO_ID} speech "
@@ -89,7 +95,13 @@ def load(source: str | Path) -> DecoderSnapshot:
 
     directory = resolve(source)
     decoder_config = read_decoder_config(directory)
-    weights = load_file(str(directory / "model.safetensors"))
+    weights_path = directory / "model.safetensors"
+    try:
+        weights = load_file(str(weights_path))
+    except Exception as error:  # safetensors' SafetensorError (truncated, not safetensors at all), OSError
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SetupError(f"{weights_path} is not a readable safetensors file ({reason}): a truncated download or "
+                         f"another file; copy the {REPO_ID} {SUBDIR}/model.safetensors again") from None
     state = {key[len(DECODER_PREFIX):]: value for key, value in weights.items() if key.startswith(DECODER_PREFIX)}
     if not state:
         raise SetupError(f"{directory / 'model.safetensors'} has no '{DECODER_PREFIX}*' tensors: "

@@ -135,13 +135,20 @@ class DecoderBlock(nn.Module):
 
 
 class RMSNorm(nn.Module):
+    """The package's RMSNorm written as weight * (x / sqrt(mean(x^2) + eps)). Its `rsqrt` exports as Div(1, Sqrt),
+    whose placement hangs on the weight after it: with weights exactly 1 (a freshly initialised checkpoint) the
+    fold drops that Mul and the Div lands on the CPU (rknn-toolkit2 2.3.2, every fp16 target; the real-shape
+    B=16 step: 35 CPU ops instead of 18). The tensor-by-tensor Div stays on the NPU with or without the weight
+    (measured per target, 2.3.2 and 2.5.0: tests/qwen3_vocoder/test_norm_placement.py); Pow(-0.5) does too but
+    costs rk3566/rk3568 one more CPU Transpose."""
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x):
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        return self.weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 class LayerScale(nn.Module):

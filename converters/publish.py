@@ -1,0 +1,170 @@
+"""Publishing a release: the model card every package carries (`README.md`, written at packaging so SHA256SUMS
+covers it) and `convert publish`, which checks each package (SHA256SUMS and manifests, the host replay of its
+self-test) before anything is uploaded, then uploads to one Hub repository, a folder per package, only the files
+whose remote hashes differ, and tags the revision. The live upload is exercised by release engineers only: tests
+run it against a stand-in for `huggingface_hub.HfApi` that records calls and models the remote files and tags."""
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from core.errors import SetupError
+from core.paths import SUMS_NAME
+
+CARD_NAME = "README.md"
+
+
+def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict) -> str:
+    """The package's model card: Hub front matter, source, toolkit (the oldest board runtime that loads the
+    engines), a table of engines with bytes, gates and figures, the exec_plan snippet, the self-test line."""
+    card = recipe.get("card", {})
+    toolkits = sorted({m["toolkit_version"] for m in manifests})
+    producers = sorted({f"{m.get('producer_version')} ({m.get('producer_git')})" for m in manifests})
+    tags = ["rknn", "rockchip", target, "npu", recipe["family"], *card.get("tags", [])]
+    front = ["---", "library_name: rknn", f"license: {card.get('license', 'other')}", "tags:"]
+    front += [f"- {tag}" for tag in dict.fromkeys(tags)]
+    if card.get("pipeline_tag"):
+        front.append(f"pipeline_tag: {card['pipeline_tag']}")
+    front.append("---")
+    # What the families record of their checkpoint in the contract: a label, or {name, sha256}.
+    sources = sorted({json.dumps(m["contract"]["source"], sort_keys=True) for m in manifests if m["contract"].get("source")})
+    source_lines = [f"- {card.get('source', 'see the recipe')}"]
+    for text in sources:
+        source = json.loads(text)
+        source_lines.append(f"- checkpoint: `{source.get('name', '?')}`, sha256 `{source.get('sha256', '?')}`"
+                            if isinstance(source, dict) else f"- checkpoint: {source}")
+    rows = ["| engine | bytes | gates | worst SNR (dB) | CPU ops | REGTASK lines |", "|---|---:|---:|---:|---:|---:|"]
+    for m in manifests:
+        gates = m.get("gates", [])
+        snrs = [float(g["value"]) for g in gates if g.get("unit") == "dB"]
+        rows.append(f"| `{m['rknn']['path']}` | {m['rknn']['bytes']:,} | {sum(bool(g['passed']) for g in gates)}/"
+                    f"{len(gates)} | {min(snrs):.1f} | {m['ops']['cpu']} | {m['regtask']['lines']} |")
+    lines = front + [
+        f"# {recipe['package']} for {target.upper()}", "",
+        f"fp16 `.rknn` engines built by rkaudio {', '.join(producers)} with rknn-toolkit2 {', '.join(toolkits)}: "
+        f"the board needs `librknnrt.so` {toolkits[-1]} or newer (older runtimes refuse the engines).", "",
+        "## Source", *source_lines, "",
+        "## Engines", *rows, "",
+        "Every figure is measured on the host at build time (fp32 onnxruntime and the toolkit simulator); the "
+        "self-test below measures them again on the board.", "",
+        "## exec_plan", "```json", json.dumps(plan, indent=2), "```", "",
+        "## On the board", "Copy this folder to the board (Python 3.8+, numpy, rknn-toolkit-lite2), then in it:",
+        "```", "python3 selftest.py", "```",
+        f"It checks every file against {SUMS_NAME}, the runtime version, every engine and the end-to-end goldens; "
+        "exit 0 means every gate passed.", ""]
+    return "\n".join(lines)
+
+
+def git_blob_sha1(path: Path) -> str:
+    """The Hub's id of a small (non-LFS) file: git's blob hash."""
+    data = Path(path).read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def remote_hashes(api, repo_id: str, revision: str | None) -> dict[str, tuple[str, str]]:
+    """{path in repo: (kind, hash)} of the repository's files ("sha256" for LFS files, "git" otherwise);
+    empty when the repository does not exist yet."""
+    from huggingface_hub.utils import RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        entries = api.list_repo_tree(repo_id, recursive=True, revision=revision)
+        found = {}
+        for entry in entries:
+            lfs = getattr(entry, "lfs", None)
+            if lfs is not None:
+                found[entry.path] = ("sha256", lfs["sha256"] if isinstance(lfs, dict) else lfs.sha256)
+            elif getattr(entry, "blob_id", None):
+                found[entry.path] = ("git", entry.blob_id)
+        return found
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        return {}
+
+
+def _same(local: Path, remote: tuple[str, str] | None) -> bool:
+    from gates.manifest import sha256_file
+
+    if remote is None:
+        return False
+    kind, value = remote
+    return value == (sha256_file(local) if kind == "sha256" else git_blob_sha1(local))
+
+
+def packages_in(dist_target_dir: Path) -> list[Path]:
+    found = sorted(p for p in Path(dist_target_dir).iterdir() if p.is_dir() and (p / SUMS_NAME).is_file())
+    if not found:
+        raise SetupError(f"no package in {dist_target_dir} (a package is a folder with {SUMS_NAME}); run "
+                         "`make engines TARGET=<soc>` first")
+    return found
+
+
+def check_packages(packages: list[Path], replay: str, say: Callable[[str], None]) -> None:
+    """Refuse the whole release, before any upload, when a package fails `convert verify` or its host replay."""
+    from converters.kit import HostOpener, verify
+    from runtime.selftest import selftest
+
+    for package in packages:
+        problems = verify(package)
+        if problems:
+            raise SetupError(f"{package.name} is refused before any upload: " + "; ".join(problems))
+        if replay == "none":
+            continue
+        say(f"host replay of {package.name} ({replay}) ...")
+        with tempfile.TemporaryDirectory(prefix="rkaudio-publish-") as scratch:
+            code = selftest(package, HostOpener(package, replay), runs=1, report_path=Path(scratch) / "report.json",
+                            say=lambda _: None)
+        if code != 0:
+            raise SetupError(f"{package.name} is refused before any upload: its self-test replay ({replay}) exited "
+                             f"{code}; run `convert selftest {package} --backend {replay}` to see why")
+
+
+def publish(dist_target_dir: Path, repo_id: str, revision: str | None = None, dry_run: bool = False,
+            replay: str = "simulator", api=None, say: Callable[[str], None] = print) -> list[tuple[str, str]]:
+    """Check every package, then upload what differs into `repo_id` (a folder per package) and tag `revision`.
+    Returns the operations as (verb, path in repo); with `dry_run` nothing is sent."""
+    from converters.kit import package_files
+
+    packages = packages_in(dist_target_dir)
+    check_packages(packages, replay, say)
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+    remote = remote_hashes(api, repo_id, None)
+    operations: list[tuple[str, str]] = []
+    uploads = []
+    for package in packages:
+        for name in package_files(package) + [SUMS_NAME]:
+            path_in_repo, local = f"{package.name}/{name}", package / name
+            verb = "unchanged" if _same(local, remote.get(path_in_repo)) else "upload"
+            operations.append((verb, path_in_repo))
+            if verb == "upload":
+                uploads.append((path_in_repo, local))
+    tags = set()
+    if revision:
+        try:
+            tags = {ref.name for ref in api.list_repo_refs(repo_id).tags}
+        except Exception:  # a repository that does not exist yet has no tags
+            tags = set()
+        operations.append(("unchanged tag" if revision in tags else "tag", revision))
+    for verb, target in operations:
+        if verb != "unchanged":
+            say(f"{'would ' if dry_run else ''}{verb} {target}")
+    say(f"{len(uploads)} file(s) to upload, {sum(v == 'unchanged' for v, _ in operations)} unchanged, into {repo_id}")
+    if dry_run:
+        return operations
+    from huggingface_hub import CommitOperationAdd
+
+    try:
+        api.create_repo(repo_id, exist_ok=True)
+        if uploads:
+            api.create_commit(repo_id, [CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(l)) for p, l in uploads],
+                              commit_message=f"rkaudio release {revision or ''}".strip())
+        if revision and revision not in tags:
+            api.create_tag(repo_id, tag=revision)
+    except Exception as error:
+        raise SetupError(f"the upload to {repo_id} failed ({type(error).__name__}: {error}); nothing was tagged. "
+                         "Check the token (`huggingface-cli login`) and rerun: files already uploaded are skipped") from None
+    return operations

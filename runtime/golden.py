@@ -1,0 +1,220 @@
+"""Golden I/O of the board self-test kit: how arrays are stored, how an end-to-end loop is named and run over
+any backend, and how the engine calls along it are recorded. Shipped in every package (numpy and the stdlib only,
+Python 3.8 syntax): the host writes the goldens with it and the board replays them with it.
+
+An end-to-end golden is a family's runtime loop (`"runtime.<module>:<function>"`, signature
+`loop(engines: list[Engine], inputs: dict, params: dict) -> dict`) run on fixed inputs. On the host every
+engine call is recorded (inputs and fp32 outputs, in order) together with the loop's final output, so a board
+can compare each call and a test double can replay them."""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from gates.snr import snr_db
+
+INDEX_NAME = "index.json"
+SCHEMA_VERSION = 1
+
+
+class Engine:
+    """One engine as a loop sees it: its file name, its contract (the manifest's / ONNX metadata's) and `run`.
+    The backend is opened on first use by `open_backend()` (a pool may close it again to bound memory)."""
+
+    def __init__(self, name: str, contract: dict, open_backend: Callable[[], object],
+                 on_run: Optional[Callable[["Engine", dict, dict], None]] = None):
+        self.name, self.contract = name, contract
+        self._open, self._backend, self._on_run = open_backend, None, on_run
+        self.opened = 0  # how many times the backend was opened (a pool that thrashes shows here)
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            self._backend = self._open()
+            self.opened += 1
+        return self._backend
+
+    @property
+    def input_names(self) -> List[str]:
+        return list(self.backend.input_names)
+
+    @property
+    def output_names(self) -> List[str]:
+        return list(self.backend.output_names)
+
+    def run(self, feeds: dict) -> dict:
+        outputs = self.backend.run(feeds)
+        if self._on_run is not None:
+            self._on_run(self, feeds, outputs)
+        return outputs
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+
+class EnginePool:
+    """Engines of one package opened lazily, at most `max_open` at a time (least recently used closed first);
+    `max_open=None` keeps every opened engine (a board runtime holds all its contexts)."""
+
+    def __init__(self, entries: List[tuple], opener: Callable[[str], object], max_open: Optional[int] = None,
+                 on_run: Optional[Callable[[Engine, dict, dict], None]] = None):
+        self.max_open = max_open
+        self._recent: List[Engine] = []
+        self.engines = [Engine(name, contract, self._opener_for(name, opener), on_run) for name, contract in entries]
+
+    def _opener_for(self, name: str, opener: Callable[[str], object]) -> Callable[[], object]:
+        def open_backend():
+            alive = [e for e in self._recent if e._backend is not None and e.name != name]
+            while self.max_open is not None and len(alive) >= self.max_open:
+                alive.pop(0).close()  # the one opened longest ago
+            backend = opener(name)
+            self._recent = alive + [self.by_name(name)]
+            return backend
+        return open_backend
+
+    def by_name(self, name: str) -> Engine:
+        return next(e for e in self.engines if e.name == name)
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+
+class CallLog:
+    """Every engine call of a loop, in order: (engine name, feeds, outputs), arrays copied."""
+
+    def __init__(self):
+        self.calls: List[tuple] = []
+
+    def __call__(self, engine: Engine, feeds: dict, outputs: dict) -> None:
+        self.calls.append((engine.name, {k: np.array(v) for k, v in feeds.items()},
+                           {k: np.array(v) for k, v in outputs.items()}))
+
+
+def load_loop(name: str) -> Callable:
+    """The loop function named `"package.module:function"` (a module shipped beside the kit)."""
+    module_name, _, function = name.partition(":")
+    if not module_name.startswith("runtime.") or not function:
+        raise ValueError(f"an end-to-end loop is named 'runtime.<module>:<function>', got {name!r}")
+    return getattr(importlib.import_module(module_name), function)
+
+
+def run_loop(loop_name: str, engines: List[Engine], inputs: dict, params: dict) -> Dict[str, np.ndarray]:
+    outputs = load_loop(loop_name)(engines, inputs, params)
+    return {name: np.asarray(value) for name, value in outputs.items()}
+
+
+def by_role(engines: List[Engine], role: str, component: Optional[str] = None) -> List[Engine]:
+    """The engines filling `role` (and `component`), in ladder order (their contracts' `ladder_key`)."""
+    chosen = [e for e in engines if e.contract.get("role") == role
+              and (component is None or e.contract.get("component") == component)]
+    return sorted(chosen, key=lambda e: e.contract.get("ladder_key", 0))
+
+
+def only_engine(engines: List[Engine]) -> Engine:
+    if len(engines) != 1:
+        raise ValueError(f"this loop runs one engine, got {len(engines)}: {[e.name for e in engines]}")
+    return engines[0]
+
+
+# --- storage -------------------------------------------------------------------------------------------------
+# A float array is stored in fp16 when that is exact (what an fp16 engine produced, masks, fp16-rounded inputs),
+# or when fp16 keeps it within LOSSY_FP16_MIN_DB (the board gates sit at <= 60 dB, so a 70 dB storage error moves
+# a figure by < 0.5 dB); otherwise in its own dtype. Inputs are stored in this form before anything is computed
+# from them (`as_stored`), so a golden's outputs are those of exactly the inputs the board will read back.
+GOLDEN_FILE = "golden.npz"
+LOSSY_FP16_MIN_DB = 70.0
+
+
+def storage_form(array) -> tuple:
+    """(the array as stored, the storage SNR in dB when fp16 is not exact, else None)."""
+    array = np.asarray(array)
+    if array.dtype.kind != "f" or array.dtype == np.float16:
+        return array, None
+    with np.errstate(over="ignore", invalid="ignore"):
+        narrow = array.astype(np.float16)
+    back = narrow.astype(array.dtype)
+    if np.array_equal(back, array, equal_nan=True):
+        return narrow, None
+    if np.all(np.isfinite(back)) and np.all(np.isfinite(array)):
+        fidelity = snr_db(array, back)
+        if fidelity >= LOSSY_FP16_MIN_DB:
+            return narrow, fidelity
+    return array, None
+
+
+def as_stored(array) -> np.ndarray:
+    """`array` as a board will read it back from the kit (in its own dtype)."""
+    array = np.asarray(array)
+    return storage_form(array)[0].astype(array.dtype)
+
+
+def digest(array) -> str:
+    """sha256 of an array's bytes in C order (how a board checks that its loop fed what the host's did)."""
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+class ArrayWriter:
+    """Every array of a kit in one .npz under short keys (a0, a1, ...), identical arrays stored once, and the
+    index entry of each: role, tensor, dtype, shape, the dtype it is stored in and, when fp16 is not exact, its
+    storage SNR."""
+
+    def __init__(self):
+        self.arrays: Dict[str, np.ndarray] = {}
+        self._keys: Dict[tuple, str] = {}
+
+    def add(self, role: str, tensor: str, value, **extra) -> dict:
+        value = np.asarray(value)
+        stored, fidelity = storage_form(value)
+        identity = (str(value.dtype), str(stored.dtype), stored.shape, digest(stored))
+        key = self._keys.setdefault(identity, f"a{len(self._keys)}")
+        self.arrays[key] = stored
+        entry = {"key": key, "role": role, "tensor": tensor, "dtype": str(value.dtype), "shape": list(value.shape),
+                 "stored_dtype": str(stored.dtype), **extra}
+        if fidelity is not None:
+            entry["storage_snr_db"] = fidelity
+        return entry
+
+    def save(self, path: Path) -> int:
+        np.savez_compressed(path, **self.arrays)
+        return Path(path).stat().st_size
+
+
+class ArrayReader:
+    """The arrays of a kit's .npz, back in their engine dtypes."""
+
+    def __init__(self, path: Path):
+        with np.load(path) as data:
+            self._arrays = {key: data[key] for key in data.files}
+
+    def get(self, entry: dict) -> np.ndarray:
+        return self._arrays[entry["key"]].astype(entry["dtype"])
+
+    def tensors(self, entries: List[dict], role: str) -> Dict[str, np.ndarray]:
+        return {e["tensor"]: self.get(e) for e in entries if e["role"] == role}
+
+
+def read_index(kit_dir: Path) -> dict:
+    path = Path(kit_dir) / INDEX_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"no self-test index at {path}")
+    return json.loads(path.read_text())
+
+
+def write_index(kit_dir: Path, index: dict) -> Path:
+    path = Path(kit_dir) / INDEX_NAME
+    path.write_text(json.dumps(index, indent=2) + "\n")
+    return path

@@ -1,0 +1,70 @@
+"""The decoder's end-to-end golden: a short real sentence's latent over exactly 3 windows, run through
+runtime.vits_decoder.golden_loop (the consumer's walk), recorded call by call on onnxruntime fp32."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from converters import kit
+from converters.families.piper import decoder
+from converters.pipeline import Exported
+from core.contract import get_contract
+from core.paths import end_to_end_inputs
+from runtime.backends import OnnxBackend
+from runtime.golden import Engine, run_loop
+from runtime.vits_decoder import VoiceDecoder
+from runtime.window_walk import WindowContract, plan_windows
+
+
+def test_golden_is_the_walk_over_three_windows(joe_exports):
+    record = joe_exports[False]  # the default 109/45/32
+    (recording,) = kit.record_end_to_end([record])
+    spec = json.loads(record.end_to_end.read_text())
+    assert spec["loop"] == "runtime.vits_decoder:golden_loop" and spec["onnx"] == [record.onnx.name]
+    z = recording.inputs["z"]
+    assert set(recording.inputs) == {"z"} and z.shape[:2] == (1, 192)  # joe has one speaker: no g
+    # the same sentence runs exactly 3 windows at this window and at the spec's 93/45/24
+    assert len(plan_windows(z.shape[2], 93, 24, 45)) == 3 and len(plan_windows(z.shape[2], 109, 32, 45)) == 3
+    assert [name for name, _, _ in recording.calls] == [record.onnx.with_suffix(".rknn").name] * 3
+    assert [feeds["y_mask"].sum() for _, feeds, _ in recording.calls] == [109.0] * 3  # every window real
+    contract = get_contract(record.onnx)
+    expected = VoiceDecoder(OnnxBackend(record.onnx), contract, 192).decode(z).output
+    np.testing.assert_array_equal(recording.outputs["audio"], expected)
+    assert recording.outputs["audio"].size == z.shape[2] * 256
+
+
+def test_each_export_names_its_own_golden(joe_exports):
+    """Two windows exported into one folder keep one golden each, and `--onnx` finds it again."""
+    plain, masked = joe_exports[False], joe_exports[True]
+    assert plain.end_to_end != masked.end_to_end and plain.onnx.parent == masked.onnx.parent
+    for record in (plain, masked):
+        assert Exported.from_onnx(record.onnx, "piper").end_to_end == record.end_to_end
+        with np.load(end_to_end_inputs(record.end_to_end)) as data:
+            assert data["z"].shape[2] == 178  # decoder.END_TO_END_TEXT on joe
+
+
+def test_a_window_the_sentence_does_not_fit_still_gets_three_windows(joe):
+    item = decoder.end_to_end_latent(joe.model, joe.piece, joe.voice.config, joe.latents, 64, 16)
+    assert len(plan_windows(item["z"].shape[2], 64, 16, 32)) == 3
+
+
+def test_golden_loop_feeds_g_to_every_window(multispeaker_onnx):
+    import onnx
+
+    model = onnx.load(str(multispeaker_onnx))
+    piece = decoder.slice_voice(model)
+    engine_model = decoder.fixed_window_model(piece, window=100, context=32, dec_mask=False, voice_name="ms",
+                                              sample_rate=16000)
+    contract = get_contract(engine_model)
+    backend = OnnxBackend(engine_model, threads=1)
+    seen = []
+    engine = Engine("ms.rknn", contract, lambda: backend, on_run=lambda e, feeds, out: seen.append(feeds))
+    z = decoder.white_noise_latent(piece.channels, 150)
+    g = np.random.default_rng(1).standard_normal((1, piece.cond_channels, 1)).astype(np.float32)
+    outputs = run_loop("runtime.vits_decoder:golden_loop", [engine], {"z": z, "g": g}, {})
+    window = WindowContract.from_contract(contract)
+    assert len(seen) == len(plan_windows(150, window.window, window.context, window.emitted)) == 3
+    assert all(np.array_equal(feeds["g"], g) for feeds in seen)
+    expected = VoiceDecoder(backend, contract, piece.channels).decode(z, g).output
+    np.testing.assert_array_equal(outputs["audio"], expected)
