@@ -1,5 +1,6 @@
-"""Audio8-ASR bench: per-stage host milliseconds (onnxruntime), K/V migration copy costs, peak RSS, and with
---build the engine bytes, estimated cycles, CPU ops and REGTASK lines per graph.
+"""Audio8-ASR bench: per-stage host milliseconds (onnxruntime) for clips of any length, NPU calls and host<->NPU
+bytes per token per K/V bucket, K/V migration copy costs, peak RSS, and with --build the engine bytes,
+estimated cycles, CPU ops and REGTASK lines per graph.
 
     AUDIO8_BENCH_ARGS="[--real-shape] [--build rk3576] [--out /tmp/audio8/bench]" make bench NAME=audio8
 
@@ -15,19 +16,22 @@ import shlex
 import time
 from pathlib import Path
 
+import numpy as np
+
 
 def host_timings(plan_dir: Path, steps: int) -> list[dict]:
-    """Per adapter bucket: frontend, prefill, and per-token decoder stages over `steps` tokens (EOS ignored:
-    random weights need not stop), then one stress run through the largest bucket for the migrations."""
-    from converters.families.audio8.checks import probe_audio
+    """Per probe clip (any length: `checks.PROBE_SECONDS`): frontend, prefill, and per-token decoder stages over
+    `steps` tokens (EOS ignored: random weights need not stop), then one stress run through the largest bucket
+    for the migrations."""
+    from converters.families.audio8.checks import PROBE_SECONDS, clip_name, probe_audio, probe_clip
     from runtime.kv_buckets import Audio8Runtime, Timings
     from runtime.mel import log_mel
 
     rows = []
     with Audio8Runtime(plan_dir) as runtime:
         contract = runtime.contract
-        for tokens in contract["adapter_tokens"]:
-            audio = probe_audio(tokens, contract["hop"])
+        for seconds in PROBE_SECONDS:
+            audio = probe_clip(seconds)
             start = time.perf_counter()
             features = log_mel(audio, contract["mel_bins"])
             mel_ms = (time.perf_counter() - start) * 1000
@@ -35,13 +39,13 @@ def host_timings(plan_dir: Path, steps: int) -> list[dict]:
             embeds = runtime.prompt_embeddings(features, runtime.check_audio(audio.size), timings)
             decoded = runtime.decode(embeds, steps + 1, ignore_eos=True, timings=timings)
             per = max(timings.decode_steps, 1)
-            rows.append({"prompt": f"T{tokens}/S{embeds.shape[1]}", "mel_ms": round(mel_ms, 2),
+            rows.append({"prompt": f"{clip_name(seconds)}/S{embeds.shape[1]}", "mel_ms": round(mel_ms, 2),
                          "encoder_ms": round(timings.encoder_ms, 2), "adapter_ms": round(timings.adapter_ms, 2),
                          "prefill_ms": round(timings.prefill_ms, 2), "kv_ms/tok": round(timings.kv_ms / per, 3),
                          "block_ms/tok": round(timings.block_ms / per, 3), "head_ms/tok": round(timings.head_ms / per, 3),
                          "kv_write_ms/tok": round(timings.kv_write_ms / per, 4), "tokens": len(decoded.tokens),
                          "load_ms": round(timings.load_ms), "migration": "-"})
-        tokens = max(contract["adapter_tokens"])
+        tokens = contract["max_placeholders"]
         embeds = runtime.prompt_embeddings(log_mel(probe_audio(tokens, contract["hop"]), contract["mel_bins"]),
                                            tokens, Timings())
         count = max(contract["kv_buckets"]) - embeds.shape[1] + 1
@@ -54,6 +58,127 @@ def host_timings(plan_dir: Path, steps: int) -> list[dict]:
                      "head_ms/tok": round(timings.head_ms / per, 3),
                      "kv_write_ms/tok": round(timings.kv_write_ms / per, 4), "tokens": len(decoded.tokens),
                      "load_ms": round(timings.load_ms), "migration": ", ".join(f"{m['from']}->{m['to']} {m['ms']:.2f} ms" for m in timings.migrations)})
+    return rows
+
+
+def io_per_token(plan_dir: Path, plan: dict) -> list[dict]:
+    """Per K/V bucket: NPU calls per decoded token and the bytes they copy host->device and device->host (the
+    graphs' I/O as exported, fp32), from the ONNX files; and the frontend's once-per-clip calls and bytes."""
+    import onnx
+
+    itemsize = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.INT64: 8}
+
+    def nbytes(values) -> int:
+        total = 0
+        for value in values:
+            shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+            total += itemsize[value.type.tensor_type.elem_type] * int(np.prod(shape))
+        return total
+
+    io = {}
+    for entry in plan["graphs"]:
+        graph = onnx.load(str(plan_dir / entry["onnx"]), load_external_data=False).graph
+        c = entry["contract"]
+        io.setdefault((c["component"], c["role"]), []).append((nbytes(graph.input), nbytes(graph.output)))
+    rows = []
+    per_clip = [io[key] for key in (("encoder", "main"), ("adapter", "main"), ("prefill", "main")) if key in io]
+    calls = sum(len(v) for v in per_clip) + len(io[("decoder", "head")])
+    rows.append({"stage": "frontend+prefill (once per clip)", "npu_calls": calls,
+                 "h2d_bytes": sum(i for v in per_clip + [io[("decoder", "head")]] for i, _ in v),
+                 "d2h_bytes": sum(o for v in per_clip + [io[("decoder", "head")]] for _, o in v)})
+    for bucket in plan["graphs"][0]["contract"]["kv_buckets"]:
+        step = io[("decoder", "kv")] + io[("decoder", f"block_{bucket}")] + io[("decoder", "head")]
+        rows.append({"stage": f"decode step, bucket {bucket}", "npu_calls": len(step),
+                     "h2d_bytes": sum(i for i, _ in step), "d2h_bytes": sum(o for _, o in step)})
+    return rows
+
+
+def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: int, build: str | None,
+                 toolkit: str) -> list[dict]:
+    """Issue #17 item 3: the decoder step in four layouts, per K/V bucket: "split" (today: per layer a K/V
+    projection and a block, then the head shards), "per_layer" (one fused call per layer, head shards),
+    "all_layers" (one call for every layer, head shards) and "all_layers+head" (one call). Per token: NPU calls,
+    host->device and device->host bytes (the graphs' fp32 I/O), host onnxruntime ms (the calls run back to back on
+    example feeds, `steps` times), and with `build` the summed layer-table cycles (est_cycles x calls)."""
+    import torch
+
+    from converters.families.audio8 import graphs
+    from converters.families.audio8.export import _export
+    from core.contract import make_contract
+    from runtime.backends import OnnxBackend
+
+    config = model.decoder.config
+    layers, heads, hidden = config.num_hidden_layers, config.num_attention_heads, config.hidden_size
+    head_dim = hidden // heads
+    rng = np.random.default_rng(0)
+    out.mkdir(parents=True, exist_ok=True)
+    contract = make_contract("audio8", "bench", "step", "audio8_asr.exec_plan")
+    exported: dict[str, tuple[Path, dict]] = {}
+
+    def graph(stem, module, feeds, outputs):
+        if stem not in exported:
+            path = out / f"{stem}.onnx"
+            _export(module, tuple(torch.from_numpy(v) for v in feeds.values()), list(feeds), outputs, contract, path)
+            exported[stem] = (path, feeds)
+        return stem
+
+    token = rng.standard_normal((1, 1, hidden)).astype(np.float32)
+    cos, sin = (t.astype(np.float32) for t in (np.cos(np.ones((1, head_dim))), np.sin(np.ones((1, head_dim)))))
+    rows = graphs.shard_ranges(config.vocab_size, head_shards)
+    shards = [graph(f"head_{i}", graphs.HeadShardGraph(model.decoder, a, b), {"hidden": token}, ["logits"])
+              for i, (a, b) in enumerate(rows)]
+    table = []
+    for bucket in buckets:
+        cache = [rng.standard_normal((heads, bucket, head_dim)).astype(np.float32) for _ in range(2 * layers)]
+        mask = np.zeros((heads, 1, bucket), np.float32)
+        mask[:, :, bucket // 2:] = graphs.MASKED
+        block = lambda i: {"hidden": token, "full_k": cache[2 * i], "full_v": cache[2 * i + 1], "cos": cos,
+                           "sin": sin, "mask": mask}
+        split = []
+        for i in range(layers):
+            split += [graph(f"kv_l{i}", graphs.KVProjectionGraph(model.decoder, i),
+                            {"hidden": token, "cos": cos, "sin": sin}, ["key_delta", "value_delta"]),
+                      graph(f"block_l{i}_s{bucket}", graphs.BlockGraph(model.decoder, i), block(i), ["hidden_out"])]
+        per_layer = [graph(f"fused_l{i}_s{bucket}", graphs.FusedLayerStepGraph(model.decoder, i), block(i),
+                           ["hidden_out", "key_delta", "value_delta"]) for i in range(layers)]
+        names = [f"{kind}_{i}" for i in range(layers) for kind in ("full_k", "full_v")]
+        deltas = [f"{kind}_{i}" for i in range(layers) for kind in ("key_delta", "value_delta")]
+        every = {"hidden": token, "cos": cos, "sin": sin, "mask": mask, **dict(zip(names, cache))}
+        all_layers = graph(f"fused_all_s{bucket}", graphs.FusedStepGraph(model.decoder), every, ["hidden_out", *deltas])
+        with_head = graph(f"fused_all_head_s{bucket}", graphs.FusedStepGraph(model.decoder, head=True), every,
+                          ["logits", *deltas])
+        for layout, calls in (("split", split + shards), ("per_layer", per_layer + shards),
+                              ("all_layers", [all_layers] + shards), ("all_layers+head", [with_head])):
+            table.append({"layout": layout, "bucket": bucket, "calls": calls})
+    figures: dict[str, dict] = {}
+    for stem, (path, feeds) in exported.items():
+        with OnnxBackend(path, threads=1) as backend:
+            outputs = backend.run(feeds)
+            start = time.perf_counter()
+            for _ in range(steps):
+                backend.run(feeds)
+            figures[stem] = {"ms": (time.perf_counter() - start) * 1000 / steps,
+                             "h2d": sum(v.nbytes for v in feeds.values()),
+                             "d2h": sum(np.asarray(v).nbytes for v in outputs.values())}
+        if build:
+            from converters.engine import BuildOptions, build_engine
+
+            data = build_engine(path, out / f"engines_{build}", BuildOptions(target=build, toolkit=toolkit,
+                                                                            max_regtask_lines=10**9)).manifest_data
+            figures[stem].update(cycles=data["est_cycles"], engine_bytes=data["rknn"]["bytes"],
+                                 regtask=data["regtask"]["lines"], cpu_ops=len(data["ops"]["cpu_ops"]))
+    rows = []
+    for entry in table:
+        calls = entry["calls"]
+        row = {"layout": entry["layout"], "bucket": entry["bucket"], "npu_calls/tok": len(calls),
+               "h2d_bytes/tok": sum(figures[c]["h2d"] for c in calls),
+               "d2h_bytes/tok": sum(figures[c]["d2h"] for c in calls),
+               "host_ort_ms/tok": round(sum(figures[c]["ms"] for c in calls), 3)}
+        if build:
+            row.update({"cycles/tok": sum(figures[c]["cycles"] for c in calls),
+                        "regtask": sum(figures[c]["regtask"] for c in calls),
+                        "cpu_ops": sum(figures[c]["cpu_ops"] for c in set(calls))})
+        rows.append(row)
     return rows
 
 
@@ -87,6 +212,8 @@ def main() -> list[dict]:
     parser.add_argument("--out", type=Path, default=Path("/tmp/audio8/bench"))
     parser.add_argument("--reuse", action="store_true", help="keep the graphs already exported in --out")
     parser.add_argument("--skip-host", action="store_true", help="no onnxruntime timings (engine figures only)")
+    parser.add_argument("--layouts", action="store_true", help="measure the decoder step layouts (issue #17 item 3) "
+                        "instead of the export: calls, bytes, host ms and (with --build) cycles per token")
     args = parser.parse_args(shlex.split(os.environ.get("AUDIO8_BENCH_ARGS", "")))
 
     from converters.families.audio8 import model as M
@@ -95,15 +222,20 @@ def main() -> list[dict]:
 
     config_name = "real-shape" if args.real_shape else "small"
     rows = []
+    if args.layouts:
+        config = M.real_shape_config() if args.real_shape else M.small_config()
+        return [{"config": config_name, "part": "layouts", **row} for row in step_layouts(
+            M.build_random(config, seed=0), args.out / "layouts", [128, 256, 512], args.steps, args.head_shards,
+            args.build, args.toolkit)]
     if args.reuse and (args.out / PLAN_FILE).is_file():
         plan = json.loads((args.out / PLAN_FILE).read_text())
     else:
         start = time.perf_counter()
         config = M.real_shape_config() if args.real_shape else M.small_config()
-        plan = export_all(M.build_random(config, seed=0), args.out, [25, 50, 75, 100], [128, 256, 512],
-                          args.head_shards)
+        plan = export_all(M.build_random(config, seed=0), args.out, [128, 256, 512], args.head_shards)
         rows.append({"config": config_name, "part": "export", "export_s": round(time.perf_counter() - start, 1),
                      "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)})
+    rows += [{"config": config_name, "part": "io", **row} for row in io_per_token(args.out, plan)]
     if not args.skip_host:
         # after an export in the same process the peak RSS is the export's
         rows += [{"config": config_name, "part": "host", **row} for row in host_timings(args.out, args.steps)]

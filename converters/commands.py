@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from converters.diagnose import diagnose
 from converters.recipes import DIST_DIR, RECIPES_DIR
 from converters.options import FailOnCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, Target, Toolkit
 from core.errors import SetupError
@@ -231,7 +232,7 @@ def publish(
 
 
 SHARED_COMMANDS = {"build": build, "inspect": inspect, "engines": engines, "selftest": selftest, "verify": verify,
-                   "publish": publish}
+                   "publish": publish, "diagnose": diagnose}
 
 
 def register(app: typer.Typer, check_app: typer.Typer) -> None:

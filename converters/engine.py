@@ -26,6 +26,7 @@ class BuildOptions:
     min_simulator_snr_db: float = 35.0
     timeout_s: float | None = None  # the child is killed with SIGKILL past this (reported like any signal)
     reproduce: bool = False  # compile a second time and fail unless both engines are byte-identical
+    layer_table_on_failure: bool = True  # a failing simulator gate runs accuracy_analysis for its top layers
 
     @classmethod
     def from_recipe(cls, recipe: dict, target: str, toolkit: str) -> "BuildOptions":
@@ -47,10 +48,14 @@ class EngineResult:
     golden_simulator_outputs: list = field(default_factory=list)  # one dict per `golden_feeds` run
 
 
-def simulator_verdicts(reference: dict, simulated: dict, min_snr_db: float) -> tuple[list[Verdict], dict]:
+def simulator_verdicts(reference: dict, simulated: dict, min_snr_db: float,
+                       floor: dict | None = None) -> tuple[list[Verdict], dict]:
     """Per output: SNR of the simulator against onnxruntime fp32 (gated) and max|d| (recorded). A self-check
-    whose fp32 output is degenerate (all zeros, a constant, non-finite) fails: it cannot judge the engine."""
-    from gates.snr import max_abs, snr_db, snr_verdict
+    whose fp32 output is degenerate (all zeros, a constant, non-finite) fails: it cannot judge the engine.
+    With `floor` (the fp16 floor graph's outputs, `gates.fp16_floor`): its SNR against the same reference and
+    the gap to the simulator are recorded, and the gap is gated (`fp16_floor_gap[<output>]`)."""
+    from gates.fp16_floor import floor_gap, floor_gap_verdict
+    from gates.snr import degenerate_reference, max_abs, snr_db, snr_verdict
 
     verdicts, figures = [], {}
     for name, ref in reference.items():
@@ -58,12 +63,55 @@ def simulator_verdicts(reference: dict, simulated: dict, min_snr_db: float) -> t
         figures[name] = {"snr_db": snr, "max_abs": worst}
         verdicts.append(snr_verdict(f"simulator_snr[{name}]", ref, simulated[name], min_snr_db,
                                     f"max|d| {worst:.3g} vs onnxruntime fp32", full_scale=None))
+        if floor is not None and name in floor:
+            floor_db = snr_db(ref, floor[name])
+            figures[name].update(fp16_floor_snr_db=floor_db, fp16_floor_gap_db=floor_gap(snr, floor_db))
+            if degenerate_reference(ref, full_scale=None) is None:
+                verdicts.append(floor_gap_verdict(name, snr, floor_db))
     return verdicts, figures
 
 
 SIMULATOR_ADVICE = ("the fp16 simulator disagrees with onnxruntime fp32: look for fp16 overflow (inf) or "
                     "precision loss (large constants, long reductions) in the graph, or lower the threshold "
                     "(min_simulator_snr_db, --min-snr) if the family's own gate accepts it")
+
+
+def host_references(model, reference_onnx: Path, feeds: dict) -> tuple[dict, dict]:
+    """onnxruntime fp32 of `reference_onnx` and of the fp16 floor graph of `model` (the engine graph) on `feeds`,
+    one session at a time (the floor costs one more host run of the graph: seconds on the default engines)."""
+    from gates.fp16_floor import fp16_rounded
+    from runtime.backends import OnnxBackend
+
+    with OnnxBackend(Path(reference_onnx)) as reference_graph:
+        reference = reference_graph.run(feeds)
+    with OnnxBackend(fp16_rounded(model)) as floor_graph:
+        floor = floor_graph.run(feeds)
+    return reference, floor
+
+
+def simulator_advice(verdicts: list[Verdict], figures: dict, min_snr_db: float, culprits: list[str],
+                     family: str | None = None) -> dict:
+    """Verdict name -> advice for the simulator gates: which of "the conversion lost fidelity" and "these
+    weights are fp16-sensitive" the figures say, with the layers where the error grows when known."""
+    from gates.fp16_floor import simulator_advice as floor_advice
+    from gates.snr import DEGENERATE_ADVICE
+
+    advice = {}
+    gap_passed = {v.name[len("fp16_floor_gap["):-1]: v.passed for v in verdicts if v.name.startswith("fp16_floor_gap[")}
+    for verdict in verdicts:
+        output = verdict.name[verdict.name.index("[") + 1:-1]
+        figure = figures.get(output, {})
+        if math.isnan(verdict.value):
+            advice[verdict.name] = DEGENERATE_ADVICE
+        elif "fp16_floor_snr_db" not in figure:
+            advice[verdict.name] = SIMULATOR_ADVICE
+        elif not math.isfinite(figure["fp16_floor_snr_db"]):
+            advice[verdict.name] = f"[{output}] plain fp16 of this graph is non-finite already: " + SIMULATOR_ADVICE
+        else:
+            advice[verdict.name] = floor_advice(output, figure["snr_db"], figure["fp16_floor_snr_db"],
+                                                gap_passed.get(output, True), min_snr_db,
+                                                culprits if not gap_passed.get(output, True) else (), family)
+    return advice
 
 
 def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, export_verdicts=(),
@@ -78,8 +126,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     from core.contract import get_contract
     from gates import fp16_range, layer_table, manifest, regtask
     from core.onnx_graph import load_model
-    from gates.snr import DEGENERATE_ADVICE
-    from runtime.backends import OnnxBackend
+    from toolkit.session import graph_io
 
     check_target(options.target)
     check_toolkit(options.toolkit)
@@ -97,20 +144,32 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     if not constants.passed:  # fail before a compile that can take minutes
         raise GateFailure([constants], advice=fp16_range.ADVICE, context=f"{stem} for {options.target}")
 
-    feeds = None
+    feeds, reference, floor = None, {}, {}
     if selfcheck is not None:
         with np.load(selfcheck) as data:
             feeds = {name: data[name] for name in data.files}
+        feeds = _checked_feeds(graph_io(model)[0], feeds, f"self-check {selfcheck} (keys: the ONNX input names)")
+        # The host figures first (fp32 reference and fp16 floor), so the child's session can stay open for a
+        # per-layer analysis when the simulator gates fail.
+        reference, floor = host_references(model, Path(reference_onnx or onnx_path), feeds)
+    simulator_figures, sim_verdicts, sim_advice, layer_note = {}, [], {}, ""
     try:
         child = ConverterChild(onnx_path, options.target, options.toolkit, log_path, rknn_path=partial_rknn,
                                simulate=feeds is not None, timeout_s=options.timeout_s)
         with child:
             child.wait_ready()
             if feeds is not None:
-                feeds = _checked_feeds(child.inputs, feeds, f"self-check {selfcheck} (keys: the ONNX input names)")
                 simulated = child.run(feeds)
                 golden_simulated = [child.run(_checked_feeds(child.inputs, extra, "an end-to-end golden call"))
                                     for extra in golden_feeds]
+                sim_verdicts, simulator_figures = simulator_verdicts(reference, simulated, options.min_simulator_snr_db,
+                                                                     floor)
+                culprits = []
+                if options.layer_table_on_failure and any(not v.passed and not math.isnan(v.value)
+                                                          for v in sim_verdicts):  # where is it lost?
+                    culprits, layer_note = _layer_culprits(child, feeds, model, reference_onnx is not None)
+                sim_advice = simulator_advice(sim_verdicts, simulator_figures, options.min_simulator_snr_db,
+                                              culprits, get_contract(model).get("family"))
             inputs, outputs = child.inputs, child.outputs
         if not partial_rknn.is_file():
             raise BuildError("export", "the child finished but wrote no engine", log_tail(log_path), log_path)
@@ -131,17 +190,13 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
         if options.reproduce:
             verdicts.append(reproduce_verdict(onnx_path, options, partial_rknn, out_dir))
             advice[verdicts[-1].name] = REPRODUCE_ADVICE
-        simulator_figures, reference = {}, {}
-        if feeds is not None:
-            with OnnxBackend(Path(reference_onnx or onnx_path)) as reference_graph:
-                reference = reference_graph.run(feeds)
-            sim_verdicts, simulator_figures = simulator_verdicts(reference, simulated, options.min_simulator_snr_db)
-            verdicts += sim_verdicts
-            advice.update({v.name: DEGENERATE_ADVICE if math.isnan(v.value) else SIMULATOR_ADVICE for v in sim_verdicts})
+        verdicts += sim_verdicts
+        advice.update(sim_advice)
         failed = [v for v in verdicts if not v.passed]
         if failed:
             hints = list(dict.fromkeys(advice[v.name] for v in failed if v.name in advice))
-            raise GateFailure(failed, advice="; ".join(hints), context=f"{stem} for {options.target}")
+            raise GateFailure(failed, advice="; ".join(hints) + layer_note, context=f"{stem} for {options.target}",
+                              extra={"simulator": simulator_figures})
 
         os.replace(partial_rknn, final_rknn)
         data = manifest.build_manifest(
@@ -158,6 +213,24 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     return EngineResult(final_rknn, final_manifest, log_path, data, verdicts,
                         simulated if feeds is not None else {}, reference,
                         golden_simulated if feeds is not None else [])
+
+
+def _layer_culprits(child, feeds: dict, model, fp16_maths: bool) -> tuple[list[str], str]:
+    """The top rows of the per-layer analysis (`convert diagnose`) in the build's own child session, as
+    (short names for the message, the printed table); an analysis that fails is said, never raised."""
+    from converters.diagnose import analyse_in_child
+    from core.contract import get_contract
+    from gates.layer_error import TOP_ROWS, culprits, format_rows, ranked
+
+    try:
+        rows = analyse_in_child(child, feeds, model, get_contract(model).get("stages"))
+    except (BuildError, OSError, ValueError, KeyError) as error:
+        return [], f"\n  (per-layer analysis unavailable: {str(error).splitlines()[0]})"
+    table = "\n".join("    " + line for line in format_rows(ranked(rows, TOP_ROWS)))
+    caveat = ("\n    (this graph relies on fp16 maths: the toolkit's golden is the engine graph in fp32, not its "
+              "fp32 twin)") if fp16_maths else ""
+    return culprits(rows, 3), (f"\n  the {TOP_ROWS} layers adding the most noise (dB vs the toolkit's fp32 golden):\n"
+                               + table + caveat)
 
 
 REPRODUCE_ADVICE = ("two compiles of the same ONNX gave different engines: the compiler child's environment lost "

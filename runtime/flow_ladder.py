@@ -5,7 +5,8 @@ One estimator call sees x, mask, mu [B,80,S], the host-made time sinusoid t_freq
 cond [B,80,S] and the RoPE tables rope_cos/rope_sin [heads,S,dim_head]; it returns dphi_dt [B,80,S]. CFG
 (upstream `solve_euler`): the unconditional row has mu, spks and cond zeroed, and the step uses
 (1 + r) * cond_out - r * uncond_out (r = 0.7). A B=2 engine takes both rows in one call, a B=1 engine two
-calls. Past the largest rung the ladder refuses (a CPU fallback is the consumer's choice, not ours).
+calls. Past the largest rung the ladder refuses (a CPU fallback is the consumer's choice, not ours). A rung
+too big to compile whole is split by depth into parts chained through `hidden` [B,S,dim] (`Chain`).
 
 The initial noise is an input: upstream draws it from seeded torch (`rand_noise`), which numpy cannot
 reproduce. numpy and the stdlib only, Python 3.8 (shipped in the board self-test kit)."""
@@ -20,6 +21,8 @@ from runtime.golden import by_role
 
 INPUT_NAMES = ["x", "mask", "mu", "t_freq", "spks", "cond", "rope_cos", "rope_sin"]
 OUTPUT_NAME = "dphi_dt"
+HIDDEN_NAME = "hidden"  # [B, S, dim] between the parts of a depth-split rung
+CHAIN_INPUT_NAMES = [HIDDEN_NAME, "mask", "t_freq", "rope_cos", "rope_sin"]  # the inputs of a later part
 UNCONDITIONAL_ZEROED = ["mu", "spks", "cond"]  # the CFG row upstream feeds with these zeroed
 DEFAULT_STEPS = 10
 DEFAULT_CFG_RATE = 0.7
@@ -62,14 +65,49 @@ def rope_tables(length: int, inv_freq, heads: int, dim_head: int):
     return per_head(cos), per_head(sin)
 
 
+class Chain:
+    """The parts of one depth-split rung run in order: the first takes the estimator inputs and returns
+    `hidden`, each later one takes `hidden` (+ mask, t_freq, RoPE tables) and the last returns dphi_dt. Each
+    part gets only its own inputs (its contract's io, or the part's input names)."""
+
+    def __init__(self, parts: List[object]):
+        if not parts:
+            raise ValueError("a chain needs at least one part")
+        self.parts = list(parts)
+        self.input_names = list(INPUT_NAMES)
+        self.output_names = [OUTPUT_NAME]
+
+    @staticmethod
+    def _inputs(part, index: int) -> List[str]:
+        contract = getattr(part, "contract", None)
+        if contract and "io" in contract:
+            return [entry["name"] for entry in contract["io"]["inputs"]]
+        return list(INPUT_NAMES) if index == 0 else list(CHAIN_INPUT_NAMES)
+
+    def run(self, feeds: dict) -> dict:
+        current = dict(feeds)
+        out = {}
+        for index, part in enumerate(self.parts):
+            out = part.run({name: current[name] for name in self._inputs(part, index)})
+            if index < len(self.parts) - 1:
+                current[HIDDEN_NAME] = np.asarray(out[HIDDEN_NAME], dtype=np.float32)
+        return {OUTPUT_NAME: out[OUTPUT_NAME]}
+
+    def close(self) -> None:
+        for part in self.parts:
+            if hasattr(part, "close"):
+                part.close()
+
+
 class FlowLadder:
-    """`rungs` maps a compiled length S -> backend (`run(feeds) -> outputs`); `contract` is the engines'
-    shared contract (any rung's): batch, cfg, time and rope fields (see the family's export)."""
+    """`rungs` maps a compiled length S -> backend (`run(feeds) -> outputs`), or the list of a depth-split rung's
+    parts in chain order; `contract` is the engines' shared contract (any rung's): batch, cfg, time and rope
+    fields (see the family's export)."""
 
     def __init__(self, rungs: Dict[int, object], contract: dict):
         if not rungs:
             raise ValueError("a flow ladder needs at least one rung")
-        self.rungs = dict(sorted((int(k), v) for k, v in rungs.items()))
+        self.rungs = dict(sorted((int(k), Chain(v) if isinstance(v, (list, tuple)) else v) for k, v in rungs.items()))
         self.batch = int(contract.get("batch", 1))
         if self.batch not in (1, 2):
             raise ValueError(f"estimator batch {self.batch}: the CFG scheme runs B=1 (two calls) or B=2 (one call)")
@@ -84,15 +122,24 @@ class FlowLadder:
 
     @classmethod
     def from_engines(cls, engines: List[object]) -> "FlowLadder":
-        """From engines that carry their contract (runtime.golden.Engine): one rung per contract `length`."""
+        """From engines that carry their contract (runtime.golden.Engine): one rung per contract `length`; the
+        parts of a depth-split rung (contract `chain`: part, parts) chained in part order."""
         if not engines:
             raise ValueError("no flow estimator engines")
-        rungs = {}
+        grouped: Dict[int, Dict[int, object]] = {}
+        counts: Dict[int, int] = {}
         for engine in engines:
             length = int(engine.contract["length"])
-            if length in rungs:
-                raise ValueError(f"two estimator engines for S={length}")
-            rungs[length] = engine
+            chain = engine.contract.get("chain") or {"part": 0, "parts": 1}
+            part, parts = int(chain["part"]), int(chain["parts"])
+            if counts.setdefault(length, parts) != parts or part in grouped.setdefault(length, {}):
+                raise ValueError(f"two estimator engines for S={length} part {part} (or disagreeing part counts)")
+            grouped[length][part] = engine
+        rungs = {}
+        for length, parts in grouped.items():
+            if sorted(parts) != list(range(counts[length])):
+                raise ValueError(f"the S={length} rung has parts {sorted(parts)} of {counts[length]}: incomplete chain")
+            rungs[length] = parts[0] if counts[length] == 1 else [parts[i] for i in range(counts[length])]
         return cls(rungs, engines[0].contract)
 
     @property
@@ -167,5 +214,6 @@ def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
 
 
 def calls_per_solve(contract: dict, steps: int = DEFAULT_STEPS) -> int:
-    """Engine calls of one ODE: one per step at B=2, two at B=1."""
-    return steps * (1 if int(contract.get("batch", 1)) == 2 else 2)
+    """Engine calls of one ODE: one per step at B=2, two at B=1; times the parts of a depth-split rung."""
+    parts = int((contract.get("chain") or {}).get("parts", 1))
+    return steps * (1 if int(contract.get("batch", 1)) == 2 else 2) * parts

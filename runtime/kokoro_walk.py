@@ -1,7 +1,8 @@
 """Kokoro generator over a fixed-window engine, with the CPU parts around it in numpy.
 
 The engine maps one window of W latent frames (x [1,512,W], har [1,22,60W+1], style, masks at the coarse 10W and
-fine 60W+1 rates) to spec_phase [1,22,60W+1]. Around it, on the CPU: the harmonic-plus-noise source (F0 ->
+fine 60W+1 rates) to spec_phase [1,22,60W+1]; a row-form engine (contract `fine_rows`, `fine_row_length`) takes
+har and mask_fine and gives spec_phase as rows [1, C, R, L] of that fine axis, zero past its end. Around it, on the CPU: the harmonic-plus-noise source (F0 ->
 sine harmonics -> linear + tanh), its STFT (`har` = magnitude and phase), and the iSTFT head (exp of the
 log-magnitude rows, sin of the phase rows). The windows come from `runtime.window_walk.plan_windows` (context
 frames each side, emitted frames per step, the last window aligned to the end, a short utterance one padded
@@ -93,6 +94,8 @@ class KokoroWindow(WindowSpan):
     n_fft: int
     overlap: int = 0
     gain: bool = False
+    fine_rows: int = 0  # row form (converters/families/kokoro/rows.py): har, mask_fine and spec_phase as rows
+    fine_row_length: int = 0  # [1, C, fine_rows, fine_row_length], zero past the window's 60W+1 samples
 
     @classmethod
     def from_contract(cls, contract: dict, params: dict | None = None) -> "KokoroWindow":
@@ -109,8 +112,35 @@ class KokoroWindow(WindowSpan):
         return layout
 
 
+def to_rows(array: np.ndarray, rows: int, length: int) -> np.ndarray:
+    """[..., T] -> [..., rows, length]: the signal cut into rows, zero past its end (the row form's inputs)."""
+    array = np.asarray(array)
+    if array.shape[-1] > rows * length:
+        raise ValueError(f"{array.shape[-1]} samples do not fit {rows} rows of {length}")
+    padded = np.zeros(array.shape[:-1] + (rows * length,), array.dtype)
+    padded[..., : array.shape[-1]] = array
+    return padded.reshape(array.shape[:-1] + (rows, length))
+
+
+def from_rows(array: np.ndarray, columns: int) -> np.ndarray:
+    """[1, C, rows, length] -> [1, C, columns] (the row form's output back on one axis); a 3-D array as is."""
+    array = np.asarray(array)
+    if array.ndim == 3:
+        return array
+    return array.reshape(array.shape[:-2] + (-1,))[..., :columns]
+
+
+def row_feeds(feeds: dict, layout) -> dict:
+    """Plain window feeds (har, mask_fine on one fine axis) in the engine's row form when it has one."""
+    if not layout.fine_rows or np.asarray(feeds["har"]).ndim == 4:
+        return feeds
+    return {**feeds, **{name: to_rows(feeds[name], layout.fine_rows, layout.fine_row_length)
+                        for name in ("har", "mask_fine")}}
+
+
 def window_feeds(x, har, style, start: int, layout: KokoroWindow) -> dict:
-    """Inputs of the window starting at latent frame `start`; frames past the utterance are zero, mask 0."""
+    """Inputs of the window starting at latent frame `start`; frames past the utterance are zero, mask 0
+    (har and mask_fine as rows for a row-form engine)."""
     frames, w = x.shape[-1], layout.window
     real = min(w, frames - start)
     fine = layout.hop * w + 1
@@ -122,8 +152,8 @@ def window_feeds(x, har, style, start: int, layout: KokoroWindow) -> dict:
     mask_coarse[..., : layout.coarse_hop * real] = 1
     mask_fine = np.zeros((1, 1, fine), np.float32)
     mask_fine[..., : layout.hop * real + 1] = 1
-    return {"x": x_win, "har": har_win, "style": np.asarray(style, np.float32), "mask_coarse": mask_coarse,
-            "mask_fine": mask_fine}
+    return row_feeds({"x": x_win, "har": har_win, "style": np.asarray(style, np.float32),
+                      "mask_coarse": mask_coarse, "mask_fine": mask_fine}, layout)
 
 
 def _raised_cosine(columns: int) -> np.ndarray:
@@ -159,6 +189,7 @@ def walk(backend, x: np.ndarray, har: np.ndarray, style: np.ndarray, layout: Kok
     shared = 0  # columns the previous window emitted past this window's emit_start
     for i, win in enumerate(windows):
         spec = np.asarray(backend.run(window_feeds(x, har, style, win.start, layout))["spec_phase"], np.float64)
+        spec = from_rows(spec, layout.hop * layout.window + 1)
         last = i == len(windows) - 1
         tail = 0 if last else min(layout.overlap, frames - win.emit_end)
         lo = layout.hop * win.emit_start

@@ -1,11 +1,17 @@
 """Greedy ASR decoding over CPU-owned rank-3 K/V buckets, on any backend with `run(feeds) -> outputs`.
 
 The plan (`audio8_plan.json`, written by the exporter) lists every graph with its contract and the engine
-it compiles to; nothing here restates a shape. Per token: each layer's K/V projection graph gives this
-position's K/V rows, the CPU writes them into the layer's [heads, Smax, head_dim] buffers, and the layer's
-block graph for the current bucket reads the whole buffer under a CPU-made mask. When the write position
-reaches the bucket's end, every layer's valid rows are copied into the next bucket and decoding continues
-at the same token and RoPE position. Graphs load on first use; the frontend graphs are released after prefill.
+it compiles to; nothing here restates a shape. One adapter serves every clip length: the runtime computes the
+adaptive-average-pooling matrix for the clip's placeholder count N (`pooling_matrix`, numpy), zero-padded to
+the adapter's [max_placeholders, audio_tokens] input, and keeps the first N rows the adapter returns. One
+prefill serves every prompt length L: the prompt is right-padded to the prefill's S (exact on the real
+positions of a causal decoder), a one-hot [1, S] selector picks the last real position's hidden state, the
+runtime keeps the first L rows of every layer's K/V, and the head shards give the first token's logits, as
+they do each decode step's. Per token: each layer's K/V projection graph gives this position's K/V rows, the
+CPU writes them into the layer's [heads, Smax, head_dim] buffers, and the layer's block graph for the current
+bucket reads the whole buffer under a CPU-made mask. When the write position reaches the bucket's end, every
+layer's valid rows are copied into the next bucket and decoding continues at the same token and RoPE position.
+Graphs load on first use; the frontend graphs are released after prefill.
 
 `golden_loop` is the family's end-to-end golden for the board self-test kit: the same runtime over the kit's
 engines (`runtime.golden.Engine`, each known by its contract) instead of a plan directory."""
@@ -26,7 +32,7 @@ PLAN_FILE = "audio8_plan.json"
 
 
 class BucketError(SetupError):
-    """The input does not fit the exported buckets (audio too long, no adapter for N, K/V positions exhausted)."""
+    """The input does not fit the exported graphs (audio too long or empty, K/V positions exhausted)."""
 
 
 def rope_tables(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -39,8 +45,28 @@ def rope_tables(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.
 
 
 def placeholder_count(samples: int, hop: int) -> int:
-    """Audio placeholders for `samples`: 25/50/75/100 for 2/4/6/8 s at 16 kHz with hop 160."""
+    """Audio placeholders for `samples`: 25/50/75/100 for 2/4/6/8 s at 16 kHz with hop 160 (37 for 3 s)."""
     return max((((samples // hop) + 1) // 2) // 4, 1)
+
+
+def pooling_matrix(source: int, target: int) -> np.ndarray:
+    """P [target, source] (float64) with P @ x == adaptive average pooling of x's rows to `target` rows
+    (torch's adaptive_avg_pool1d windows: floor(i * source / target) .. ceil((i + 1) * source / target))."""
+    matrix = np.zeros((target, source), dtype=np.float64)
+    for row in range(target):
+        start = (row * source) // target
+        stop = -((-(row + 1) * source) // target)
+        matrix[row, start:stop] = 1.0 / (stop - start)
+    return matrix
+
+
+def padded_pooling(source: int, target: int, rows: int) -> np.ndarray:
+    """The adapter's `pool` input: `pooling_matrix(source, target)` in float32, zero rows below it to `rows`."""
+    if not 1 <= target <= rows:
+        raise BucketError(f"{target} audio placeholders do not fit the adapter's {rows} rows")
+    padded = np.zeros((rows, source), dtype=np.float32)
+    padded[:target] = pooling_matrix(source, target)
+    return padded
 
 
 @dataclass
@@ -49,7 +75,7 @@ class Timings:
 
     encoder_ms: float = 0.0
     adapter_ms: float = 0.0
-    prefill_ms: float = 0.0
+    prefill_ms: float = 0.0  # the prefill and the head shard calls of the first token
     kv_ms: float = 0.0
     block_ms: float = 0.0
     head_ms: float = 0.0
@@ -151,25 +177,37 @@ class Audio8Runtime:
 
     # ------------------------------------------------------------ frontend
     def check_audio(self, samples: int) -> int:
-        """Placeholder count N for `samples`, or a BucketError when no adapter bucket serves it."""
+        """Placeholder count N for `samples` (any clip up to the encoder's frame count), or a BucketError."""
         c = self.contract
-        largest = max(c["adapter_tokens"])
-        max_samples = c["max_frames"] * c["hop"]
+        rate, max_samples = c["sample_rate"], c["max_frames"] * c["hop"]
+        if samples <= 0:
+            raise BucketError("the audio is empty: nothing to transcribe")
+        if samples > max_samples:
+            seconds = max_samples / rate
+            raise BucketError(f"audio of {samples / rate:.2f} s is longer than the {seconds:g} s the encoder takes "
+                              f"({c['max_frames']} mel frames): split it into clips of at most {seconds:g} s, "
+                              f"best at pauses (e.g. `sox in.wav part.wav trim 0 {seconds:g} : newfile : restart`), "
+                              "and transcribe each clip")
         placeholders = placeholder_count(samples, c["hop"])
-        if samples > max_samples or placeholders > largest:
-            raise BucketError(f"audio of {samples / c['sample_rate']:.2f} s is longer than the largest adapter bucket "
-                              f"({max_samples / c['sample_rate']:.2f} s, {largest} placeholders): split it first")
-        if placeholders not in c["adapter_tokens"]:
-            raise BucketError(f"{samples} samples give {placeholders} audio placeholders, but adapters exist only for "
-                              f"{c['adapter_tokens']}: export one with --adapter-tokens or trim/pad the audio")
+        if placeholders > c["max_placeholders"]:  # a plan whose encoder and adapter disagree
+            raise BucketError(f"{samples} samples give {placeholders} audio placeholders, more than the adapter's "
+                              f"{c['max_placeholders']} rows")
         return placeholders
 
     def prompt_ids(self, placeholders: int) -> list[int]:
         p = self.contract["prompt"]
         return [*p["prefix_ids"], *[p["audio_token_id"]] * placeholders, *p["suffix_ids"]]
 
+    def _pooling(self, placeholders: int) -> np.ndarray:
+        """The adapter's `pool` input [1, rows, tokens] for N placeholders: adaptive average pooling of the
+        encoder's tokens to N rows, zero-padded to the adapter's rows. One method, so a test can plant the
+        first-N-rows mistake."""
+        c = self.contract
+        return padded_pooling(c["audio_tokens"], placeholders, c["max_placeholders"])[None]
+
     def prompt_embeddings(self, features: np.ndarray, placeholders: int, timings: Timings) -> np.ndarray:
-        """Encoder (features zero-padded to the fixed frame count) -> adapter for N -> inputs_embeds [1, S, hidden]."""
+        """Encoder (features zero-padded to the fixed frame count) -> the adapter pooled to N -> inputs_embeds
+        [1, S, hidden], S = N + the prompt's template tokens."""
         c = self.contract
         if features.shape[1] > c["max_frames"]:
             raise BucketError(f"{features.shape[1]} mel frames exceed the encoder's {c['max_frames']}")
@@ -177,16 +215,15 @@ class Audio8Runtime:
         padded[:, : features.shape[1]] = features
         audio_hidden = self._run(("encoder", "main", None), {"input_features": padded}, timings,
                                  "encoder_ms")["audio_hidden"]
-        if ("adapter", "main", placeholders) not in self.graphs:
-            raise BucketError(f"no adapter for {placeholders} placeholders; the plan has {c['adapter_tokens']}")
-        audio = self._run(("adapter", "main", placeholders), {"audio_hidden": audio_hidden}, timings,
-                          "adapter_ms")["audio_embeddings"]
+        audio = self._run(("adapter", "main", None), {"audio_hidden": audio_hidden,
+                                                      "pool": self._pooling(placeholders)},
+                          timings, "adapter_ms")["audio_embeddings"]
+        if audio.shape[0] != c["max_placeholders"]:
+            raise BucketError(f"adapter gave {audio.shape[0]} audio rows, its contract says {c['max_placeholders']}")
         ids = np.array(self.prompt_ids(placeholders))
         slots = ids == c["prompt"]["audio_token_id"]
-        if audio.shape[0] != int(slots.sum()):
-            raise BucketError(f"adapter gave {audio.shape[0]} audio rows for {int(slots.sum())} placeholders")
         embeds = np.asarray(self._embed_table[ids], dtype=np.float32).copy()
-        embeds[slots] = audio
+        embeds[slots] = audio[: int(slots.sum())]  # rows past N pooled nothing (zero rows of `pool`)
         return embeds[None]
 
     def transcribe(self, features: np.ndarray, samples: int, max_new_tokens: int, **decode) -> Decoded:
@@ -195,33 +232,49 @@ class Audio8Runtime:
         return self.decode(embeds, max_new_tokens, timings=timings, **decode)
 
     # ------------------------------------------------------------ decoder
+    def _head(self, hidden: np.ndarray, timings: Timings, stage: str) -> np.ndarray:
+        """Logits [vocab]: the final RMSNorm and LM head of `hidden` [1, 1, hidden], shard by shard."""
+        return np.concatenate([self._run(("decoder", "head", shard), {"hidden": hidden}, timings, stage)
+                               ["logits"].reshape(-1) for shard in range(self.contract["head_shards"])])
+
+    def prefill(self, inputs_embeds: np.ndarray, timings: Timings) -> tuple[np.ndarray, dict]:
+        """The one prefill over the prompt right-padded to its S: the last real position's hidden state
+        [1, 1, hidden] (one-hot selector through a MatMul) and every layer's K/V [heads, S, head_dim]."""
+        c = self.contract
+        length, size = inputs_embeds.shape[1], c["prompt_length"]
+        if length > size:
+            raise BucketError(f"a {length}-token prompt is longer than the prefill's {size} positions")
+        padded = np.zeros((1, size, inputs_embeds.shape[2]), np.float32)
+        padded[:, :length] = inputs_embeds
+        select = np.zeros((1, size), np.float32)
+        select[0, length - 1] = 1.0
+        cos, sin = rope_tables(np.arange(size), c["head_dim"], c["rope_theta"])
+        outputs = self._run(("prefill", "main", None), {"inputs_embeds": padded, "cos": cos, "sin": sin,
+                                                        "select": select}, timings, "prefill_ms")
+        return outputs["last_hidden"].reshape(1, 1, -1), outputs
+
     def decode(self, inputs_embeds: np.ndarray, max_new_tokens: int, ignore_eos: bool = False,
                keep_logits: bool = False, timings: Timings | None = None) -> Decoded:
         """Greedy tokens after the prompt, EOS included (or exactly `max_new_tokens` with `ignore_eos`)."""
         c = self.contract
         timings = timings or Timings()
         length = inputs_embeds.shape[1]
-        if ("prefill", "main", length) not in self.graphs:
-            raise BucketError(f"no prefill graph for a {length}-token prompt")
         buckets = sorted(c["kv_buckets"])
-        cos, sin = rope_tables(np.arange(length), c["head_dim"], c["rope_theta"])
-        prefill = self._run(("prefill", "main", length),
-                            {"inputs_embeds": inputs_embeds.astype(np.float32), "cos": cos, "sin": sin},
-                            timings, "prefill_ms")
-        for component in ("encoder", "adapter", "prefill"):
-            self.release(component)
         bucket = next((b for b in buckets if b > length), None)
         if bucket is None:
             raise BucketError(f"a {length}-token prompt leaves no room in the largest K/V bucket {buckets[-1]}")
+        hidden, prefill = self.prefill(inputs_embeds, timings)
+        for component in ("encoder", "adapter", "prefill"):
+            self.release(component)
         shape = (c["heads"], bucket, c["head_dim"])
         keys = [np.zeros(shape, np.float32) for _ in range(c["layers"])]
         values = [np.zeros(shape, np.float32) for _ in range(c["layers"])]
-        for layer in range(c["layers"]):
-            keys[layer][:, :length] = prefill[f"key_{layer}"]
-            values[layer][:, :length] = prefill[f"value_{layer}"]
+        for layer in range(c["layers"]):  # the prefill's rows past the prompt are padding
+            keys[layer][:, :length] = prefill[f"key_{layer}"][:, :length]
+            values[layer][:, :length] = prefill[f"value_{layer}"][:, :length]
         mask = np.full((c["heads"], 1, bucket), c["mask_value"], np.float32)
         mask[:, :, :length] = 0.0
-        logits = prefill["last_logits"].reshape(-1)
+        logits = self._head(hidden, timings, "prefill_ms")
         tokens, used, kept = [int(np.argmax(logits))], [bucket], [logits] if keep_logits else []
         eos = c["prompt"]["eos_token_id"]
         position = length
@@ -242,8 +295,7 @@ class Audio8Runtime:
                 hidden = self._run(("decoder", f"block_{bucket}", layer),
                                    {"hidden": hidden, "full_k": keys[layer], "full_v": values[layer],
                                     "cos": cos, "sin": sin, "mask": mask}, timings, "block_ms")["hidden_out"]
-            logits = np.concatenate([self._run(("decoder", "head", shard), {"hidden": hidden}, timings,
-                                               "head_ms")["logits"].reshape(-1) for shard in range(c["head_shards"])])
+            logits = self._head(hidden, timings, "head_ms")
             tokens.append(int(np.argmax(logits)))
             kept += [logits] if keep_logits else []
             timings.decode_steps += 1

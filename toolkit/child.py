@@ -10,7 +10,10 @@ from the parent), parent_pid (the child dies with it).
 Every step is announced on the events pipe as one JSON line ({"stage": ...}) *before* it starts, so the
 parent can name the stage in which a signal killed the child. After the build, the child answers run
 requests read from stdin, one JSON line each ({"inputs": npz, "outputs": npz}), until stdin closes:
-the simulator only runs the engine built in this process (it refuses engines loaded from disk)."""
+the simulator only runs the engine built in this process (it refuses engines loaded from disk).
+A line {"analyse": {"inputs": npz, "dir": scratch dir, "summary": json}} runs the toolkit's
+accuracy_analysis (simulator, target=None) on those inputs instead, writes per-layer energies (signal and
+golden-vs-simulator noise, from its dumps) and error_analysis.txt into the summary JSON, and deletes the dumps."""
 from __future__ import annotations
 
 import json
@@ -55,6 +58,98 @@ def _simulate(rknn, request: dict, run: dict) -> None:
     np.savez(run["outputs"], **{name: np.asarray(value) for name, value in zip(names, outputs)})
 
 
+def _energies(golden, simulated) -> dict:
+    """sum(golden^2) and sum((golden - simulated)^2) in float64 (None when the simulator is non-finite)."""
+    import numpy as np
+
+    golden = np.asarray(golden, dtype=np.float64)
+    simulated = np.asarray(simulated, dtype=np.float64)
+    entry = {"shape": list(golden.shape), "size": int(golden.size), "signal": float(np.sum(golden**2)),
+             "finite": bool(np.all(np.isfinite(simulated)))}
+    if golden.size != simulated.size:
+        entry["missing"] = f"simulator dump has {simulated.size} values, golden {golden.size}"
+    else:
+        entry["noise"] = float(np.sum((golden.ravel() - simulated.ravel()) ** 2)) if entry["finite"] else None
+    return entry
+
+
+def _analyse(rknn, request: dict, job: dict) -> None:
+    """accuracy_analysis on the simulator, reduced to what a per-layer table needs. The toolkit dumps every
+    layer twice as .npy (golden, then simulator, layer by layer; gigabytes on a large graph) and as text (its
+    C++ `cpputils2.savetxt`): the dumps are caught as they are saved (numpy.save and both savetxt stubbed for
+    the call; the toolkit computes its own table in memory and never reads them back), reduced to energies
+    pair by pair, and never written.
+    A dump that reaches the disk anyway (another writer) is read back and deleted with the snapshot."""
+    import shutil
+
+    import numpy as np
+
+    feeds = np.load(job["inputs"])
+    os.makedirs(job["dir"], exist_ok=True)
+    paths = []
+    for position, name in enumerate(request["inputs"]):
+        paths.append(os.path.join(job["dir"], f"input{position}.npy"))
+        np.save(paths[-1], np.ascontiguousarray(feeds[name]))
+    snapshot = os.path.join(job["dir"], "snapshot")
+    pending, energies = {}, {}
+
+    def caught_save(file, arr, *args, **kwargs):
+        parts = os.path.normpath(str(file)).split(os.sep)
+        if len(parts) >= 3 and parts[-2] == "npy" and parts[-3] in ("golden", "simulator"):
+            stem = os.path.splitext(parts[-1])[0]
+            if parts[-3] == "golden":
+                pending[stem] = np.array(arr, copy=True)
+            elif stem in pending:
+                energies[stem] = _energies(pending.pop(stem), arr)
+            return None
+        return save(file, arr, *args, **kwargs)
+
+    def no_text(*args, **kwargs):
+        return None
+
+    save, savetxt = np.save, np.savetxt
+    try:  # the text dumps go through the toolkit's own C++ writer
+        from rknn.api import libcpputils2
+
+        native = libcpputils2.cpputils2
+        native_savetxt = native.savetxt
+    except (ImportError, AttributeError):
+        native = native_savetxt = None
+    np.save, np.savetxt = caught_save, no_text
+    if native is not None:
+        native.savetxt = no_text
+    try:
+        _checked("accuracy_analysis", rknn.accuracy_analysis(inputs=paths, output_dir=snapshot, target=None))
+    finally:
+        np.save, np.savetxt = save, savetxt
+        if native is not None:
+            native.savetxt = native_savetxt
+    try:
+        with open(os.path.join(snapshot, "error_analysis.txt"), errors="replace") as handle:
+            text = handle.read()
+        layers = []
+        with open(os.path.join(snapshot, "map_name_to_file.txt"), errors="replace") as handle:
+            rows = [line.split() for line in handle if line.strip() and not line.startswith(("layer_name", "---"))]
+        for row in rows:
+            name, stem = " ".join(row[:-1]), os.path.splitext(row[-1])[0]
+            entry = {"name": name, "file": stem}
+            if stem in energies:
+                entry.update(energies[stem])
+            else:
+                try:
+                    entry.update(_energies(np.load(os.path.join(snapshot, "golden", "npy", stem + ".npy")),
+                                           np.load(os.path.join(snapshot, "simulator", "npy", stem + ".npy"))))
+                except (OSError, ValueError) as error:
+                    entry["missing"] = str(error).splitlines()[0]
+            layers.append(entry)
+        with open(job["summary"], "w") as handle:
+            json.dump({"error_analysis": text, "layers": layers}, handle)
+    finally:
+        shutil.rmtree(snapshot, ignore_errors=True)
+        for path in paths:
+            os.unlink(path)
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Have the kernel SIGKILL this process when its parent dies, however it dies (a SIGKILLed parent runs no
     cleanup); then check the parent did not die before the request was made."""
@@ -95,8 +190,13 @@ def main(request_path: str) -> int:
         for line in sys.stdin:
             if not line.strip():
                 continue
-            events.send(stage="simulate")
             run = json.loads(line)
+            if "analyse" in run:
+                events.send(stage="accuracy_analysis")
+                _analyse(rknn, request, run["analyse"])
+                events.send(analysed=run["analyse"]["summary"])
+                continue
+            events.send(stage="simulate")
             _simulate(rknn, request, run)
             events.send(ran=run["outputs"])
         events.send(stage="release")

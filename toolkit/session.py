@@ -284,9 +284,35 @@ class ConverterChild:
         return {name: value.reshape(shapes[name]) if value.size == int(np.prod(shapes[name])) else value
                 for name, value in outputs.items()}
 
+    def analyse(self, feeds: dict) -> dict:
+        """rknn-toolkit2's accuracy_analysis of the built engine on `feeds` (simulator, no device): a dict with
+        `error_analysis` (the toolkit's error_analysis.txt) and `layers` (per IR layer, in graph order: name,
+        file, shape, size, signal = sum(golden^2), noise = sum((golden - simulator)^2), finite). The golden is
+        the toolkit's own fp32 run of the engine graph. The tensor dumps live in the child's work dir only
+        while it reduces them."""
+        import numpy as np
+
+        job_dir = self.work_dir / "analysis"
+        inputs_path, summary_path = self.work_dir / "analyse_inputs.npz", self.work_dir / "analysis.json"
+        np.savez(inputs_path, **feeds)
+        request = {"analyse": {"inputs": str(inputs_path), "dir": str(job_dir), "summary": str(summary_path)}}
+        try:
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            self._fail(None)
+        self._next_event("analysed")
+        try:
+            return json.loads(summary_path.read_text())
+        finally:
+            summary_path.unlink(missing_ok=True)
+            inputs_path.unlink(missing_ok=True)
+            shutil.rmtree(job_dir, ignore_errors=True)
+
     def close(self) -> None:
         """Let the child release the toolkit and exit; a failure on the way out is still reported."""
-        if self._proc is None:
+        events = getattr(self, "_events", None)
+        if self._proc is None or events is None or events.closed:  # never started, or failed and reaped already
             self._cleanup()
             return
         self._close_stdin()

@@ -14,7 +14,8 @@ class GapMaskedInstanceNorm(nn.Module):
     mean = GAP(x*m)/GAP(m), var = GAP(((x-mean)*m)^2)/GAP(m); the output is `(x*scale + (shift - mean*scale)) * m`
     with the per-channel scale = gain * var^-1/2 (Pow: a per-channel Div or Reciprocal lands on the CPU of the
     rk3588 NPU, Pow does not), i.e. two full-tensor passes after the statistics. Zero where the mask is 0, so a
-    padded window normalises exactly as the same frames decoded unpadded."""
+    padded window normalises exactly as the same frames decoded unpadded. Any rank: [1, C, T] pools over T,
+    rows [1, C, R, L] (surgery.modules.rows) over R and L together; `gain` and `shift` broadcast against x."""
 
     def __init__(self, eps: float, weight: torch.Tensor | None, bias: torch.Tensor | None):
         super().__init__()
@@ -23,13 +24,15 @@ class GapMaskedInstanceNorm(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone())
 
     def forward(self, x, mask, gain, shift):
+        channel = (1, -1) + (1,) * (x.dim() - 2)
         if self.weight is not None:  # the norm's own affine folds into the per-channel gain and shift
-            shift = shift + gain * self.bias.view(1, -1, 1)
-            gain = gain * self.weight.view(1, -1, 1)
-        share = F.adaptive_avg_pool1d(mask, 1)
-        mean = F.adaptive_avg_pool1d(x * mask, 1) / share
+            shift = shift + gain * self.bias.view(channel)
+            gain = gain * self.weight.view(channel)
+        pool = F.adaptive_avg_pool1d if x.dim() == 3 else F.adaptive_avg_pool2d
+        share = pool(mask, 1)
+        mean = pool(x * mask, 1) / share
         centred = (x - mean) * mask
-        var = F.adaptive_avg_pool1d(centred * centred, 1) / share
+        var = pool(centred * centred, 1) / share
         scale = gain * torch.pow(var + self.eps, -0.5)
         return (x * scale + (shift - mean * scale)) * mask
 

@@ -16,5 +16,5 @@ def small_plan(small_model, tmp_path_factory):
     from converters.families.audio8.export import export_all
 
     out = tmp_path_factory.mktemp("audio8_small")
-    export_all(small_model, out, [25, 50, 75, 100], [128, 256, 512], head_shards=2)
+    export_all(small_model, out, [128, 256, 512], head_shards=2)
     return out

@@ -15,6 +15,7 @@ from converters import kit
 from converters.families.audio8 import checks
 from converters.families.audio8.export import E2E_LOOP, E2E_NAME, E2E_TOKENS, EMBED_FILE, export
 from core.contract import get_contract
+from core.errors import SetupError
 from core.paths import REPO_ROOT, engine_name
 from runtime.golden import as_stored
 from runtime.kv_buckets import Audio8Runtime, EmbeddingRows
@@ -26,8 +27,8 @@ LAYERS, SHARDS = 2, 2  # the small model; head_shards=2 below
 @pytest.fixture(scope="module")
 def exported(small_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("audio8_e2e")
-    return out, export(small_model, out, [25, 50], [128, 256], head_shards=SHARDS, stress=False,
-                       say=lambda _: None)
+    return out, export(small_model, out, [128, 256], head_shards=SHARDS, stress=False, say=lambda _: None,
+                       clips=[1.9])
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +91,14 @@ def test_calls_are_the_probes_and_the_golden_lists_exactly_the_called_engines(ex
     names = [name for name, _, _ in recording.calls]
     per_step = [name for layer in range(LAYERS) for name in (f"kv_l{layer}.rknn", f"block_l{layer}_s128.rknn")]
     per_step += [f"head_{shard}.rknn" for shard in range(SHARDS)]
-    assert names == ["encoder.rknn", "adapter_t25.rknn", "prefill_s35.rknn"] + per_step * (E2E_TOKENS - 1)
-    assert len(names) == 3 + (E2E_TOKENS - 1) * (2 * LAYERS + SHARDS) == 27
+    heads = [f"head_{shard}.rknn" for shard in range(SHARDS)]  # the prefill's first token: the head shards too
+    assert names == ["encoder.rknn", "adapter.rknn", "prefill.rknn"] + heads + per_step * (E2E_TOKENS - 1)
+    assert len(names) == 3 + SHARDS + (E2E_TOKENS - 1) * (2 * LAYERS + SHARDS) == 29
     spec = recording.spec
     assert spec["name"] == E2E_NAME and spec["loop"] == E2E_LOOP and spec["params"]["tokens"] == E2E_TOKENS
-    assert sorted(spec["engines"]) == sorted(set(names))  # called = listed: no other adapter, prefill or bucket
+    assert sorted(spec["engines"]) == sorted(set(names))  # called = listed: no other bucket
     declared = [r for r in records if r.end_to_end is not None]
-    assert sorted(engine_name(r.onnx) for r in declared) == sorted(spec["engines"]) and len(records) == 13
+    assert sorted(engine_name(r.onnx) for r in declared) == sorted(spec["engines"]) and len(records) == 11
     # the encoder sees the clip's log-mel, zero-padded to the fixed frame count, as the runtime feeds it
     features = log_mel(recording.inputs["audio"], 128)
     encoder_feeds = recording.calls[0][1]["input_features"]
@@ -190,9 +192,12 @@ def test_the_recipe_build_declares_the_golden(small_model, tmp_path, monkeypatch
     monkeypatch.setattr(M, "load_snapshot", lambda path: small_model)
     monkeypatch.setattr(pipeline, "build_recipe", lambda recipe, target, toolkit, work_dir, exported, **_:
                         handed.setdefault("records", exported))
-    recipe = {"package": "audio8_test", "source": {}, "options": {"adapter_tokens": [25], "kv_buckets": [128],
-                                                                 "head_shards": SHARDS}, "gates": {}}
+    recipe = {"package": "audio8_test", "source": {}, "options": {"kv_buckets": [128], "head_shards": SHARDS},
+              "gates": {}}
     records = family.build_recipe(recipe, "rk3588", "2.3.2", tmp_path / "work")
     declared = [r for r in records if r.end_to_end is not None]
     assert records is handed["records"] and declared and declared[0].end_to_end.name == f"{E2E_NAME}.e2e.json"
-    assert len(declared) == len(records) == 3 + 2 * LAYERS + SHARDS  # one adapter, one bucket: every graph runs
+    assert len(declared) == len(records) == 3 + 2 * LAYERS + SHARDS  # one bucket: every graph runs
+    with pytest.raises(SetupError, match="adapter_tokens is gone"):  # the per-N adapters' option
+        family.build_recipe(dict(recipe, options={"adapter_tokens": [25], "kv_buckets": [128]}), "rk3588", "2.3.2",
+                            tmp_path / "work2")

@@ -24,12 +24,18 @@ def test_graph_decoding_matches_torch_greedy_and_stress(small_model, small_plan)
     failed = [v.line() for v in verdicts if not v.passed]
     assert not failed, failed
     names = {v.name for v in verdicts}
-    assert {f"{gate}[T{t}]" for t in (25, 50, 75, 100) for gate in ("greedy_tokens", "step_logits_rel_l2")} <= names
+    # clips of any length, not only the spec's 2/4/6/8 s, through the one adapter and the one prefill
+    assert checks.PROBE_SECONDS == (0.7, 1.9, 3.1, 4.4, 5.6, 7.9)
+    assert {f"{gate}[{s:g}s]" for s in checks.PROBE_SECONDS
+            for gate in ("greedy_tokens", "adapter_rel_l2", "prefill_logits_rel_l2", "step_logits_rel_l2")} <= names
     assert {"stress_tokens[S110+403]", "stress_step_logits_rel_l2[S110+403]"} <= names
     # the fp32 export gates measure at the fp32 floor, well inside their thresholds (measured <= 8.7e-06)
     assert all(v.value < v.threshold / 5 for v in verdicts if v.unit == "ratio"), [v.line() for v in verdicts]
+    print("\n".join(lines))
+    placeholders = [int(line.split(": ")[1].split()[0]) for line in lines if not line.startswith("stress")]
+    assert placeholders == [8, 23, 38, 55, 70, 98], lines
     # every natural run stops at EOS, and the stress run crosses both migrations
-    assert sum("ends with EOS: True" in line for line in lines) == 4, lines
+    assert sum("ends with EOS: True" in line for line in lines) == 6, lines
     assert any("buckets [128, 256, 512]" in line and line.startswith("stress") for line in lines), lines
 
 
@@ -41,11 +47,32 @@ def test_plan_lists_every_graph_with_role_and_bucket(small_plan):
                      ("prefill", "main")]
     for entry in plan["graphs"]:
         assert get_contract(small_plan / entry["onnx"]) == entry["contract"]
+    # one adapter for every N, one prefill for every prompt length: no ladder of either
+    assert [g["onnx"] for g in plan["graphs"] if g["contract"]["component"] in ("adapter", "prefill")] == [
+        "adapter.onnx", "prefill.onnx"]
+    assert all("ladder_key" not in g["contract"] for g in plan["graphs"] if g["contract"]["component"] != "decoder")
+    assert len(plan["graphs"]) == 3 + 2 * (1 + 3) + 2
     blocks = [g["contract"] for g in plan["graphs"] if g["contract"]["role"].startswith("block_")]
     assert sorted((c["layer"], c["bucket"]) for c in blocks) == [(l, b) for l in range(2) for b in (128, 256, 512)]
     block = onnx.load(str(small_plan / "block_l1_s256.onnx"))
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in block.graph.input}
     assert shapes["full_k"] == shapes["full_v"] == [4, 256, 16] and shapes["mask"] == [4, 1, 256]
+
+    def io(stem):
+        graph = onnx.load(str(small_plan / f"{stem}.onnx")).graph
+        return ({i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input},
+                {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in graph.output})
+
+    inputs, outputs = io("adapter")
+    assert inputs == {"audio_hidden": [104, 48], "pool": [1, 100, 104]} and outputs == {"audio_embeddings": [100, 64]}
+    inputs, outputs = io("prefill")
+    assert inputs == {"inputs_embeds": [1, 110, 64], "cos": [110, 16], "sin": [110, 16], "select": [1, 110]}
+    assert outputs == {"last_hidden": [1, 1, 64], **{f"{kind}_{i}": [4, 110, 16] for i in range(2)
+                                                     for kind in ("key", "value")}}
+    prefill = onnx.load(str(small_plan / "prefill.onnx")).graph
+    # no LM head inside (the head shards give the logits), no index Gather for the last position
+    assert not any(o.type.tensor_type.shape.dim[-1].dim_value == 160 for o in prefill.output)
+    assert not [n.op_type for n in prefill.node if n.op_type in ("Gather", "GatherElements", "GatherND")]
 
 
 def test_export_records_the_token_gates_on_every_graph(small_model, tmp_path):
@@ -54,12 +81,13 @@ def test_export_records_the_token_gates_on_every_graph(small_model, tmp_path):
     from converters.families.audio8.export import export
     from converters.pipeline import Exported
 
-    records = export(small_model, tmp_path, [25], [128, 256], head_shards=2, stress=False, say=lambda _: None)
+    records = export(small_model, tmp_path, [128, 256], head_shards=2, stress=False, say=lambda _: None,
+                     clips=[1.9])
     plan = json.loads((tmp_path / PLAN_FILE).read_text())
     assert [r.onnx.name for r in records] == [g["onnx"] for g in plan["graphs"]]
     assert {r.verdicts for r in records} == {records[0].verdicts}
-    assert [v.name for v in records[0].verdicts] == ["greedy_tokens[T25]", "adapter_rel_l2[T25]",
-                                                     "prefill_logits_rel_l2[T25]", "step_logits_rel_l2[T25]"]
+    assert [v.name for v in records[0].verdicts] == ["greedy_tokens[1.9s]", "adapter_rel_l2[1.9s]",
+                                                     "prefill_logits_rel_l2[1.9s]", "step_logits_rel_l2[1.9s]"]
     for record, entry in zip(records, plan["graphs"]):
         assert get_contract(record.onnx) == entry["contract"] and entry["rknn"] == engine_name(record.onnx)
         assert Exported.from_onnx(record.onnx, "audio8") == record
@@ -87,43 +115,58 @@ def _replace_graph(plan_dir, stem, module, example_inputs, input_names, output_n
     _export(module, example_inputs, input_names, output_names, contract, plan_dir / f"{stem}.onnx")
 
 
-def test_adapter_gate_catches_first_rows_of_the_largest_adapter(small_model, small_plan, tmp_path):
-    """The spec's early mistake: the T100 adapter's first N rows instead of pooling to N."""
+class FirstRowsOfTheLargestPooling(Audio8Runtime):
+    """The spec's early mistake, in the one-adapter form: the pooling for the most placeholders (the old T100
+    adapter's) fed for every clip, and its first N rows kept, instead of pooling to N."""
+
+    def _pooling(self, placeholders):
+        return super()._pooling(self.contract["max_placeholders"])
+
+
+def test_adapter_gate_catches_first_rows_of_the_largest_pooling(small_model, small_plan):
+    clips = (0.7, 3.1, 8.0)  # 8, 38 and 100 placeholders
+    verdicts = {v.name: v for v in checks.graph_verdicts(small_model, small_plan, stress=False, say=lambda _: None,
+                                                         runtime_class=FirstRowsOfTheLargestPooling, clips=clips)}
+    print(verdicts["adapter_rel_l2[3.1s]"].line(), verdicts["greedy_tokens[3.1s]"].line())
+    for name in ("0.7s", "3.1s"):
+        assert not verdicts[f"adapter_rel_l2[{name}]"].passed and verdicts[f"adapter_rel_l2[{name}]"].value > 0.3
+    assert verdicts["adapter_rel_l2[8s]"].passed  # the largest N: the mistake is invisible there
+
+
+def test_prefill_gate_catches_a_prefill_without_rope(small_model, small_plan, tmp_path):
+    """RoPE left out of the one prefill: its logit figure fails for every clip length."""
     import torch
 
-    from converters.families.audio8.graphs import AdapterGraph
-
-    class FirstRows(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.full = AdapterGraph(small_model.adapter, 104, 100)
-
-        def forward(self, audio_hidden):
-            return self.full(audio_hidden)[:25]
-
-    bad = tmp_path / "bad"
-    shutil.copytree(small_plan, bad)
-    _replace_graph(bad, "adapter_t25", FirstRows(), (torch.zeros(104, 48),), ["audio_hidden"], ["audio_embeddings"])
-    verdicts = {v.name: v for v in checks.graph_verdicts(small_model, bad, stress=False, say=lambda _: None)}
-    print(verdicts["adapter_rel_l2[T25]"].line(), verdicts["greedy_tokens[T25]"].line())
-    assert not verdicts["adapter_rel_l2[T25]"].passed and verdicts["adapter_rel_l2[T25]"].value > 0.3
-    assert verdicts["adapter_rel_l2[T50]"].passed
-
-
-def test_prefill_and_stress_gates_catch_a_graph_without_rope(small_model, small_plan, tmp_path):
-    """RoPE left out of the S35 prefill and of one layer's 512 block: the prefill figure catches the first, and
-    only the stress run reaches the 512 bucket to catch the second."""
-    import torch
-
-    from converters.families.audio8.graphs import BlockGraph, PrefillGraph
+    from converters.families.audio8.graphs import PrefillGraph
 
     class PrefillWithoutRope(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.inner = PrefillGraph(small_model.decoder, 35)
+            self.inner = PrefillGraph(small_model.decoder, 110)
 
-        def forward(self, inputs_embeds, cos, sin):
-            return self.inner(inputs_embeds, torch.ones_like(cos), torch.zeros_like(sin))
+        def forward(self, inputs_embeds, cos, sin, select):
+            return self.inner(inputs_embeds, torch.ones_like(cos), torch.zeros_like(sin), select)
+
+    bad = tmp_path / "bad"
+    shutil.copytree(small_plan, bad)
+    caches = [f"{kind}_{i}" for i in range(2) for kind in ("key", "value")]
+    select = torch.zeros(1, 110)
+    select[0, 40] = 1.0
+    _replace_graph(bad, "prefill", PrefillWithoutRope(), (torch.zeros(1, 110, 64), torch.ones(110, 16),
+                   torch.zeros(110, 16), select), ["inputs_embeds", "cos", "sin", "select"], ["last_hidden", *caches])
+    clips = (0.7, 4.4, 7.9)
+    verdicts = {v.name: v for v in checks.graph_verdicts(small_model, bad, stress=False, say=lambda _: None,
+                                                         clips=clips)}
+    print("\n".join(v.line() for v in verdicts.values()))
+    assert all(not verdicts[f"prefill_logits_rel_l2[{c:g}s]"].passed for c in clips)
+    assert all(verdicts[f"adapter_rel_l2[{c:g}s]"].passed for c in clips)
+
+
+def test_stress_gate_catches_a_512_block_without_rope(small_model, small_plan, tmp_path):
+    """RoPE left out of one layer's 512 block: only the stress run reaches the 512 bucket to catch it."""
+    import torch
+
+    from converters.families.audio8.graphs import BlockGraph
 
     class BlockWithoutRope(torch.nn.Module):
         def __init__(self):
@@ -135,17 +178,14 @@ def test_prefill_and_stress_gates_catch_a_graph_without_rope(small_model, small_
 
     bad = tmp_path / "bad"
     shutil.copytree(small_plan, bad)
-    caches = [f"{kind}_{i}" for i in range(2) for kind in ("key", "value")]
-    _replace_graph(bad, "prefill_s35", PrefillWithoutRope(), (torch.zeros(1, 35, 64), torch.ones(35, 16),
-                   torch.zeros(35, 16)), ["inputs_embeds", "cos", "sin"], ["last_logits", *caches])
     _replace_graph(bad, "block_l0_s512", BlockWithoutRope(),
                    (torch.zeros(1, 1, 64), torch.zeros(4, 512, 16), torch.zeros(4, 512, 16), torch.ones(1, 16),
                     torch.zeros(1, 16), torch.zeros(4, 1, 512)),
                    ["hidden", "full_k", "full_v", "cos", "sin", "mask"], ["hidden_out"])
-    verdicts = {v.name: v for v in checks.graph_verdicts(small_model, bad, say=lambda _: None)}
+    verdicts = {v.name: v for v in checks.graph_verdicts(small_model, bad, say=lambda _: None, clips=(1.9, 7.9))}
     failed = sorted(name for name, v in verdicts.items() if not v.passed)
-    assert "prefill_logits_rel_l2[T25]" in failed and any(name.startswith("stress_tokens") for name in failed)
-    assert not any(name.endswith(("[T50]", "[T75]", "[T100]")) for name in failed), failed
+    assert failed and all(name.startswith("stress_") for name in failed), failed
+    assert any(name.startswith("stress_tokens") for name in failed), failed
 
 
 def test_token_gate_fails_on_a_different_sequence():
@@ -162,12 +202,14 @@ def test_margin_gate_explains_only_fp16_ties():
     assert not checks.margin_explained_verdict("m", [1, 1], logits, [1, 2]).passed
 
 
-def test_bucket_errors_are_loud(small_plan):
+def test_any_clip_up_to_8_s_and_loud_errors_past_it(small_plan):
     with Audio8Runtime(small_plan) as runtime:
-        with pytest.raises(BucketError, match="longer than the largest adapter bucket"):
+        counts = [runtime.check_audio(int(seconds * 16000)) for seconds in (0.5, 0.7, 1.9, 3.0, 3.1, 7.9, 8.0)]
+        assert counts == [6, 8, 23, 37, 38, 98, 100]
+        with pytest.raises(BucketError, match=r"8\.01 s is longer than the 8 s .*split it into clips of at most 8 s"):
             runtime.check_audio(8 * 16000 + 160)
-        with pytest.raises(BucketError, match="37 audio placeholders"):
-            runtime.check_audio(3 * 16000)
+        with pytest.raises(BucketError, match="empty"):
+            runtime.check_audio(0)
         features = np.zeros((128, 200), np.float32)
         embeds = runtime.prompt_embeddings(features, 25, Timings())
         with pytest.raises(BucketError, match="past the largest K/V bucket 512"):
@@ -188,7 +230,8 @@ def test_lazy_loading_and_release(small_plan):
         decoded = runtime.transcribe(log_mel(audio, 128), audio.size, 300, ignore_eos=True)
         assert decoded.buckets == [128, 256, 512]
         loaded = {key[:2] for key in runtime.loaded()}
-    assert not any(name.startswith(("adapter_t25", "adapter_t50", "prefill_s35")) for name in opened)
+    assert opened[:3] == ["encoder.onnx", "adapter.onnx", "prefill.onnx"]
+    assert sum(name.startswith(("adapter", "prefill")) for name in opened) == 2  # opened once each
     # the frontend and the outgrown buckets were released; only the 512 blocks, K/V and head stay open
     assert loaded == {("decoder", "kv"), ("decoder", "block_512"), ("decoder", "head")}
 
@@ -243,10 +286,11 @@ def test_check_command_decodes_a_wav(small_plan, tmp_path):
     app, check_app = typer.Typer(), typer.Typer()
     app.add_typer(check_app, name="check")
     register(app, check_app)
-    wav = write_wav(tmp_path / "probe.wav", checks.probe_audio(75), 16000)
-    result = CliRunner().invoke(app, ["check", "audio8", "--plan", str(small_plan), "--wav", str(wav)])
-    assert result.exit_code == 0, result.output
-    assert "tokens:" in result.output and "buckets: 128" in result.output
+    for seconds in (0.7, 3.1):  # any length, not only 2/4/6/8 s
+        wav = write_wav(tmp_path / f"probe_{seconds}.wav", checks.probe_clip(seconds), 16000)
+        result = CliRunner().invoke(app, ["check", "audio8", "--plan", str(small_plan), "--wav", str(wav)])
+        assert result.exit_code == 0, result.output
+        assert "tokens:" in result.output and "buckets: 128" in result.output
     too_long = write_wav(tmp_path / "long.wav", np.zeros(9 * 16000), 16000)
     result = CliRunner().invoke(app, ["check", "audio8", "--plan", str(small_plan), "--wav", str(too_long)])
-    assert result.exit_code != 0 and "longer than the largest adapter bucket" in str(result.exception)
+    assert result.exit_code != 0 and "split it into clips of at most 8 s" in str(result.exception)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from converters.families.audio8 import graphs
-from runtime.kv_buckets import placeholder_count, rope_tables
+from runtime.kv_buckets import BucketError, padded_pooling, placeholder_count, rope_tables
 from runtime.mel import log_mel
 
 
@@ -25,6 +25,20 @@ def test_pooling_matrix_is_adaptive_average_pooling(target):
     x = np.random.default_rng(target).standard_normal((104, 6))
     expected = np.stack([x[(i * 104) // target: -((-(i + 1) * 104) // target)].mean(axis=0) for i in range(target)])
     np.testing.assert_allclose(graphs.pooling_matrix(104, target) @ x, expected, rtol=0, atol=1e-12)
+
+
+def test_padded_pooling_serves_every_placeholder_count():
+    """The one adapter's `pool` input: for every N in 1..100 the first N rows pool to N, the rest are zero."""
+    import torch
+
+    x = np.random.default_rng(3).standard_normal((104, 5)).astype(np.float32)
+    for target in range(1, 101):
+        pool = padded_pooling(104, target, 100)
+        assert pool.shape == (100, 104) and pool.dtype == np.float32 and not pool[target:].any()
+        expected = torch.nn.functional.adaptive_avg_pool1d(torch.from_numpy(x).T[None], target)[0].T.numpy()
+        np.testing.assert_allclose(pool[:target] @ x, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(BucketError, match="101 audio placeholders do not fit"):
+        padded_pooling(104, 101, 100)
 
 
 def test_rotate_half_matrix():
@@ -63,3 +77,37 @@ def test_rms_norm_matches_float64_reference():
     with torch.no_grad():
         ours = graphs.rms_norm(norm, torch.from_numpy(x).float()).double().numpy()
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_step_layouts_equal_the_split_step(small_model):
+    """Issue #17 item 3's layouts (measured by bench/audio8.py --layouts): attention over the cache without this
+    token's row plus that row, one softmax, equals the K/V projection + write + block of today's split step."""
+    import torch
+
+    decoder = small_model.decoder
+    rng = np.random.default_rng(4)
+    heads, bucket, head_dim, position = 4, 128, 16, 40
+    hidden = torch.from_numpy(rng.standard_normal((1, 1, 64)).astype(np.float32))
+    cos, sin = (torch.from_numpy(t) for t in rope_tables([position], head_dim, 1e6))
+    caches = [torch.from_numpy(rng.standard_normal((heads, bucket, head_dim)).astype(np.float32)) for _ in range(4)]
+    mask = torch.full((heads, 1, bucket), graphs.MASKED)
+    mask[:, :, :position] = 0.0
+    with torch.no_grad():
+        h, written = hidden, []
+        for layer in range(2):
+            key, value = graphs.KVProjectionGraph(decoder, layer)(h, cos, sin)
+            full_k, full_v = caches[2 * layer].clone(), caches[2 * layer + 1].clone()
+            full_k[:, position], full_v[:, position] = key[:, 0], value[:, 0]
+            open_mask = mask.clone()
+            open_mask[:, :, position] = 0.0
+            step = graphs.FusedLayerStepGraph(decoder, layer)
+            fused, fused_key, fused_value = step(h, caches[2 * layer], caches[2 * layer + 1], cos, sin, mask)
+            h = graphs.BlockGraph(decoder, layer)(h, full_k, full_v, cos, sin, open_mask)
+            torch.testing.assert_close(fused, h, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(fused_key, key) and torch.testing.assert_close(fused_value, value)
+            written += [key, value]
+        logits = graphs.HeadShardGraph(decoder, 0, 160)(h)
+        outputs = graphs.FusedStepGraph(decoder, head=True)(hidden, cos, sin, mask, *caches)
+    torch.testing.assert_close(outputs[0], logits, rtol=1e-5, atol=1e-4)
+    for got, want in zip(outputs[1:], written):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

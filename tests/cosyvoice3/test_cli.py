@@ -46,21 +46,45 @@ def test_recipe_skips_without_a_snapshot(tmp_path, monkeypatch):
 
 
 def test_tiny_ladder_builds_for_rk3588(tmp_path, require_converter):
-    """The one engine build of this suite: S=24 and S=32 rungs of the tiny model, the golden on S=24."""
+    """The one engine build of this suite: the S=24 rung split by depth in 2 (chained through `hidden`) and
+    the S=32 rung whole, of the tiny model; the golden on S=24 (both parts); aperture.json packaged."""
     require_converter()
     out = tmp_path / "engines"
-    run = convert("--random-weights", "small", "--lengths", "32,24", "--target", "rk3588", "--out", str(out),
-                  "--fail-on-cpu-ops")
+    run = convert("--random-weights", "small", "--lengths", "32,24", "--parts", "24:2", "--target", "rk3588",
+                  "--out", str(out), "--fail-on-cpu-ops")
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
     assert "[PASS] ode_snr" in run.stdout and "end-to-end golden: 18 frames" in run.stdout
-    for length in (24, 32):
-        manifest = json.loads((out / f"cosyvoice3_flow_s{length}.manifest.json").read_text())
+    stems = ["cosyvoice3_flow_s24_p1of2", "cosyvoice3_flow_s24_p2of2", "cosyvoice3_flow_s32"]
+    for stem in stems:
+        manifest = json.loads((out / f"{stem}.manifest.json").read_text())
         gates = {g["name"]: g for g in manifest["gates"]}
+        sim = [g for name, g in gates.items() if name.startswith("simulator_snr")]
         assert gates["regtask_lines"]["value"] == 0 and manifest["ops"]["cpu_ops"] == []
-        assert gates["simulator_snr[dphi_dt]"]["passed"] and gates["simulator_snr[dphi_dt]"]["value"] >= 40
-        assert manifest["contract"]["length"] == length
+        assert sim and all(g["passed"] and g["value"] >= 40 for g in sim)
+        assert manifest["contract"]["length"] == (32 if stem.endswith("s32") else 24)
     index = json.loads((out / "selftest" / "index.json").read_text())
     [golden] = index["end_to_end"]
-    assert golden["loop"] == "runtime.flow_ladder:golden_loop" and len(golden["calls"]) == 20
+    assert golden["loop"] == "runtime.flow_ladder:golden_loop" and len(golden["calls"]) == 40
     assert golden["simulator"]["mel"]["snr_db"] >= 40
-    print(f"tiny S=24 golden: simulator {golden['simulator']['mel']['snr_db']:.1f} dB on the mel")
+    print(f"tiny S=24 golden (2 parts): simulator {golden['simulator']['mel']['snr_db']:.1f} dB on the mel")
+
+    # aperture.json beside the engines; packaged by the contract's package_files, listed in SHA256SUMS
+    aperture = json.loads((out / "aperture.json").read_text())
+    assert [(row["length"], row["parts"]) for row in aperture["rungs"]] == [(24, 2), (32, 1)]
+    assert not any(row["refused"] for row in aperture["rungs"])
+    from converters import kit
+    from converters.engine import EngineResult
+    from converters.package import assemble
+
+    results = [EngineResult(out / f"{stem}.rknn", out / f"{stem}.manifest.json", out / f"{stem}.build.log",
+                            json.loads((out / f"{stem}.manifest.json").read_text()), []) for stem in reversed(stems)]
+    package = tmp_path / "package"
+    package.mkdir()
+    assemble(results, package, out)
+    assert "aperture.json" in (package / "SHA256SUMS").read_text() and kit.verify(package) == []
+    assert json.loads((package / "exec_plan.json").read_text())["cosyvoice3.exec_plan"]["flow"] == {
+        "impl": "rknn", "artifacts": {"main": ",".join(f"{stem}.rknn" for stem in stems)}}
+    run = subprocess.run([sys.executable, "-m", "converters.cli", "aperture", str(package)], cwd=REPO_ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "   24 " in run.stdout and "   32 " in run.stdout and "rung set(s) fit 3900 MiB" in run.stdout

@@ -159,3 +159,36 @@ def test_scale_safe_layer_norm_holds_where_fp16_plain_overflows():
     safe = layer_norm(big.half(), form="safe").double().numpy()
     assert snr_db(reference, plain) < 10  # var overflows to inf: every row collapses to 0 (or NaN)
     assert np.all(np.isfinite(safe)) and snr_db(reference, safe) > 50
+
+
+def test_planted_overflow_plain_layer_norm_holds_on_the_rk3588_simulator(tmp_path, require_converter):
+    """Planted at engine level: the residual stream scaled to |x| ~ 1e4 (the input projection x10000), where a
+    literal fp16 LayerNorm squares past 65504. rknn-toolkit2 fuses the plain form into exNorm, which holds on the
+    simulator (63 dB here, as at unit scale); so the plain form stays the default. The scale-safe form
+    (`ln_form="safe"`) is exact in fp32 but crashes the 2.3.2 compiler (fuse_ops: _swap_transpose_expand)."""
+    import copy
+
+    from converters.families.cosyvoice3 import export as E
+    from converters.families.cosyvoice3.snapshot import TINY_CONFIG, random_estimator
+    from gates.snr import snr_db
+    from runtime.backends import OnnxBackend, SimulatorBackend
+
+    require_converter()
+    model = random_estimator(TINY_CONFIG, 0)
+    with torch.no_grad():
+        model.input_embed.proj.weight.mul_(1e4)
+        model.input_embed.proj.bias.mul_(1e4)
+    feeds = E.make_inputs(model, 24, 24, 0)
+    path = tmp_path / "planted.onnx"
+    E.export_onnx(model, 24, path, ln_form="plain")
+    fp32 = OnnxBackend(path).run(feeds)["dphi_dt"]
+    assert snr_db(E.reference_call(copy.deepcopy(model).double(), feeds, 24), fp32) > 100
+    from converters.families.cosyvoice3.engine_graph import EstimatorGraph
+
+    with torch.no_grad():  # the residual really is past the plain fp16 range: var > 65504 by far
+        h = EstimatorGraph(model)._embed(*(torch.from_numpy(feeds[n]) for n in ("x", "mu", "spks", "cond")))
+    centered = h - h.mean(-1, keepdim=True)
+    assert float((centered * centered).mean(-1).max()) > 65504 * 100
+    with SimulatorBackend(path, "rk3588") as simulator:
+        simulated = simulator.run(feeds)["dphi_dt"]
+    assert np.all(np.isfinite(simulated)) and snr_db(fp32, simulated) > 50

@@ -1,9 +1,11 @@
 """`convert audio8`: Audio8-ASR-0.1B as fixed-shape NPU graphs over CPU-owned rank-3 K/V buckets.
 
-Exports the encoder, an adapter per placeholder count T, a prefill per S = T + 10, per layer a K/V projection
-and a block per K/V bucket, and the LM head in shards; gates greedy tokens through those graphs against the
-torch FP32 model's own decoding (EOS included, plus a stress run through the largest bucket); then compiles
-each graph through the family pipeline. `audio8_plan.json` lists every graph with its contract and engine."""
+Exports the encoder, one adapter for every placeholder count (its pooling matrix an input the runtime computes),
+one prefill for every prompt length (right-padded to the largest, S = 110), per layer a K/V projection and a
+block per K/V bucket, and the LM head in shards; gates greedy tokens through those graphs against the torch
+FP32 model's own decoding for clips of any length up to 8 s (EOS included, plus a stress run through the
+largest bucket); then compiles each graph through the family pipeline. `audio8_plan.json` lists every graph
+with its contract and engine."""
 from __future__ import annotations
 
 import os
@@ -18,7 +20,6 @@ from core.paths import work_dir
 from toolkit.versions import DEFAULT_TOOLKIT
 
 FAMILY = "audio8"
-ADAPTER_TOKENS = (25, 50, 75, 100)
 KV_BUCKETS = (128, 256, 512)
 HEAD_SHARDS = 8
 SNAPSHOT_REPO = "Edge0/Audio8-ASR-0.1B"
@@ -29,9 +30,6 @@ ModelDir = Annotated[Optional[Path], typer.Option(
 RandomWeights = Annotated[Optional[str], typer.Option(
     "--random-weights", help="Instead of a snapshot, a random-init model: 'real' (the published shapes, for "
     "engine builds) or 'small' (the test model).")]
-AdapterTokens = Annotated[str, typer.Option(
-    "--adapter-tokens", help="Placeholder counts N to export adapters (and prefills, S = N + 10) for; "
-    "N = 25/50/75/100 for 2/4/6/8 s of audio.")]
 KvBuckets = Annotated[str, typer.Option("--kv-buckets", help="K/V bucket lengths Smax, one block graph per layer each.")]
 HeadShards = Annotated[int, typer.Option("--head-shards", help="LM head graphs (vocabulary rows split evenly).")]
 NoStress = Annotated[bool, typer.Option("--no-stress", help="Skip the stress gate (EOS ignored through the largest "
@@ -68,7 +66,6 @@ def convert_audio8(
     target: Target = "rk3588",
     toolkit: Toolkit = DEFAULT_TOOLKIT,
     out: OutDir = work_dir(FAMILY),
-    adapter_tokens: AdapterTokens = ",".join(map(str, ADAPTER_TOKENS)),
     kv_buckets: KvBuckets = ",".join(map(str, KV_BUCKETS)),
     head_shards: HeadShards = HEAD_SHARDS,
     skip_rknn: SkipRknn = False,
@@ -78,7 +75,7 @@ def convert_audio8(
     fail_on_cpu_ops: FailOnCpuOps = False,
     min_snr_db: MinSnrDb = 35.0,
 ) -> None:
-    """Export Audio8-ASR's encoder, adapters, prefills, per-layer K/V + block graphs and LM head shards,
+    """Export Audio8-ASR's encoder, adapter, prefill, per-layer K/V + block graphs and LM head shards,
     gate greedy tokens against the torch FP32 model, and compile every graph."""
     from converters import pipeline
     from converters.families.audio8.checks import ADVICE
@@ -86,10 +83,10 @@ def convert_audio8(
     from toolkit.versions import check_target
 
     target = check_target(target)  # the export's problem-op scan is per target: refuse a bad one first
-    tokens, buckets = _int_list(adapter_tokens, "--adapter-tokens"), _int_list(kv_buckets, "--kv-buckets")
+    buckets = _int_list(kv_buckets, "--kv-buckets")
     pipeline.convert(
-        FAMILY, lambda: export(load_model(model_dir, random_weights), out, tokens, buckets, head_shards,
-                               not no_stress, target),
+        FAMILY, lambda: export(load_model(model_dir, random_weights), out, buckets, head_shards, not no_stress,
+                               target),
         from_onnx=from_onnx, skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit,
         max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db,
         context="audio8 graphs", advice=ADVICE)
@@ -130,15 +127,18 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
     from converters.families.audio8.export import export
 
     options = recipe["options"]
+    if "adapter_tokens" in options:
+        raise SetupError(f"recipe {recipe.get('package', '?')}: [options] adapter_tokens is gone (one adapter serves "
+                         "every clip length up to 8 s): remove it")
     exported = export(M.load_snapshot(_snapshot_dir(recipe["source"])), work_dir,
-                      options.get("adapter_tokens", ADAPTER_TOKENS), options.get("kv_buckets", KV_BUCKETS),
-                      options.get("head_shards", HEAD_SHARDS), target=target)
+                      options.get("kv_buckets", KV_BUCKETS), options.get("head_shards", HEAD_SHARDS), target=target)
     return pipeline.build_recipe(recipe, target, toolkit, work_dir, exported, advice=ADVICE)
 
 
 def check_audio8(
     plan_dir: Annotated[Path, typer.Option("--plan", help="Directory written by `convert audio8` (audio8_plan.json).")],
-    wav: Annotated[Path, typer.Option("--wav", help="Mono 16 kHz WAV, at most the largest adapter bucket long.")],
+    wav: Annotated[Path, typer.Option("--wav", help="Mono 16 kHz WAV of any length up to 8 s (the encoder's "
+                                      "frames); split longer audio first.")],
     engines: Annotated[bool, typer.Option("--engines/--onnx", help="Run the .rknn engines with rknn-toolkit-lite2 "
                                           "(on a board) instead of the ONNX graphs in onnxruntime.")] = False,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Stop after this many tokens.")] = 200,

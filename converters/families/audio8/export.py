@@ -1,10 +1,12 @@
 """Export every Audio8-ASR graph to a fixed-shape ONNX with its contract, plus the plan that lists them.
 
-Graphs: encoder, adapter per T, prefill per S = T + 10, per layer a K/V projection and a block per K/V
-bucket, LM head shards. `audio8_plan.json` lists each file with its contract and the engine it compiles to;
-`embed_tokens.npy` is the fp32 table the CPU looks tokens up in. `export` is the family's one export: the
-graphs, then the token gates run through them, recorded on every graph, then the end-to-end golden of the
-board self-test kit (`with_end_to_end`: a probe clip, 5 tokens)."""
+Graphs: encoder, one adapter for every placeholder count N (the pooling matrix is an input), one prefill
+for every prompt length (S = the largest prompt, N_max + 10, right-padded; no LM head inside), per layer a K/V
+projection and a block per K/V bucket, LM head shards (the prefill's first token too). `audio8_plan.json`
+lists each file with its contract and the engine it compiles to; `embed_tokens.npy` is the fp32 table the CPU
+looks tokens up in. `export` is the family's one export: the graphs, then the token gates run through them,
+recorded on every graph, then the end-to-end golden of the board self-test kit (`with_end_to_end`: a probe
+clip, 5 tokens)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +17,7 @@ import numpy as np
 from converters.pipeline import Exported, record_export
 from core.paths import engine_name, selfcheck_path
 from gates.verdict import Verdict, at_most, require
-from runtime.kv_buckets import PLAN_FILE, rope_tables
+from runtime.kv_buckets import PLAN_FILE, padded_pooling, placeholder_count, rope_tables
 
 FAMILY = "audio8"
 EXEC_PLAN_OPTION = "audio8_asr.exec_plan"
@@ -24,6 +26,7 @@ OPSET = 17
 E2E_NAME = "audio8_probe"
 E2E_LOOP = "runtime.kv_buckets:golden_loop"
 E2E_TOKENS = 5
+E2E_PLACEHOLDERS = 25  # a 2 s probe clip
 # The board showed in-graph caches and 4-D cache layouts corrupt: decoder graphs may hold none of these.
 CACHE_OPS = ("Concat", "ScatterND", "ScatterElements", "Scatter")
 
@@ -53,8 +56,7 @@ def _export(module, args: tuple, input_names: list[str], output_names: list[str]
     return model
 
 
-def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list[int], head_shards: int,
-               seed: int = 0) -> dict:
+def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, seed: int = 0) -> dict:
     """Write every graph, its self-check inputs, the embedding table and the plan (no token gate: `export`)."""
     import torch
 
@@ -74,18 +76,22 @@ def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list
     head_dim = hidden // heads
     encoder_config = model.encoder.config
     audio_tokens = encoder_config.audio_tokens
+    hop = 160
     prompt_extra = len(model.prompt.prefix_ids) + len(model.prompt.suffix_ids)
-    adapter_tokens, kv_buckets = sorted(adapter_tokens), sorted(kv_buckets)
-    if adapter_tokens[-1] > audio_tokens:
-        raise SetupError(f"adapter bucket {adapter_tokens[-1]} exceeds the encoder's {audio_tokens} tokens")
-    if adapter_tokens[-1] + prompt_extra >= kv_buckets[-1]:
-        raise SetupError(f"largest prompt ({adapter_tokens[-1] + prompt_extra}) does not fit the largest K/V "
-                         f"bucket {kv_buckets[-1]}")
+    # the longest clip the encoder takes gives the most placeholders: the adapter's rows, the prefill's S
+    max_placeholders = placeholder_count(encoder_config.max_frames * hop, hop)
+    prompt_length = max_placeholders + prompt_extra
+    kv_buckets = sorted(kv_buckets)
+    if max_placeholders > audio_tokens:
+        raise SetupError(f"{max_placeholders} placeholders exceed the encoder's {audio_tokens} tokens")
+    if prompt_length >= kv_buckets[-1]:
+        raise SetupError(f"largest prompt ({prompt_length}) does not fit the largest K/V bucket {kv_buckets[-1]}")
     shared = dict(
-        sample_rate=16000, mel_bins=encoder_config.num_mel_bins, n_fft=400, hop=160,
-        max_frames=encoder_config.max_frames, audio_tokens=audio_tokens, adapter_tokens=adapter_tokens,
-        kv_buckets=kv_buckets, head_shards=head_shards, layers=decoder_config.num_hidden_layers, heads=heads,
-        head_dim=head_dim, hidden=hidden, vocab=vocab, rope_theta=float(decoder_config.rope_theta),
+        sample_rate=16000, mel_bins=encoder_config.num_mel_bins, n_fft=400, hop=hop,
+        max_frames=encoder_config.max_frames, audio_tokens=audio_tokens, max_placeholders=max_placeholders,
+        prompt_length=prompt_length, kv_buckets=kv_buckets, head_shards=head_shards,
+        layers=decoder_config.num_hidden_layers, heads=heads, head_dim=head_dim, hidden=hidden, vocab=vocab,
+        rope_theta=float(decoder_config.rope_theta),
         mask_value=graphs.MASKED, kv_layout="heads,Smax,head_dim",
         # the board runtime reads the plan (graph roles, buckets) and the fp32 embedding table beside the engines
         package_files=[PLAN_FILE, EMBED_FILE],
@@ -114,18 +120,18 @@ def export_all(model, out_dir: Path, adapter_tokens: list[int], kv_buckets: list
     emit("encoder", model.encoder, {"input_features": features}, ["audio_hidden"], "encoder", "main")
     with torch.no_grad():
         audio_hidden = model.encoder(torch.from_numpy(features)).numpy()
-    for tokens in adapter_tokens:
-        emit(f"adapter_t{tokens}", graphs.AdapterGraph(model.adapter, audio_tokens, tokens),
-             {"audio_hidden": audio_hidden}, ["audio_embeddings"], "adapter", "main", ladder_key=tokens,
-             tokens=tokens)
+    example_n = (3 * max_placeholders) // 8  # the self-check feeds: a clip of about 3 s, rows past it zero
+    emit("adapter", graphs.AdapterGraph(model.adapter),
+         {"audio_hidden": audio_hidden, "pool": padded_pooling(audio_tokens, example_n, max_placeholders)[None]},
+         ["audio_embeddings"], "adapter", "main", rows=max_placeholders)
     layers = decoder_config.num_hidden_layers
     cache_names = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
-    for tokens in adapter_tokens:
-        length = tokens + prompt_extra
-        cos, sin = rope_tables(np.arange(length), head_dim, decoder_config.rope_theta)
-        emit(f"prefill_s{length}", graphs.PrefillGraph(model.decoder, length),
-             {"inputs_embeds": normal(1, length, hidden), "cos": cos, "sin": sin}, ["last_logits", *cache_names], "prefill", "main",
-             cache_free=True, ladder_key=length, tokens=tokens, length=length)
+    cos, sin = rope_tables(np.arange(prompt_length), head_dim, decoder_config.rope_theta)
+    select = np.zeros((1, prompt_length), np.float32)
+    select[0, example_n + prompt_extra - 1] = 1.0
+    emit("prefill", graphs.PrefillGraph(model.decoder, prompt_length),
+         {"inputs_embeds": normal(1, prompt_length, hidden), "cos": cos, "sin": sin, "select": select},
+         ["last_hidden", *cache_names], "prefill", "main", cache_free=True, length=prompt_length)
     cos, sin = rope_tables(np.array([7]), head_dim, decoder_config.rope_theta)
     token_hidden = normal(1, 1, hidden)
     for layer in range(layers):
@@ -156,23 +162,24 @@ def _write_plan(out_dir: Path, plan: dict) -> None:
     (Path(out_dir) / PLAN_FILE).write_text(json.dumps(plan, indent=1))
 
 
-def export(model, out_dir: Path, adapter_tokens, kv_buckets, head_shards: int, stress: bool = True,
-           target: str | None = None, say=print) -> list[Exported]:
+def export(model, out_dir: Path, kv_buckets, head_shards: int, stress: bool = True, target: str | None = None,
+           say=print, clips=None) -> list[Exported]:
     """Export every graph, warn of problem ops, run the token gates through the graphs and record their verdicts
-    on each one: one `Exported` per graph, all sharing the verdicts (`pipeline.build` gates them once)."""
+    on each one: one `Exported` per graph, all sharing the verdicts (`pipeline.build` gates them once). `clips`:
+the probe clip lengths in seconds the token gates decode (default `checks.PROBE_SECONDS`)."""
     from converters.families.audio8.checks import graph_verdicts, refuse_degenerate
     from core.contract import get_contract
     from gates import opscan
 
     out_dir = Path(out_dir)
-    plan = export_all(model, out_dir, list(adapter_tokens), list(kv_buckets), head_shards)
+    plan = export_all(model, out_dir, list(kv_buckets), head_shards)
     say(f"exported {len(plan['graphs'])} graphs to {out_dir}")
     for entry in plan["graphs"]:
         problems = opscan.scan(out_dir / entry["onnx"], target)
         if problems:
             say(f"{entry['onnx']}:")
             opscan.warn(problems)
-    verdicts = refuse_degenerate(graph_verdicts(model, out_dir, stress=stress, say=say))
+    verdicts = refuse_degenerate(graph_verdicts(model, out_dir, stress=stress, say=say, clips=clips))
     records = [record_export(out_dir / entry["onnx"], verdicts) for entry in plan["graphs"]]
     # the plan carries each graph's contract as the graph does, export verdicts included
     for entry in plan["graphs"]:
@@ -182,7 +189,7 @@ def export(model, out_dir: Path, adapter_tokens, kv_buckets, head_shards: int, s
 
 
 def with_end_to_end(records: list[Exported], out_dir: Path, tokens: int = E2E_TOKENS, say=print) -> list[Exported]:
-    """Declare the family's end-to-end golden on `records`: the probe clip of the smallest adapter bucket through
+    """Declare the family's end-to-end golden on `records`: the 2 s probe clip (25 placeholders) through
     the runtime loop (`runtime.kv_buckets:golden_loop`), exactly `tokens` tokens with EOS ignored. The probe is
     first run here through the plan on onnxruntime (the existing path): the graphs it opens are the golden's
     engines, the embedding rows it reads (prompt ids, fed-back tokens) are an input beside the clip, and
@@ -204,7 +211,7 @@ def with_end_to_end(records: list[Exported], out_dir: Path, tokens: int = E2E_TO
 
     with Audio8Runtime(out_dir, backend_for=backend_for) as runtime:
         contract = runtime.contract
-        placeholders = min(contract["adapter_tokens"])
+        placeholders = E2E_PLACEHOLDERS
         audio = as_stored(probe_audio(placeholders, contract["hop"]))  # the clip as the kit stores it
         decoded = runtime.transcribe(log_mel(audio, contract["mel_bins"]), audio.size, tokens, ignore_eos=True,
                                      keep_logits=True)

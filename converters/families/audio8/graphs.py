@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from runtime.kv_buckets import pooling_matrix  # noqa: F401  (the runtime computes the adapter's `pool` input)
+
 MASKED = -1.0e4  # additive mask value: exp underflows to 0 in fp16 and fp32, and it stays finite in fp16
 
 
@@ -21,16 +23,6 @@ def rotate_half_matrix(head_dim: int) -> np.ndarray:
     matrix = np.zeros((head_dim, head_dim), dtype=np.float32)
     matrix[np.arange(half) + half, np.arange(half)] = -1.0
     matrix[np.arange(half), np.arange(half) + half] = 1.0
-    return matrix
-
-
-def pooling_matrix(source: int, target: int) -> np.ndarray:
-    """P [target, source] with P @ x == adaptive average pooling of x's rows to `target` rows."""
-    matrix = np.zeros((target, source), dtype=np.float64)
-    for row in range(target):
-        start = (row * source) // target
-        stop = -((-(row + 1) * source) // target)
-        matrix[row, start:stop] = 1.0 / (stop - start)
     return matrix
 
 
@@ -63,22 +55,28 @@ def _attention(q, k, v, mask, head_dim):
 
 
 class AdapterGraph(nn.Module):
-    """audio_hidden [tokens, in] -> audio_embeddings [T, out], pooling as the constant matrix for T."""
+    """audio_hidden [tokens, in], pool [1, rows, tokens] -> audio_embeddings [rows, out]: one graph for every
+    placeholder count N <= rows. `pool` is the adaptive-average-pooling matrix for N, zero-padded to `rows`
+    (`runtime.kv_buckets.padded_pooling`); the first N output rows are the pooled ones, the runtime drops the
+    rest (project() of a zero row: finite, unused). `pool` is rank 3 and the MatMul batched: a rank-2 `pool`
+    input gets a CPU Transpose on rk3588 (rknn-toolkit2 2.3.2, small model; rk3576 has none either way)."""
 
-    def __init__(self, adapter: nn.Module, source_tokens: int, target_tokens: int):
+    def __init__(self, adapter: nn.Module):
         super().__init__()
         self.adapter = adapter
-        self.register_buffer("pool", torch.from_numpy(pooling_matrix(source_tokens, target_tokens).astype(np.float32)),
-                             persistent=False)
 
-    def forward(self, audio_hidden):
-        return self.adapter.project(torch.matmul(self.pool, self.adapter.mix(audio_hidden)))
+    def forward(self, audio_hidden, pool):
+        return self.adapter.project(torch.matmul(pool, self.adapter.mix(audio_hidden)[None])[0])
 
 
 class PrefillGraph(nn.Module):
-    """inputs_embeds [1, S, hidden], cos, sin [S, head_dim] -> last_logits [1, vocab], key_i / value_i
-    [heads, S, head_dim] (RoPE applied). cos/sin are inputs, not constants: rknn-toolkit2 2.3.2 tries to fuse
-    a constant [S, head_dim] Mul into the rotate-half MatMul and fails ('operands could not be broadcast')."""
+    """inputs_embeds [1, S, hidden], cos, sin [S, head_dim], select [1, S] -> last_hidden [1, 1, hidden],
+    key_i / value_i [heads, S, head_dim] (RoPE applied): one graph for every prompt length L <= S. The prompt
+    is right-padded to S: under the causal mask every real position sees only real ones, so its rows are exact;
+    `select` is one-hot at L - 1 and picks that row's hidden state through a MatMul (an index Gather tends to
+    land on the CPU). No LM head inside: the head shards take `last_hidden`, as in a decode step. cos/sin are
+    inputs, not constants: rknn-toolkit2 2.3.2 tries to fuse a constant [S, head_dim] Mul into the rotate-half
+    MatMul and fails ('operands could not be broadcast')."""
 
     def __init__(self, decoder: nn.Module, length: int):
         super().__init__()
@@ -88,7 +86,7 @@ class PrefillGraph(nn.Module):
         causal = np.triu(np.full((length, length), MASKED, dtype=np.float32), k=1)
         self.register_buffer("mask", torch.from_numpy(causal)[None], persistent=False)
 
-    def forward(self, inputs_embeds, cos, sin):
+    def forward(self, inputs_embeds, cos, sin, select):
         inner = self.decoder.model
         h = inputs_embeds.flatten(0, 1)
         caches = []
@@ -102,8 +100,7 @@ class PrefillGraph(nn.Module):
             h = h + attn.o_proj(out.transpose(0, 1).reshape(h.shape))
             h = h + layer.mlp(rms_norm(layer.post_attention_layernorm, h))
             caches += [k, v]
-        last = rms_norm(inner.norm, h[-1:])
-        return (self.decoder.lm_head(last), *caches)
+        return (torch.matmul(select, h).unsqueeze(0), *caches)
 
 
 class KVProjectionGraph(nn.Module):
@@ -158,3 +155,63 @@ def shard_ranges(vocab: int, shards: int) -> list[tuple[int, int]]:
     """Contiguous row ranges covering the vocabulary, sizes differing by at most one."""
     bounds = [vocab * i // shards for i in range(shards + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
+
+
+# ---------------------------------------------------------------- fused decoder step (issue #17 item 3): measured
+# by bench/audio8.py (--layouts); not exported by `convert audio8` until the figures choose a default.
+class _FusedLayer(nn.Module):
+    """One layer's step over the CPU-owned cache *without* this token's row, plus that row: scores over the cache
+    rows and over the new row, one softmax over their Concat (two score vectors, not cache buffers), and the new
+    K/V returned for the CPU to write in place. No in-graph cache, no Concat or Scatter of cache buffers."""
+
+    def __init__(self, decoder: nn.Module, layer_index: int):
+        super().__init__()
+        config = decoder.config
+        self.layer = decoder.model.layers[layer_index]
+        self.heads = _RotaryHeads(config.num_attention_heads, config.hidden_size // config.num_attention_heads)
+
+    def forward(self, h, full_k, full_v, cos, sin, mask):
+        attn, scale = self.layer.self_attn, 1.0 / math.sqrt(self.heads.head_dim)
+        x = rms_norm(self.layer.input_layernorm, h)
+        q = self.heads.rope(self.heads.split(attn.q_proj(x)), cos, sin)  # [heads, 1, head_dim]
+        key = self.heads.rope(self.heads.split(attn.k_proj(x)), cos, sin)
+        value = self.heads.split(attn.v_proj(x))
+        cached = torch.matmul(q, full_k.transpose(1, 2)) * scale + mask  # [heads, 1, Smax]
+        own = (q * key).sum(-1, keepdim=True) * scale  # [heads, 1, 1]
+        weights = torch.softmax(torch.cat([cached, own], dim=-1), dim=-1)
+        smax = full_k.shape[1]
+        out = torch.matmul(weights[..., :smax], full_v) + weights[..., smax:] * value
+        h = h + attn.o_proj(out.transpose(0, 1).reshape(h.shape))
+        return h + self.layer.mlp(rms_norm(self.layer.post_attention_layernorm, h)), key, value
+
+
+class FusedLayerStepGraph(nn.Module):
+    """Layout "per layer": hidden [1,1,H], full_k/full_v [heads, Smax, hd] (this position not yet written),
+    cos, sin [1, hd], mask [heads, 1, Smax] (this position still masked) -> hidden_out, key_delta, value_delta."""
+
+    def __init__(self, decoder: nn.Module, layer_index: int):
+        super().__init__()
+        self.inner = _FusedLayer(decoder, layer_index)
+
+    def forward(self, hidden, full_k, full_v, cos, sin, mask):
+        h, key, value = self.inner(hidden.flatten(0, 1), full_k, full_v, cos, sin, mask)
+        return h.unsqueeze(0), key, value
+
+
+class FusedStepGraph(nn.Module):
+    """Layout "all layers" (one call per token and bucket): hidden [1,1,H], full_k_i/full_v_i per layer, cos,
+    sin, mask -> hidden_out (or, with `head`, logits [1, vocab] through the final norm and the tied LM head),
+    key_delta_i, value_delta_i per layer."""
+
+    def __init__(self, decoder: nn.Module, head: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(_FusedLayer(decoder, i) for i in range(decoder.config.num_hidden_layers))
+        self.head = HeadShardGraph(decoder, 0, decoder.config.vocab_size) if head else None
+
+    def forward(self, hidden, cos, sin, mask, *caches):
+        h, deltas = hidden.flatten(0, 1), []
+        for index, layer in enumerate(self.layers):
+            h, key, value = layer(h, caches[2 * index], caches[2 * index + 1], cos, sin, mask)
+            deltas += [key, value]
+        first = self.head(h.unsqueeze(0)) if self.head is not None else h.unsqueeze(0)
+        return (first, *deltas)

@@ -12,7 +12,10 @@ IsNaN/Not/Neg/Tile and no -inf (rknn-toolkit2 marks IsNaN/Not/Neg unsupported an
   MatMul (no Split/Slice of a [B, 6*dim] row), and the scale/shift after each LayerNorm are expanded to
   [B, S, dim] by a ones MatMul (a broadcast [B, 1, dim] there crashes the 2.3.2 compiler);
 - tanh GELU is written out (Tanh, no Pow); LayerNorm is `plain` (x - mean) / sqrt(var + eps) or the
-  scale-safe form (`layer_norm(..., form="safe")`, see there)."""
+  scale-safe form (`layer_norm(..., form="safe")`, see there). Plain is the default: rknn-toolkit2 fuses it into
+  exNorm, which holds a planted |x| ~ 1e4 residual on the rk3588 simulator (where a literal fp16 LayerNorm
+  overflows), while the safe form crashes the 2.3.2 compiler (fuse_ops: _swap_transpose_expand, tiny model);
+- a rung may be split by depth (`blocks`): the parts are chained through `hidden` [B, S, dim]."""
 from __future__ import annotations
 
 import math
@@ -23,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from converters.families.cosyvoice3.dit import DiT, LN_EPS
-from runtime.flow_ladder import INPUT_NAMES, OUTPUT_NAME
+from runtime.flow_ladder import CHAIN_INPUT_NAMES, HIDDEN_NAME, INPUT_NAMES, OUTPUT_NAME
 
 MASK_BIAS = 1.0e4  # additive key bias magnitude: finite in fp16, exp(-1e4) == 0 in fp16, fp32 and fp64
 SAFE_LN_FLOOR = 1.0e-3  # the scale-safe LN divides by max|x| + this (any positive divisor is exact)
@@ -68,8 +71,18 @@ class EstimatorGraph(nn.Module):
     """x [B,mel,S], mask [B,1,S], mu [B,mu,S], t_freq [B,256], spks [B,spk], cond [B,mel,S],
     rope_cos/rope_sin [heads,S,dim_head] -> dphi_dt [B,mel,S] at one fixed S (the shapes come from the inputs)."""
 
-    def __init__(self, model: DiT, ln_form: str = "plain", rotate_all_heads: bool = False, ignore_mask: bool = False):
+    def __init__(self, model: DiT, ln_form: str = "plain", rotate_all_heads: bool = False, ignore_mask: bool = False,
+                 blocks: tuple | None = None):
         super().__init__()
+        # A depth split (`blocks` = (start, stop) of the transformer blocks): the first part takes the estimator's
+        # inputs and ends at the hidden state [B, S, dim]; a later part takes `hidden` (+ mask, t_freq, the RoPE
+        # tables) and the last one ends with norm_out/proj_out. Each part recomputes the time MLP (a few KFLOP).
+        self.start, self.stop = (0, model.depth) if blocks is None else (int(blocks[0]), int(blocks[1]))
+        if not 0 <= self.start < self.stop <= model.depth:
+            raise ValueError(f"blocks {blocks}: a non-empty range within 0..{model.depth}")
+        self.first, self.last = self.start == 0, self.stop == model.depth
+        self.input_names = part_input_names(self.first)
+        self.output_names = [OUTPUT_NAME if self.last else HIDDEN_NAME]
         if ln_form not in LN_FORMS:
             raise ValueError(f"layer norm form {ln_form!r}: one of {', '.join(LN_FORMS)}")
         if model.long_skip_connection is not None:
@@ -116,15 +129,43 @@ class EstimatorGraph(nn.Module):
         out = out.transpose(1, 2).reshape(batch, length, heads * head_dim)
         return attn.to_out[0](out) * row_mask
 
-    def forward(self, x, mask, mu, t_freq, spks, cond, rope_cos, rope_sin):
+    def forward(self, *args):
+        feeds = dict(zip(self.input_names, args))
         m = self.model
+        rope_cos, rope_sin = feeds["rope_cos"], feeds["rope_sin"]
         if self.rotate_all_heads:
             rope_cos = rope_cos[:1].expand_as(rope_cos)
             rope_sin = rope_sin[:1].expand_as(rope_sin)
-        t = m.time_embed.time_mlp(t_freq)
+        t = m.time_embed.time_mlp(feeds["t_freq"])
         silu_t = F.silu(t)
+        h = self._embed(feeds["x"], feeds["mu"], feeds["spks"], feeds["cond"]) if self.first else feeds[HIDDEN_NAME]
 
-        # Input embedding, channel-first: proj(cat(x, cond, mu, spks)) split by input, spks once per row.
+        mask = feeds["mask"]
+        if self.ignore_mask:
+            mask = torch.ones_like(mask)
+        # The mask input has one consumer: with two (the bias and the row mask), rknn-toolkit2 2.3.2 places its
+        # 4-D alignment Reshape of the input on the CPU at S=110 (not at S=24).
+        shifted = mask - 1.0  # 0 on real frames, -1 on padding
+        bias = (shifted * MASK_BIAS).unsqueeze(1)  # [B, 1, 1, S]: 0 on real keys, -1e4 on padding
+        row_mask = (shifted + 1.0).transpose(1, 2)  # [B, S, 1]
+        for block in m.transformer_blocks[self.start:self.stop]:
+            shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self._chunks(
+                block.attn_norm.linear, silu_t, 6)
+            norm = self._modulate(h, scale_msa, shift_msa)
+            h = h + gate_msa[:, None] * self._attention(block.attn, norm, bias, row_mask, rope_cos, rope_sin)
+            ff_in = self._modulate(h, scale_mlp, shift_mlp)
+            project_in, out_linear = block.ff.ff[0][0], block.ff.ff[2]
+            h = h + gate_mlp[:, None] * out_linear(gelu_tanh(project_in(ff_in)))
+        if not self.last:
+            return h
+        scale, shift = self._chunks(m.norm_out.linear, silu_t, 2)
+        h = self._modulate(h, scale, shift)
+        return m.proj_out(h).transpose(1, 2)
+
+    def _embed(self, x, mu, spks, cond):
+        """Input embedding, channel-first: proj(cat(x, cond, mu, spks)) split by input, spks once per row;
+        the causal conv position embedding; -> [B, S, dim]."""
+        m = self.model
         proj = m.input_embed.proj
         mel, text = x.shape[1], mu.shape[1]
         w = proj.weight
@@ -136,23 +177,19 @@ class EstimatorGraph(nn.Module):
         pad = conv.kernel_size - 1
         pos = mish(conv.conv1[0](F.pad(h, (pad, 0))))
         pos = mish(conv.conv2[0](F.pad(pos, (pad, 0))))
-        h = (pos + h).transpose(1, 2)  # [B, S, dim]
+        return (pos + h).transpose(1, 2)  # [B, S, dim]
 
-        if self.ignore_mask:
-            mask = torch.ones_like(mask)
-        # The mask input has one consumer: with two (the bias and the row mask), rknn-toolkit2 2.3.2 places its
-        # 4-D alignment Reshape of the input on the CPU at S=110 (not at S=24).
-        shifted = mask - 1.0  # 0 on real frames, -1 on padding
-        bias = (shifted * MASK_BIAS).unsqueeze(1)  # [B, 1, 1, S]: 0 on real keys, -1e4 on padding
-        row_mask = (shifted + 1.0).transpose(1, 2)  # [B, S, 1]
-        for block in m.transformer_blocks:
-            shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self._chunks(
-                block.attn_norm.linear, silu_t, 6)
-            norm = self._modulate(h, scale_msa, shift_msa)
-            h = h + gate_msa[:, None] * self._attention(block.attn, norm, bias, row_mask, rope_cos, rope_sin)
-            ff_in = self._modulate(h, scale_mlp, shift_mlp)
-            project_in, out_linear = block.ff.ff[0][0], block.ff.ff[2]
-            h = h + gate_mlp[:, None] * out_linear(gelu_tanh(project_in(ff_in)))
-        scale, shift = self._chunks(m.norm_out.linear, silu_t, 2)
-        h = self._modulate(h, scale, shift)
-        return m.proj_out(h).transpose(1, 2)
+
+def part_input_names(first: bool) -> list:
+    """The graph inputs of an estimator part: every estimator input for the first, the hidden state and what
+    every block reads (mask, t_freq, RoPE tables) for a later one."""
+    return list(INPUT_NAMES) if first else list(CHAIN_INPUT_NAMES)
+
+
+def split_blocks(depth: int, parts: int) -> list:
+    """(start, stop) of `parts` contiguous block ranges over `depth`, as even as can be (the first ones longer)."""
+    if not 1 <= parts <= depth:
+        raise ValueError(f"{parts} parts of a {depth}-block estimator: 1..{depth}")
+    sizes = [depth // parts + (1 if i < depth % parts else 0) for i in range(parts)]
+    bounds = [sum(sizes[:i]) for i in range(parts + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(parts)]

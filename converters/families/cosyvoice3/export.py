@@ -35,8 +35,9 @@ ADVICE = ("the exported estimator disagrees with the reference DiT or the paddin
           "above)")
 
 
-def onnx_name(length: int, batch: int = 1) -> str:
-    return f"cosyvoice3_flow_s{length}" + ("_b2" if batch == 2 else "") + ".onnx"
+def onnx_name(length: int, batch: int = 1, part: int = 0, parts: int = 1) -> str:
+    return (f"cosyvoice3_flow_s{length}" + ("_b2" if batch == 2 else "")
+            + (f"_p{part + 1}of{parts}" if parts > 1 else "") + ".onnx")
 
 
 def time_freqs(freq_dim: int = 256) -> np.ndarray:
@@ -47,9 +48,12 @@ def time_freqs(freq_dim: int = 256) -> np.ndarray:
     return torch.exp(torch.arange(half).float() * -(math.log(10000) / (half - 1))).numpy()
 
 
-def contract_fields(model, cfm: dict, length: int, batch: int, ln_form: str) -> dict:
+def contract_fields(model, cfm: dict, length: int, batch: int, ln_form: str, blocks: tuple | None = None,
+                    part: int = 0, parts: int = 1) -> dict:
+    from converters.families.cosyvoice3.aperture import APERTURE_NAME
     from converters.families.cosyvoice3.dit import FREQ_EMBED_DIM, TIME_SCALE, parameter_count
-    from runtime.flow_ladder import DEFAULT_STEPS, INPUT_NAMES, OUTPUT_NAME, UNCONDITIONAL_ZEROED
+    from runtime.flow_ladder import (CHAIN_INPUT_NAMES, DEFAULT_STEPS, HIDDEN_NAME, INPUT_NAMES, OUTPUT_NAME,
+                                     UNCONDITIONAL_ZEROED)
 
     mel, heads, dim_head = model.mel_dim, model.heads, model.dim_head
     inv_freq = model.rotary_embed.inv_freq.detach().float().numpy()
@@ -57,10 +61,21 @@ def contract_fields(model, cfm: dict, length: int, batch: int, ln_form: str) -> 
               "t_freq": [batch, FREQ_EMBED_DIM], "spks": [batch, model.input_embed.spk_dim], "cond": [batch, mel, length],
               "rope_cos": [heads, length, dim_head], "rope_sin": [heads, length, dim_head]}
     scheme = "one B=2 call per step (row 1 unconditional)" if batch == 2 else "two B=1 calls per step"
-    return {
+    inputs, outputs = [{"name": name, "shape": shapes[name]} for name in INPUT_NAMES], \
+        [{"name": OUTPUT_NAME, "shape": [batch, mel, length]}]
+    chain = {}
+    if parts > 1:
+        hidden = {"name": HIDDEN_NAME, "shape": [batch, length, model.dim]}
+        if part > 0:
+            inputs = [hidden] + [{"name": name, "shape": shapes[name]} for name in CHAIN_INPUT_NAMES[1:]]
+        if part < parts - 1:
+            outputs = [hidden]
+        chain = {"chain": {"part": part, "parts": parts, "blocks": list(blocks),
+                           "carries": f"{HIDDEN_NAME} [B, S, dim] from part {part} to part {part + 1}"
+                           if part < parts - 1 else "the velocity"}}
+    return {**chain,
         "length": length, "batch": batch, "mel_dim": mel, "frame_rate_hz": 50,
-        "io": {"inputs": [{"name": name, "shape": shapes[name]} for name in INPUT_NAMES],
-               "outputs": [{"name": OUTPUT_NAME, "shape": [batch, mel, length]}]},
+        "io": {"inputs": inputs, "outputs": outputs},
         "padding": "right-pad to the rung with mask 0 and crop: pad frames' outputs are not zero",
         "cfg": {"scheme": scheme, "rate": float(cfm["inference_cfg_rate"]), "uncond_zeroed": UNCONDITIONAL_ZEROED,
                 "combine": "(1 + rate) * cond_out - rate * uncond_out"},
@@ -71,6 +86,7 @@ def contract_fields(model, cfm: dict, length: int, batch: int, ln_form: str) -> 
         "rope": {"heads": heads, "dim_head": dim_head, "rot_dim": int(2 * inv_freq.size),
                  "inv_freq": [float(v) for v in inv_freq], "rotated": "the first rot_dim channels of q/k (head 0)"},
         "ln_form": ln_form, "parameters": parameter_count(model),
+        "package_files": [APERTURE_NAME],  # per-rung NPU address-space estimates, written once the rungs are built
         "estimator": {"dim": model.dim, "depth": model.depth, "heads": heads, "dim_head": dim_head},
     }
 
@@ -116,24 +132,27 @@ def reference_call(model, feeds: dict, frames: int, t: float = CHECK_T) -> np.nd
     return out.numpy()
 
 
-def export_onnx(model, length: int, onnx_path: Path, batch: int = 1, ln_form: str = "plain", **planted):
-    """Trace the engine graph at fixed (batch, length), fold it, and save it (no contract yet)."""
+def export_onnx(model, length: int, onnx_path: Path, batch: int = 1, ln_form: str = "plain",
+                blocks: tuple | None = None, **planted):
+    """Trace the engine graph (or the depth-split part `blocks` = (start, stop)) at fixed (batch, length), fold
+    it, and save it (no contract yet)."""
     import onnx
     import torch
 
-    from converters.families.cosyvoice3.engine_graph import OUTPUT_NAMES, EstimatorGraph
-    from runtime.flow_ladder import INPUT_NAMES
+    from converters.families.cosyvoice3.engine_graph import EstimatorGraph
+    from runtime.flow_ladder import HIDDEN_NAME
     from surgery.graph.fold import fold_fixed
 
-    graph = EstimatorGraph(model, ln_form=ln_form, **planted).eval()
+    graph = EstimatorGraph(model, ln_form=ln_form, blocks=blocks, **planted).eval()
     feeds = make_inputs(model, length, length, 0, batch=batch)
-    args = tuple(torch.from_numpy(feeds[name]) for name in INPUT_NAMES)
+    feeds[HIDDEN_NAME] = np.zeros((batch, length, model.dim), dtype=np.float32)
+    args = tuple(torch.from_numpy(feeds[name]) for name in graph.input_names)
     onnx_path = Path(onnx_path)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the legacy exporter is deliberate (dynamo writes opset 18)
-        torch.onnx.export(graph, args, str(onnx_path), input_names=INPUT_NAMES, output_names=OUTPUT_NAMES,
-                          opset_version=17, dynamo=False, do_constant_folding=True)
+        torch.onnx.export(graph, args, str(onnx_path), input_names=graph.input_names,
+                          output_names=graph.output_names, opset_version=17, dynamo=False, do_constant_folding=True)
     folded = fold_lean(onnx.load(str(onnx_path)), fold_fixed)
     onnx.save(folded, str(onnx_path))
     return folded
@@ -269,19 +288,31 @@ def _store_contract(model, contract: dict) -> None:
     entry.key, entry.value = KEY, json.dumps(contract, sort_keys=True)
 
 
+def parts_for(parts, lengths: list[int]) -> dict:
+    """{S: number of depth-split parts} from an int (every rung) or a mapping S -> parts (others whole)."""
+    if isinstance(parts, dict):
+        table = {int(k): int(v) for k, v in parts.items()}
+        return {length: table.get(length, 1) for length in lengths}
+    return {length: int(parts) for length in lengths}
+
+
 def export(model, cfm: dict, lengths: list[int], out_dir: Path, target: str | None = None, batch: int = 1,
-           ln_form: str = "plain", seed: int = 0, say: Callable[[str], None] = print) -> list:
-    """Export one rung per length (ascending), gate each, gate the ODE at the smallest rung, declare the
-    end-to-end golden (the same ODE) and return the records."""
+           ln_form: str = "plain", seed: int = 0, say: Callable[[str], None] = print, parts=1) -> list:
+    """Export one rung per length (ascending), each whole or split by depth into `parts` (an int, or S -> parts)
+    chained through `hidden`; gate each rung (a chain as one estimator), gate the ODE at the smallest rung,
+    declare the end-to-end golden (the same ODE) and return the records."""
     import onnx
 
+    from converters.families.cosyvoice3.engine_graph import split_blocks
     from core.contract import make_contract
     from gates import opscan
     from runtime.backends import OnnxBackend
+    from runtime.flow_ladder import HIDDEN_NAME, Chain
 
     lengths = sorted(set(int(s) for s in lengths))
     if not lengths or lengths[0] < 4:
         raise ValueError(f"rung lengths {lengths}: each must be at least 4 frames")
+    split = parts_for(parts, lengths)
     out_dir = Path(out_dir)
     model = model.float().eval()
     smallest = lengths[0]
@@ -289,33 +320,62 @@ def export(model, cfm: dict, lengths: list[int], out_dir: Path, target: str | No
     inputs = ode_inputs(model, frames, seed + 2)
     # One graph in memory at a time (1.3 GB at the real shape): scan it, store its contract in place, drop it;
     # the float64 reference exists only while its rung is gated.
-    paths, verdicts, feeds = {}, {}, {}
+    records_by_length = {}
     for length in lengths:
-        path = out_dir / onnx_name(length, batch)
-        say(f"export cosyvoice3 flow estimator S={length} B={batch} -> {path.name}")
-        exported = export_onnx(model, length, path, batch=batch, ln_form=ln_form)
-        contract = make_contract(FAMILY, COMPONENT, ROLE, EXEC_PLAN_OPTION, ladder_key=length,
-                                 **contract_fields(model, cfm, length, batch, ln_form))
-        _store_contract(exported, contract)
-        onnx.save(exported, str(path))
-        problems = opscan.scan(exported, target)
-        opscan.warn(problems)
-        static = [forbidden_verdict(exported, length), opscan.verdict(problems)]
-        del exported
-        gc.collect()
+        count = split[length]
+        ranges = split_blocks(model.depth, count)
+        paths, statics, contract = [], [], None
+        for part, blocks in enumerate(ranges):
+            path = out_dir / onnx_name(length, batch, part, count)
+            say(f"export cosyvoice3 flow estimator S={length} B={batch}"
+                + (f" part {part + 1}/{count} (blocks {blocks[0]}..{blocks[1] - 1})" if count > 1 else "")
+                + f" -> {path.name}")
+            exported = export_onnx(model, length, path, batch=batch, ln_form=ln_form,
+                                   blocks=blocks if count > 1 else None)
+            key = length if part == 0 else length + part / 100  # the ladder lists rungs in length order, parts in order
+            fields = contract_fields(model, cfm, length, batch, ln_form, blocks, part, count)
+            part_contract = make_contract(FAMILY, COMPONENT, ROLE, EXEC_PLAN_OPTION, ladder_key=key, **fields)
+            contract = contract or part_contract
+            _store_contract(exported, part_contract)
+            onnx.save(exported, str(path))
+            problems = opscan.scan(exported, target)
+            opscan.warn(problems)
+            statics.append([forbidden_verdict(exported, length) if count == 1 else
+                            _part_name(forbidden_verdict(exported, length), part), opscan.verdict(problems)])
+            del exported
+            gc.collect()
+            paths.append(path)
         model64 = copy.deepcopy(model).double()  # per rung: not resident while the next rung traces (2.6 GB)
-        backend = OnnxBackend(path)
-        rung, feeds[length] = rung_verdicts(model, model64, backend, length, seed, batch)
-        verdicts[length] = rung + static
+        backends = [OnnxBackend(path) for path in paths]
+        backend = backends[0] if count == 1 else Chain(backends)
+        rung, full = rung_verdicts(model, model64, backend, length, seed, batch)
         if length == smallest:
-            verdicts[length].append(ode_verdict({length: backend}, contract, model64, inputs,
-                                                cfg_rate=float(cfm["inference_cfg_rate"])))
-        del backend, model64
+            rung.append(ode_verdict({length: backend}, contract, model64, inputs,
+                                    cfg_rate=float(cfm["inference_cfg_rate"])))
+        # self-check feeds per part: the first part takes the rung's inputs, a later one the hidden state the
+        # parts before it give (onnxruntime fp32) on those inputs
+        part_feeds, current = [], dict(full)
+        for part, part_backend in enumerate(backends):
+            names = list(part_backend.input_names)
+            part_feeds.append({name: current[name] for name in names})
+            if part < count - 1:
+                current[HIDDEN_NAME] = part_backend.run(part_feeds[-1])[HIDDEN_NAME]
+        del backend, backends, model64
         gc.collect()
-        paths[length] = path
-    records = [pipeline.record_export(paths[length], verdicts[length], feeds=feeds[length]) for length in lengths]
+        records_by_length[length] = [
+            pipeline.record_export(path, statics[part] + (rung if part == count - 1 else []), feeds=part_feeds[part])
+            for part, path in enumerate(paths)]
+    first = records_by_length[smallest]
     declared = pipeline.record_end_to_end(
-        f"cosyvoice3_flow_ode_s{smallest}", GOLDEN_LOOP, records[:1], inputs, {"steps": 10},
+        f"cosyvoice3_flow_ode_s{smallest}", GOLDEN_LOOP, first, inputs, {"steps": 10},
         f"the 10-step CFG ODE on {frames} frames (right-padded to the S={smallest} rung), seeded noise/mu/cond/spks")
-    say(f"end-to-end golden: {frames} frames through {GOLDEN_LOOP} on the S={smallest} rung")
-    return declared + records[1:]
+    say(f"end-to-end golden: {frames} frames through {GOLDEN_LOOP} on the S={smallest} rung"
+        + (f" ({len(first)} chained parts)" if len(first) > 1 else ""))
+    return declared + [record for length in lengths[1:] for record in records_by_length[length]]
+
+
+def _part_name(verdict, part: int):
+    """The same verdict named for one part of a split rung."""
+    import dataclasses
+
+    return dataclasses.replace(verdict, name=verdict.name.replace("]", f" part {part + 1}]"))

