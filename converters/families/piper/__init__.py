@@ -125,17 +125,21 @@ def recipe_sources(recipe: dict) -> list[Path]:
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
-    """The decoder engine of `source.voice_onnx` (default: the joe package); `options.encoder = true`
-    hands the recipe to the duration-encoder builder."""
-    options = recipe["options"]
-    if options.get("encoder"):
-        from converters.families.piper.encoder import build_recipe as build_encoder
+    """A voice's engines: recipe component `decoder` (the default) from `options` window/context/dec_mask, or
+    `duration_encoder` (the width ladder, converters/families/piper/encoder.py), of `source.voice_onnx`
+    (default: the joe package)."""
+    from converters.families.piper import decoder, encoder
 
-        return build_encoder(recipe, target, toolkit, work_dir)
+    component = recipe.get("component", decoder.COMPONENT)
+    if component == encoder.COMPONENT:
+        return encoder.build_recipe(recipe, target, toolkit, work_dir)
+    if component != decoder.COMPONENT:
+        raise SetupError(f"recipe {recipe.get('path')}: Piper has no component {component!r}; its engines are "
+                         f"{decoder.COMPONENT!r} and {encoder.COMPONENT!r}")
     from converters import pipeline
-    from converters.families.piper import decoder
     from converters.families.piper.voice import recipe_voice
 
+    options = recipe["options"]
     exported = decoder.export(recipe_voice(recipe), work_dir, int(options.get("window", DEFAULT_WINDOW)),
                               int(options.get("context", DEFAULT_CONTEXT)), bool(options.get("dec_mask", False)),
                               target)
