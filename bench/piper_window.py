@@ -10,7 +10,7 @@ ggml decoder's time for a whole chunk on the RK3588 (2070 ms / 10 chunks = 207 m
 about 2.5 s, ~215 slices), so a wider window never makes a chunk's first audio later than the CPU path would. Board
 time is estimated from the layer table: the spec measured 0.46 ms per emitted slice for the 93/45/24 window on an
 RK3588, so ms per estimated cycle = 0.46 * 45 / cycles(93 on rk3588). The same factor serves every target: the
-cycle counts are each target's own, the clock is taken as the RK3588's (no rk3576/rk3566 board figure exists).""""""
+cycle counts are each target's own, the clock is taken as the RK3588's (no rk3576/rk3566 board figure exists)."""
 from __future__ import annotations
 
 import json
@@ -89,11 +89,20 @@ def admissible(row: dict, budget_cycles: float) -> bool:
             and row["simulator_db"] >= MIN_SIMULATOR_SNR_DB and row["first_window_cycles"] <= budget_cycles)
 
 
-def choose(rows: list[dict], budget_cycles: float) -> dict[str, int]:
+def budgets(rows: list[dict], ms_per_cycle: float) -> dict[str, float]:
+    """Per target, the first-window budget in cycles: FIRST_WINDOW_BUDGET_MS on the RK3588, and on a slower NPU the
+    same budget relative to its speed (scaled by its cycles for the 109-slice window over the RK3588's), since its
+    CPU decoder, the path a chunk's first audio is compared with, is slower too."""
+    reference = {r["target"]: r["first_window_cycles"] for r in rows if r["window"] == 109 and r["status"] == "built"}
+    return {target: FIRST_WINDOW_BUDGET_MS / ms_per_cycle * reference[target] / reference["rk3588"]
+            for target in TARGETS if target in reference}
+
+
+def choose(rows: list[dict], budget_cycles: dict[str, float]) -> dict[str, int]:
     """Per target, the admissible window with the fewest cycles per emitted slice."""
     chosen = {}
-    for target in TARGETS:
-        candidates = [r for r in rows if r["target"] == target and r["context"] == CONTEXT and admissible(r, budget_cycles)]
+    for target, budget in budget_cycles.items():
+        candidates = [r for r in rows if r["target"] == target and r["context"] == CONTEXT and admissible(r, budget)]
         if candidates:
             chosen[target] = min(candidates, key=lambda r: r["cycles_per_emitted"])["window"]
     return chosen
@@ -125,8 +134,6 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main() -> list[dict]:
-    from converters.package import format_table
-
     with tempfile.TemporaryDirectory(prefix="rkaudio-piper-window-") as scratch:
         rows = [sweep_row(Path(scratch), "rk3588", CALIBRATION_WINDOW, CALIBRATION_CONTEXT)]
         for target in TARGETS:
@@ -134,23 +141,42 @@ def main() -> list[dict]:
             edge = field_edge(target, rows[-1])
             if edge is not None and edge not in WINDOWS:
                 rows.append(sweep_row(Path(scratch), target, edge, CONTEXT))
-    ms_per_cycle = BOARD_MS_PER_EMITTED * rows[0]["emitted"] / rows[0]["first_window_cycles"]
+    return report(rows)
+
+
+def report(rows: list[dict]) -> list[dict]:
+    """Board-time estimates, budgets and the choice per target; writes piper_window.md and .png (bench/run.py
+    writes the JSON). `python -m bench.piper_window` re-reports the last JSON's measurements without building."""
+    from converters.package import format_table
+
+    calibration = next(r for r in rows if r["window"] == CALIBRATION_WINDOW and r["context"] == CALIBRATION_CONTEXT)
+    ms_per_cycle = BOARD_MS_PER_EMITTED * calibration["emitted"] / calibration["first_window_cycles"]
+    budget_cycles = budgets(rows, ms_per_cycle)
     for row in rows:
         if row["status"] == "built":
             row["first_window_ms_est"] = round(row["first_window_cycles"] * ms_per_cycle, 1)
-    chosen = choose(rows, FIRST_WINDOW_BUDGET_MS / ms_per_cycle)
+            row["budget_ms_est"] = round(budget_cycles[row["target"]] * ms_per_cycle, 1)
+    chosen = choose(rows, budget_cycles)
     for row in rows:
         row["chosen"] = chosen.get(row["target"]) == row["window"] and row["context"] == CONTEXT
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(rows, RESULTS / "piper_window.png")
     columns = ["target", "window", "emitted", "context", "polyphase", "cycles_per_emitted", "rw_kb_per_emitted",
-               "first_window_cycles", "first_window_ms_est", "chunk_cycles", "engine_bytes", "weight_bytes",
-               "internal_bytes", "regtask_lines", "cpu_ops", "fp32_worst_interior_db", "fp32_tail_db", "simulator_db",
-               "simulator_walk_db", "peak_rss_bytes", "chosen", "status"]
+               "first_window_cycles", "first_window_ms_est", "budget_ms_est", "chunk_cycles", "engine_bytes",
+               "weight_bytes", "internal_bytes", "regtask_lines", "cpu_ops", "fp32_worst_interior_db", "fp32_tail_db",
+               "simulator_db", "simulator_walk_db", "peak_rss_bytes", "chosen", "status"]
     (RESULTS / "piper_window.md").write_text(
         f"Piper decoder window sweep, joe voice, toolkit {TOOLKIT} (bench/piper_window.py). Board ms per cycle "
         f"{ms_per_cycle:.3e} from the spec's {BOARD_MS_PER_EMITTED} ms per emitted slice at "
         f"{CALIBRATION_WINDOW}/{CALIBRATION_WINDOW - 2 * CALIBRATION_CONTEXT}/{CALIBRATION_CONTEXT}; first-window budget "
-        f"{FIRST_WINDOW_BUDGET_MS} ms; chunk = {CHUNK_SLICES} slices. Chosen: {chosen}\n\n```\n"
-        + format_table(rows, columns) + "\n```\n")
+        f"{FIRST_WINDOW_BUDGET_MS} ms on the RK3588, scaled by each target's speed; chunk = {CHUNK_SLICES} slices. "
+        f"Chosen: {chosen}\n\n```\n" + format_table(rows, columns) + "\n```\n")
     return rows
+
+
+if __name__ == "__main__":
+    last = RESULTS / "piper_window.json"
+    result = json.loads(last.read_text())
+    result["rows"] = report(result["rows"])
+    last.write_text(json.dumps(result, indent=2) + "\n")
+    print((RESULTS / "piper_window.md").read_text())

