@@ -52,8 +52,8 @@ OPTIONS: Dict[str, Dict[str, Component]] = {
     # Not in the spec's table (rkaudio's own plans):
     "audio8_asr.exec_plan": {
         "encoder": Component(("rknn",), {"main": MAIN}),
-        "adapter": Component(("rknn",), {"main": LADDER}),  # one engine per placeholder count
-        "prefill": Component(("rknn",), {"main": LADDER}),  # one engine per prompt length
+        "adapter": Component(("rknn",), {"main": MAIN}),  # one engine for every placeholder count (pooling input)
+        "prefill": Component(("rknn",), {"main": MAIN}),  # one engine for every prompt length (right-padded)
         "decoder": Component(("rknn",), {"kv": LADDER, "block_<n>": LADDER, "head": LADDER}),  # per layer / shard
     },
     "example.exec_plan": {"conv": Component(("rknn",), {"main": LADDER})},

@@ -74,8 +74,8 @@ def test_the_table_holds_the_spec_rows_and_rkaudio_own_options():
         ("audio8_asr.exec_plan", "decoder"), ("example.exec_plan", "conv")}
     audio8 = {"audio8_asr.exec_plan": {
         "encoder": {"impl": "rknn", "artifacts": {"main": "encoder.rknn"}},
-        "adapter": {"impl": "rknn", "artifacts": {"main": "adapter_t25.rknn,adapter_t50.rknn"}},
-        "prefill": {"impl": "rknn", "artifacts": {"main": "prefill_s35.rknn"}},
+        "adapter": {"impl": "rknn", "artifacts": {"main": "adapter.rknn"}},
+        "prefill": {"impl": "rknn", "artifacts": {"main": "prefill.rknn"}},
         "decoder": {"impl": "rknn", "artifacts": {"kv": "kv_l0.rknn,kv_l1.rknn", "block_128": "b0.rknn,b1.rknn",
                                                   "block_256": "c0.rknn,c1.rknn", "head": "head_0.rknn"}}}}
     assert plan_problems(audio8) == []
