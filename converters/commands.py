@@ -144,7 +144,8 @@ def engines(
         return
     if list_recipes:
         rows = [{"package": r["package"], "family": r["family"], "targets": ",".join(r["targets"]),
-                 "builds_for_target": target in r["targets"],
+                 "components": ", ".join(f"{name} ({'/'.join(c['targets'])})" for name, c in r["components"].items())
+                 or "-", "builds_for_target": target in r["targets"],
                  "source": ", ".join(f"{key}={value}" for key, value in r["source"].items()) or "-"}
                 for r in recipes.load_recipes(recipes_dir)]
         print(format_table(rows))

@@ -158,6 +158,31 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
     return kit_dir
 
 
+def merge_goldens(kits: list[Path], into: Path) -> Path:
+    """One kit from the kits of a package's components (each written by `write_goldens`): their engines and
+    end-to-end goldens side by side in one index, every array keyed anew (identical arrays still stored once).
+    The component kits are removed."""
+    import numpy as np
+
+    from runtime.golden import GOLDEN_FILE, SCHEMA_VERSION, ArrayWriter, read_index, write_index
+
+    writer = ArrayWriter()
+    merged = {"schema": SCHEMA_VERSION, "file": GOLDEN_FILE, "engines": [], "end_to_end": []}
+    for kit_dir in kits:
+        index = read_index(kit_dir)
+        with np.load(Path(kit_dir) / index["file"]) as data:
+            for section in ("engines", "end_to_end"):
+                merged[section] += [{**entry, "arrays": [writer.adopt(array, data[array["key"]])
+                                                         for array in entry["arrays"]]} for entry in index[section]]
+    shutil.rmtree(into, ignore_errors=True)
+    Path(into).mkdir(parents=True)
+    writer.save(Path(into) / GOLDEN_FILE)
+    write_index(into, merged)
+    for kit_dir in kits:
+        shutil.rmtree(kit_dir)
+    return Path(into)
+
+
 # --- the package (packaging time) ----------------------------------------------------------------------------
 
 def module_file(module: str) -> Path | None:
@@ -246,8 +271,10 @@ def write_sums(package_dir: Path) -> Path:
 
 def verify(package_dir: Path) -> list[str]:
     """Every problem of a package: a file missing, changed or not listed in SHA256SUMS, an engine whose manifest
-    is missing or disagrees with it (bytes, sha256), an exec_plan naming an absent engine. Empty: intact."""
+    is missing or disagrees with it (bytes, sha256), an exec_plan the consumer would refuse (runtime/exec_plan.py)
+    or one naming an absent engine. Empty: intact."""
     from gates.manifest import sha256_file
+    from runtime.exec_plan import plan_problems
     from runtime.selftest import SetupProblem, read_sums
 
     package_dir = Path(package_dir)
@@ -276,10 +303,14 @@ def verify(package_dir: Path) -> list[str]:
                             f"({entry['bytes']:,} bytes)")
     plan_path = package_dir / "exec_plan.json"
     if plan_path.is_file():
-        for option in json.loads(plan_path.read_text()).values():
-            for component in option.values():
-                for artifacts in component.get("artifacts", {}).values():
-                    problems += [f"exec_plan.json names {a}, absent" for a in artifacts.split(",") if a not in present]
+        plan = json.loads(plan_path.read_text())
+        refused = plan_problems(plan)
+        problems += [f"exec_plan.json: {problem}" for problem in refused]
+        if not refused:
+            for option in plan.values():
+                for component in option.values():
+                    for files in component.get("artifacts", {}).values():
+                        problems += [f"exec_plan.json names {a}, absent" for a in files.split(",") if a not in present]
     else:
         problems.append("missing: exec_plan.json")
     return problems

@@ -115,6 +115,7 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
     (converters.recipes.package_key) goes into build-key.json.
     Returns the manifests as written."""
     from converters import kit
+    from runtime.exec_plan import plan_problems
 
     seen: set[str] = set()
     manifests, engines = [], []
@@ -146,11 +147,16 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
                 write_file(package_dir / name, source)
                 seen.add(name)
     plan = merge_exec_plan(engines)
+    refused = plan_problems(plan)
+    if refused:  # the consumer would refuse the package: a contract that disagrees with the spec's table
+        raise PackageError("the merged exec_plan.json breaks the consumer's rules (runtime/exec_plan.py): "
+                           + "; ".join(refused))
     write_file(package_dir / "exec_plan.json", text=json.dumps(plan, indent=2) + "\n")
     if recipe is not None:
         from converters.publish import CARD_NAME, model_card
 
-        write_file(package_dir / CARD_NAME, text=model_card(recipe, target, manifests, plan))
+        write_file(package_dir / CARD_NAME, text=model_card(recipe, target, manifests, plan,
+                                                                (build_key or {}).get("sources")))
     if build_key is not None:
         write_file(package_dir / KEY_NAME, text=json.dumps(build_key, indent=2) + "\n")
     if work_dir is not None:
@@ -159,9 +165,10 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
 
 
 def summary_row(package: str, status: str, manifests: list[dict] = (), gate_results: list[dict] = (),
-                package_dir: Path | None = None) -> dict:
+                package_dir: Path | None = None, components: str | None = None) -> dict:
     """One line of the `make engines` table from the package's manifests (or, for a failed build, from the
-    verdicts of the failure); with `package_dir`, the package's and its self-test kit's bytes."""
+    verdicts of the failure); with `package_dir`, the package's and its self-test kit's bytes; `components`:
+    what a several-component package holds on this target (converters.recipes.components_cell)."""
     from converters.kit import kit_size, tree_bytes
 
     gates = [g for m in manifests for g in m.get("gates", [])] + list(gate_results)
@@ -170,6 +177,7 @@ def summary_row(package: str, status: str, manifests: list[dict] = (), gate_resu
     return {
         "package": package,
         "status": status,
+        "components": components,
         "gates": f"{sum(bool(g['passed']) for g in gates)}/{len(gates)}" if gates else "-",
         "worst_snr_db": min(snrs) if snrs else None,
         "engine_bytes": sum(m["rknn"]["bytes"] for m in manifests) if manifests else None,

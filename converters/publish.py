@@ -17,9 +17,10 @@ from core.paths import SUMS_NAME
 CARD_NAME = "README.md"
 
 
-def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict) -> str:
-    """The package's model card: Hub front matter, source, toolkit (the oldest board runtime that loads the
-    engines), a table of engines with bytes, gates and figures, the exec_plan snippet, the self-test line."""
+def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict, sources: dict | None = None) -> str:
+    """The package's model card: Hub front matter, source (`sources`: checkpoint file -> sha256), toolkit (the
+    oldest board runtime that loads the engines), a table of engines with bytes, gates and figures, the
+    exec_plan snippet, the self-test line."""
     card = recipe.get("card", {})
     toolkits = sorted({m["toolkit_version"] for m in manifests})
     producers = sorted({f"{m.get('producer_version')} ({m.get('producer_git')})" for m in manifests})
@@ -29,13 +30,13 @@ def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict) -> 
     if card.get("pipeline_tag"):
         front.append(f"pipeline_tag: {card['pipeline_tag']}")
     front.append("---")
-    # What the families record of their checkpoint in the contract: a label, or {name, sha256}.
-    sources = sorted({json.dumps(m["contract"]["source"], sort_keys=True) for m in manifests if m["contract"].get("source")})
     source_lines = [f"- {card.get('source', 'see the recipe')}"]
-    for text in sources:
-        source = json.loads(text)
-        source_lines.append(f"- checkpoint: `{source.get('name', '?')}`, sha256 `{source.get('sha256', '?')}`"
-                            if isinstance(source, dict) else f"- checkpoint: {source}")
+    # The checkpoint's files as the build key hashed them (converters.recipes.package_key: the family's
+    # recipe_sources), so the card names exactly what the engines were built from.
+    source_lines += [f"- checkpoint file `{Path(path).name}`: sha256 `{digest}`"
+                     for path, digest in sorted((sources or {}).items())]
+    if not sources:
+        source_lines.append("- checkpoint files: none (the family builds from code, or names no files)")
     rows = ["| engine | bytes | gates | worst SNR (dB) | CPU ops | REGTASK lines |", "|---|---:|---:|---:|---:|---:|"]
     for m in manifests:
         gates = m.get("gates", [])

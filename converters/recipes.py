@@ -12,6 +12,12 @@ A recipe is a TOML table:
     [gates]    # thresholds; keys named like BuildOptions fields (min_simulator_snr_db, max_regtask_lines,
                # fail_on_cpu_ops) reach build_engine through BuildOptions.from_recipe(), the rest are the family's
     [card]     # the model card (README.md): license of the source model, pipeline_tag, tags, source (one line)
+    [components.<name>]  # optional: a model of several components (Piper: decoder + duration_encoder) is one
+                         # package; each component table may hold `targets` (a subset; default all), `options`
+                         # and `gates` (merged over the recipe's own), and the family's build_recipe gets the
+                         # merged recipe with `component` = <name>. One exec_plan.json holds them all.
+    An option may be per target: a table keyed by SoC (`window = {rk3588 = 237, rk3566 = 173}`) gives the
+    family the value for the target it builds.
 
 Heavy modules are imported inside functions: `convert --help` must stay fast."""
 from __future__ import annotations
@@ -36,8 +42,8 @@ BuildRecipe = Callable[[dict, str, str, Path], list]
 LOCK_NAME = ".lock"
 RECIPES_DIR = REPO_ROOT / "recipes"
 DIST_DIR = REPO_ROOT / "dist"
-SUMMARY_COLUMNS = ["package", "status", "gates", "worst_snr_db", "engine_bytes", "cpu_ops", "regtask_lines", "kit_bytes",
-                   "package_bytes"]
+SUMMARY_COLUMNS = ["package", "status", "components", "gates", "worst_snr_db", "engine_bytes", "cpu_ops",
+                   "regtask_lines", "kit_bytes", "package_bytes"]
 
 def load_recipe(path: Path) -> dict:
     """Parse and check one recipe; `source`, `options` and `gates` default to empty tables."""
@@ -52,11 +58,65 @@ def load_recipe(path: Path) -> dict:
     unknown_targets = [t for t in recipe["targets"] if t not in FP16_TARGETS]
     if unknown_targets:
         raise SetupError(f"recipe {path} lists targets {unknown_targets}; fp16 targets are {', '.join(FP16_TARGETS)}")
-    for table in ("source", "options", "gates", "card"):
+    for table in ("source", "options", "gates", "card", "components"):
         if not isinstance(recipe.setdefault(table, {}), dict):
             raise SetupError(f"recipe {path}: `{table}` must be a table ([{table}])")
+    for name, component in recipe["components"].items():
+        where = f"recipe {path}: [components.{name}]"
+        if not isinstance(component, dict) or set(component) - set(COMPONENT_KEYS):
+            extra = sorted(set(component) - set(COMPONENT_KEYS)) if isinstance(component, dict) else component
+            raise SetupError(f"{where} may hold only {', '.join(COMPONENT_KEYS)}, not {extra!r}")
+        for table in ("options", "gates"):
+            if not isinstance(component.setdefault(table, {}), dict):
+                raise SetupError(f"{where}: `{table}` must be a table")
+        outside = sorted(set(component.setdefault("targets", list(recipe["targets"]))) - set(recipe["targets"]))
+        if outside:
+            raise SetupError(f"{where} lists targets {outside} that the recipe's `targets` do not")
+    if recipe["components"]:
+        empty = [t for t in recipe["targets"] if not any(t in c["targets"] for c in recipe["components"].values())]
+        if empty:
+            raise SetupError(f"recipe {path}: no component lists target(s) {empty}; drop them from `targets`")
     recipe["path"] = str(path)
+    for target in recipe["targets"]:  # a per-target option lacking one of them fails here, before any build
+        recipes_for(recipe, target)
     return recipe
+
+
+COMPONENT_KEYS = ("targets", "options", "gates")
+
+
+def recipes_for(recipe: dict, target: str) -> list[dict]:
+    """What the family's build_recipe gets for `target`: the recipe, or one recipe per component listing the target
+    (its options and gates over the recipe's, `component` = its name), with per-target options resolved."""
+    parts = ([(name, c) for name, c in recipe["components"].items() if target in c["targets"]]
+             if recipe["components"] else [(None, {"options": {}, "gates": {}})])
+    return [{**recipe, **({"component": name} if name else {}),
+             "options": per_target({**recipe["options"], **part["options"]}, target, recipe["path"]),
+             "gates": {**recipe["gates"], **part["gates"]}} for name, part in parts]
+
+
+def per_target(options: dict, target: str, where: str) -> dict:
+    """Options with each per-target value (a table keyed by SoC, e.g. `window = {rk3588 = 237, rk3566 = 173}`)
+    replaced by the value for `target`."""
+    resolved = {}
+    for key, value in options.items():
+        if isinstance(value, dict) and value and set(value) <= set(FP16_TARGETS):
+            if target not in value:
+                raise SetupError(f"recipe {where}: option `{key}` is per target ({', '.join(value)}) and names no "
+                                 f"value for {target}")
+            value = value[target]
+        resolved[key] = value
+    return resolved
+
+
+def components_cell(recipe: dict, target: str) -> str:
+    """The summary's `components` cell: what the package holds, and which components it lacks on this target."""
+    if not recipe["components"]:
+        return "-"
+    held = [name for name, component in recipe["components"].items() if target in component["targets"]]
+    lacking = [f"no {name} ({'/'.join(component['targets'])} only)"
+               for name, component in recipe["components"].items() if target not in component["targets"]]
+    return "+".join(held) + (f"; {', '.join(lacking)}" if lacking else "")
 
 
 def load_recipes(directory: Path = RECIPES_DIR) -> list[dict]:
@@ -98,7 +158,9 @@ def package_key(recipe: dict, target: str, toolkit: str, sources: list[Path] | N
     code = hashlib.sha256()
     for path in code_files(recipe["family"]):
         code.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + Path(path).read_bytes() + b"\0")
-    parts = {"recipe": {k: v for k, v in recipe.items() if k != "path"}, "target": target, "toolkit": toolkit,
+    # What this target's build reads of the recipe: another target's per-target value or component does not count.
+    built = [{k: v for k, v in part.items() if k not in ("path", "components")} for part in recipes_for(recipe, target)]
+    parts = {"recipe": built, "target": target, "toolkit": toolkit,
              "sources": {str(path): sha256_file(path) for path in sorted(set(map(Path, sources)))},
              "code_sha256": code.hexdigest()}
     return {"key": hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), **parts}
@@ -123,25 +185,25 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build
 
     A missing source is a skip; a failed gate, a dead build child or a family bug is a failure whose
     work dir (ONNX, build logs) is kept in `<package>_<target>.failed/` and whose package dir never appears."""
-    name = package_name(recipe["package"], target)
+    name, cell = package_name(recipe["package"], target), components_cell(recipe, target)
     target_dir = Path(dist_dir) / target
     failed_dir = target_dir / f"{name}.failed"
     try:  # the family names its checkpoint's files (MissingSource when absent) without exporting anything
         key = package_key(recipe, target, toolkit, sources(recipe) if sources is not None else None)
     except MissingSource as missing:
         say(f"skip {name}: {missing}")
-        return summary_row(name, "missing source")
+        return summary_row(name, "missing source", components=cell)
     if not force and up_to_date(target_dir / name, key):
         import json
 
         manifests = [json.loads(p.read_text()) for p in sorted((target_dir / name).glob("*.manifest.json"))]
         say(f"{name} is up to date (same recipe, checkpoint, code, toolkit and target; --force rebuilds)")
-        return summary_row(name, "up to date", manifests, package_dir=target_dir / name)
+        return summary_row(name, "up to date", manifests, package_dir=target_dir / name, components=cell)
     kept_onnx = onnx_dir(dist_dir, target, name)
     try:
         with staged_package(target_dir, name, keep_work_at=kept_onnx) as (work_dir, package_dir):
             try:
-                results = build(recipe, target, toolkit, work_dir)
+                results = build_components(recipe, target, toolkit, work_dir, build)
                 manifests = assemble(results, package_dir, work_dir, (kept_onnx, target_dir.resolve() / name),
                                      recipe, target, build_key=key)
             except MissingSource:
@@ -152,16 +214,33 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build
                 raise
     except MissingSource as missing:
         say(f"skip {name}: {missing}")
-        return summary_row(name, "missing source")
+        return summary_row(name, "missing source", components=cell)
     except (GateFailure, BuildError, SetupError, PackageError) as failure:
         say(f"FAIL {name}: {failure}\n  work dir and build logs: {failed_dir}")
         verdicts = failure.verdicts if isinstance(failure, GateFailure) else []
-        return summary_row(name, "FAILED", gate_results=[v.to_json() for v in verdicts])
+        return summary_row(name, "FAILED", gate_results=[v.to_json() for v in verdicts], components=cell)
     except Exception:  # a family bug must not stop the other recipes
         say(f"FAIL {name}:\n{traceback.format_exc().rstrip()}\n  work dir and build logs: {failed_dir}")
-        return summary_row(name, "FAILED")
+        return summary_row(name, "FAILED", components=cell)
     shutil.rmtree(failed_dir, ignore_errors=True)
-    return summary_row(name, "ok", manifests, package_dir=target_dir / name)
+    return summary_row(name, "ok", manifests, package_dir=target_dir / name, components=cell)
+
+
+def build_components(recipe: dict, target: str, toolkit: str, work_dir: Path, build: BuildRecipe) -> list:
+    """Every component of `recipe` for `target` built into the one `work_dir`, in recipe order; each build's
+    self-test goldens are set aside and merged into one kit (`converters.kit.merge_goldens`)."""
+    from converters.kit import merge_goldens
+    from core.paths import KIT_DIR
+
+    parts = recipes_for(recipe, target)
+    if not recipe["components"]:
+        return build(parts[0], target, toolkit, work_dir)
+    results, kits = [], []
+    for component in parts:
+        results += build(component, target, toolkit, work_dir)
+        kits.append((work_dir / KIT_DIR).rename(work_dir / f"{KIT_DIR}.{component['component']}"))
+    merge_goldens(kits, work_dir / KIT_DIR)
+    return results
 
 
 def build_all(target: str, builder_for: Callable[[str], BuildRecipe], toolkit: str = DEFAULT_TOOLKIT,

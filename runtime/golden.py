@@ -179,14 +179,20 @@ class ArrayWriter:
     def add(self, role: str, tensor: str, value, **extra) -> dict:
         value = np.asarray(value)
         stored, fidelity = storage_form(value)
-        identity = (str(value.dtype), str(stored.dtype), stored.shape, digest(stored))
-        key = self._keys.setdefault(identity, f"a{len(self._keys)}")
-        self.arrays[key] = stored
-        entry = {"key": key, "role": role, "tensor": tensor, "dtype": str(value.dtype), "shape": list(value.shape),
-                 "stored_dtype": str(stored.dtype), **extra}
+        entry = {"key": self._key(str(value.dtype), stored), "role": role, "tensor": tensor, "dtype": str(value.dtype),
+                 "shape": list(value.shape), "stored_dtype": str(stored.dtype), **extra}
         if fidelity is not None:
             entry["storage_snr_db"] = fidelity
         return entry
+
+    def adopt(self, entry: dict, stored: np.ndarray) -> dict:
+        """An entry of another kit with its array as stored there, keyed in this one (merging kits)."""
+        return {**entry, "key": self._key(entry["dtype"], stored)}
+
+    def _key(self, dtype: str, stored: np.ndarray) -> str:
+        key = self._keys.setdefault((dtype, str(stored.dtype), stored.shape, digest(stored)), f"a{len(self._keys)}")
+        self.arrays[key] = stored
+        return key
 
     def save(self, path: Path) -> int:
         np.savez_compressed(path, **self.arrays)

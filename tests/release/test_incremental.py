@@ -44,7 +44,8 @@ def test_nothing_changed_is_up_to_date_and_one_touched_recipe_rebuilds_alone(tmp
 
 
 def test_the_key_follows_the_checkpoint_and_the_code(tmp_path):
-    recipe = {"package": "p", "family": "example", "targets": ["rk3588"], "source": {}, "options": {}, "gates": {}}
+    recipe = {"package": "p", "family": "example", "targets": ["rk3588"], "source": {}, "options": {}, "gates": {},
+              "components": {}, "path": "p.toml"}
     checkpoint = tmp_path / "weights.bin"
     checkpoint.write_bytes(b"one")
     first = recipes.package_key(recipe, "rk3588", "2.3.2", [checkpoint])

@@ -69,7 +69,8 @@ def test_summary_row_sums_engines_and_takes_the_worst_snr():
     ]
     row = summary_row("pkg_rk3588", "ok", manifests)
     assert row == {"package": "pkg_rk3588", "status": "ok", "gates": "3/3", "worst_snr_db": 61.5,
-                   "engine_bytes": 3000, "cpu_ops": 3, "regtask_lines": 3, "kit_bytes": None, "package_bytes": None}
+                   "engine_bytes": 3000, "cpu_ops": 3, "regtask_lines": 3, "kit_bytes": None, "package_bytes": None,
+                   "components": None}
     skipped = summary_row("other_rk3588", "missing source")
     assert skipped["gates"] == "-" and skipped["engine_bytes"] is None
 
@@ -90,10 +91,11 @@ def test_assemble_copies_contract_package_files_once_and_refuses_a_missing_one(t
     work.mkdir()
     (work / "plan.json").write_text("{}")
     results = []
-    for stem in ("a", "b"):
+    for stem in ("kv", "block_128", "head"):
         for suffix in (".onnx", ".rknn", ".manifest.json", ".build.log"):
             (work / f"{stem}{suffix}").write_text(stem)
-        contract = {"exec_plan_option": "x.exec_plan", "component": "c", "role": stem, "package_files": ["plan.json"]}
+        contract = {"exec_plan_option": "audio8_asr.exec_plan", "component": "decoder", "role": stem,
+                    "package_files": ["plan.json"]}
         results.append(SimpleNamespace(rknn=work / f"{stem}.rknn", manifest=work / f"{stem}.manifest.json",
                                        build_log=work / f"{stem}.build.log",
                                        manifest_data={"contract": contract, "onnx": {"path": f"{stem}.onnx"}}))
@@ -102,7 +104,7 @@ def test_assemble_copies_contract_package_files_once_and_refuses_a_missing_one(t
     assemble(results, package)
     assert (package / "plan.json").read_text() == "{}"
     assert sorted(p.name for p in package.iterdir()) == sorted(
-        ["plan.json", "exec_plan.json", *(f"{s}{x}" for s in "ab" for x in (".rknn", ".manifest.json", ".build.log"))])
+        ["plan.json", "exec_plan.json", *(f"{s}{x}" for s in ("kv", "block_128", "head") for x in (".rknn", ".manifest.json", ".build.log"))])
 
     (work / "plan.json").unlink()
     other = tmp_path / "pkg2"

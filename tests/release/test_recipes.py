@@ -1,5 +1,6 @@
 """Recipe machinery with fake families: a missing source is one skip line, a failing gate or a family bug
 fails that recipe only (exit code 3) and never leaves its package dir, the others still build."""
+import hashlib
 import json
 import sys
 import types
@@ -24,19 +25,22 @@ def _write_recipe(directory: Path, package: str, family: str, targets=("rk3588",
     (directory / f"{package}.toml").write_text(f'package = "{package}"\nfamily = "{family}"\ntargets = [{listed}]\n{extra}')
 
 
-def _fake_engine(work_dir: Path, stem: str, snr: float) -> EngineResult:
-    """An engine as build_engine leaves it: .rknn, manifest and log in the work dir."""
+def _fake_engine(work_dir: Path, stem: str, snr: float, component: str = "decoder", outputs: dict | None = None,
+                 ladder_key: int | None = None) -> EngineResult:
+    """An engine as build_engine leaves it: .rknn, manifest and log in the work dir (`outputs`: its fp32 and
+    simulator outputs of the self-check, for the kit)."""
     rknn, manifest, log = work_dir / f"{stem}.rknn", work_dir / f"{stem}.manifest.json", work_dir / f"{stem}.build.log"
     rknn.write_bytes(b"\0" * 100)
     log.write_text("build log\n")
     verdict = at_least("simulator_snr[y]", snr, 35.0, "dB")
-    data = {"contract": {"family": "fake", "component": "decoder", "role": "main",
-                         "exec_plan_option": "fake.exec_plan"},
-            "gates": [verdict.to_json()], "rknn": {"bytes": 100, "path": f"{stem}.rknn"}, "ops": {"cpu": 0},
+    contract = {"family": "fake", "component": component, "role": "main", "exec_plan_option": "piper_tts.exec_plan"}
+    data = {"contract": {**contract, **({"ladder_key": ladder_key} if ladder_key is not None else {})},
+            "gates": [verdict.to_json()], "rknn": {"bytes": 100, "path": f"{stem}.rknn",
+                                                  "sha256": hashlib.sha256(b"\0" * 100).hexdigest()}, "ops": {"cpu": 0},
             "regtask": {"lines": 0}, "toolkit_version": "2.3.2",
             "inputs": [], "outputs": [], "simulator": {}, "onnx": {"path": f"{stem}.onnx"}}
     manifest.write_text(json.dumps(data))
-    result = EngineResult(rknn, manifest, log, data, [verdict])
+    result = EngineResult(rknn, manifest, log, data, [verdict], dict(outputs or {}), dict(outputs or {}))
     # What pipeline.build leaves beside the engines: the self-test goldens (none to record for a fake graph).
     selfcheck = work_dir / f"{stem}.selfcheck.npz"
     np.savez(selfcheck)
@@ -129,7 +133,7 @@ def test_failures_leave_no_package_dir_and_the_other_recipes_still_build(tmp_pat
         "README.md", "SHA256SUMS", "c_ok_rk3588_engine.build.log", "c_ok_rk3588_engine.manifest.json",
         "c_ok_rk3588_engine.rknn", "core", "exec_plan.json", "gates", "runtime", "selftest", "selftest.py"]
     assert json.loads((package / "exec_plan.json").read_text()) == {
-        "fake.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {"main": "c_ok_rk3588_engine.rknn"}}}}
+        "piper_tts.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {"main": "c_ok_rk3588_engine.rknn"}}}}
 
 
 def test_only_selects_packages_and_rejects_unknown_names(tmp_path, fake_families):
@@ -212,3 +216,105 @@ def test_files_a_contract_names_reach_the_package_when_the_onnx_is_kept_beside_d
     assert (package / "plan.json").is_file()
     manifest = json.loads((package / "planned.manifest.json").read_text())
     assert (package / manifest["onnx"]["path"]).parent.resolve() == (tmp_path / "work" / "dist" / "rk3588" / "p_rk3588")
+
+
+VOICE = '''
+[gates]
+min_simulator_snr_db = 35.0
+[components.decoder.options]
+window = 109
+[components.duration_encoder]
+targets = ["rk3588"]
+[components.duration_encoder.options]
+frames = [128, 192]
+[components.duration_encoder.gates]
+max_drift_pct = 7.0
+'''
+
+
+def _voice(recipe, target, toolkit, work_dir):
+    """A two-component family: the decoder one engine, the duration encoder a ladder; each build writes its kit."""
+    assert recipe["gates"]["min_simulator_snr_db"] == 35.0
+    shared = np.linspace(-1, 1, 64, dtype=np.float32)  # an array both components' kits hold: stored once when merged
+    if recipe["component"] == "decoder":
+        assert recipe["options"] == {"window": 109} and "max_drift_pct" not in recipe["gates"]
+        return [_fake_engine(work_dir, "voice_decoder", 60.0, "decoder", {"audio": shared})]
+    assert recipe["options"] == {"frames": [128, 192]} and recipe["gates"]["max_drift_pct"] == 7.0
+    results = [_fake_engine(work_dir, f"voice_encoder_w{width}", 61.0, "duration_encoder",
+                            {"shared": shared, f"hidden_{width}": np.full(8, width, np.float32)}, ladder_key=width)
+               for width in recipe["options"]["frames"]]
+    kit.write_goldens(work_dir, [Exported(work_dir / f"voice_encoder_w{w}.onnx", work_dir / f"voice_encoder_w{w}.selfcheck.npz")
+                                 for w in recipe["options"]["frames"]], results, [], 35.0)
+    return results
+
+
+def test_a_recipe_with_components_is_one_package_with_one_exec_plan_and_one_kit(tmp_path, monkeypatch):
+    from converters.package import onnx_dir
+    from runtime.golden import ArrayReader, as_stored, read_index
+
+    _family(monkeypatch, "fake_voice", _voice)
+    recipes_dir, dist = tmp_path / "r", tmp_path / "dist"
+    _write_recipe(recipes_dir, "voice", "fake_voice", targets=("rk3588", "rk3576"), extra=VOICE)
+    checkpoint = tmp_path / "voice.onnx"
+    checkpoint.write_bytes(b"weights")
+    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lambda line: None,
+                             sources_for=lambda family: lambda recipe: [checkpoint])
+    assert [(r["package"], r["status"], r["components"], r["gates"]) for r in rows] == [
+        ("voice_rk3588", "ok", "decoder+duration_encoder", "3/3")]
+    package = dist / "rk3588" / "voice_rk3588"
+    # The card names the checkpoint the build key hashed.
+    assert f"checkpoint file `voice.onnx`: sha256 `{hashlib.sha256(b'weights').hexdigest()}`" in (
+        package / "README.md").read_text()
+    assert json.loads((package / "exec_plan.json").read_text()) == {"piper_tts.exec_plan": {
+        "decoder": {"impl": "rknn", "artifacts": {"main": "voice_decoder.rknn"}},
+        "duration_encoder": {"impl": "rknn", "artifacts": {"main": "voice_encoder_w128.rknn,voice_encoder_w192.rknn"}}}}
+    assert kit.verify(package) == []
+    index = read_index(package / "selftest")
+    assert [e["engine"] for e in index["engines"]] == [
+        "voice_decoder.rknn", "voice_encoder_w128.rknn", "voice_encoder_w192.rknn"]
+    reader = ArrayReader(package / "selftest" / index["file"])
+    arrays = {(e["engine"], a["role"], a["tensor"]): reader.get(a) for e in index["engines"] for a in e["arrays"]}
+    assert float(arrays[("voice_encoder_w192.rknn", "fp32", "hidden_192")][0]) == 192.0
+    # Stored in fp16 (lossy above 70 dB): the merged kit keeps the stored bytes and the storage figure.
+    assert np.array_equal(arrays[("voice_decoder.rknn", "fp32", "audio")], as_stored(np.linspace(-1, 1, 64, dtype=np.float32)))
+    assert all("storage_snr_db" in a for e in index["engines"] for a in e["arrays"] if a["tensor"] in ("audio", "shared"))
+    keys = {a["key"] for e in index["engines"] for a in e["arrays"]}
+    with np.load(package / "selftest" / index["file"]) as data:
+        assert sorted(data.files) == sorted(keys) and len(keys) == 3  # shared once, hidden_128, hidden_192
+    kept = onnx_dir(dist, "rk3588", "voice_rk3588")  # the work dir: the component kits were merged away
+    assert (kept / "selftest").is_dir() and not list(kept.glob("selftest.*"))
+
+    rows = recipes.build_all("rk3576", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lambda line: None)
+    assert [(r["package"], r["components"]) for r in rows] == [
+        ("voice_rk3576", "decoder; no duration_encoder (rk3588 only)")]
+    plan = json.loads((dist / "rk3576" / "voice_rk3576" / "exec_plan.json").read_text())
+    assert list(plan["piper_tts.exec_plan"]) == ["decoder"]
+
+
+def test_component_tables_are_checked_when_the_recipe_loads(tmp_path):
+    cases = {
+        "typo": ('[components.decoder]\noptoins = {}\n', r"\[components.decoder\] may hold only targets, options, gates, not \['optoins'\]"),
+        "outside": ('[components.decoder]\ntargets = ["rk3566"]\n', r"lists targets \['rk3566'\] that the recipe's"),
+        "uncovered": ('[components.decoder]\ntargets = ["rk3588"]\n', r"no component lists target\(s\) \['rk3576'\]"),
+        "scalar": ('[components]\ndecoder = 3\n', r"\[components.decoder\] may hold only"),
+    }
+    for name, (extra, message) in cases.items():
+        _write_recipe(tmp_path, name, "fake_ok", targets=("rk3588", "rk3576"), extra=extra)
+        with pytest.raises(SetupError, match=message):
+            recipes.load_recipe(tmp_path / f"{name}.toml")
+
+
+def test_an_option_may_be_per_target_and_only_its_own_target_rebuilds(tmp_path):
+    extra = '[options]\nwindow = { rk3588 = 237, rk3576 = 173 }\ncontext = 32\n'
+    _write_recipe(tmp_path, "voice", "fake_ok", targets=("rk3588", "rk3576"), extra=extra)
+    recipe = recipes.load_recipe(tmp_path / "voice.toml")
+    assert [r["options"] for r in recipes.recipes_for(recipe, "rk3576")] == [{"window": 173, "context": 32}]
+    key_3588 = recipes.package_key(recipe, "rk3588", "2.3.2", [])["key"]
+    _write_recipe(tmp_path, "voice", "fake_ok", targets=("rk3588", "rk3576"),
+                  extra=extra.replace("rk3576 = 173", "rk3576 = 205"))
+    changed = recipes.load_recipe(tmp_path / "voice.toml")
+    assert recipes.package_key(changed, "rk3588", "2.3.2", [])["key"] == key_3588
+    assert recipes.package_key(changed, "rk3576", "2.3.2", [])["key"] != recipes.package_key(recipe, "rk3576", "2.3.2", [])["key"]
+    _write_recipe(tmp_path, "short", "fake_ok", targets=("rk3588", "rk3566"), extra=extra)
+    with pytest.raises(SetupError, match=r"option `window` is per target \(rk3588, rk3576\) and names no value for rk3566"):
+        recipes.load_recipe(tmp_path / "short.toml")

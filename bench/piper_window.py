@@ -1,0 +1,182 @@
+"""Piper decoder window sweep (joe voice, context 32 per side): per target and window, the layer table's estimated
+cycles and RW traffic per emitted slice, the first window's cycles and its estimated board time, the cycles of a
+typical text chunk, engine / weight / internal memory, REGTASK lines, CPU ops, and the fidelity figures (worst
+interior and padded-tail window vs a full-length fp32 decode; simulator on the self-check and on the end-to-end
+walk). Writes bench/results/piper_window.{json,md,png}; the default each target ships is the window `choose` picks.
+
+Budget for the first window (FIRST_WINDOW_BUDGET_MS): the spec's consumer runs Piper offline only (no streaming
+mode), so a window's compute is latency before a text chunk's first audio, not a stream deadline. 100 ms is half the
+ggml decoder's time for a whole chunk on the RK3588 (2070 ms / 10 chunks = 207 ms, the spec's 60-character chunks of
+about 2.5 s, ~215 slices), so a wider window never makes a chunk's first audio later than the CPU path would. Board
+time is estimated from the layer table: the spec measured 0.46 ms per emitted slice for the 93/45/24 window on an
+RK3588, so ms per estimated cycle = 0.46 * 45 / cycles(93 on rk3588). The same factor serves every target: the
+cycle counts are each target's own, the clock is taken as the RK3588's (no rk3576/rk3566 board figure exists)."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+import tempfile
+import time
+from pathlib import Path
+
+from converters import pipeline
+from converters.engine import BuildOptions
+from converters.families.piper import decoder
+from core.errors import GateFailure
+
+TARGETS = ("rk3588", "rk3576", "rk3566")
+TOOLKIT = "2.3.2"
+CONTEXT = 32
+CALIBRATION_WINDOW, CALIBRATION_CONTEXT, BOARD_MS_PER_EMITTED = 93, 24, 0.46  # the spec's RK3588 measurement
+WINDOWS = (109, 173, 237, 301)
+CHUNK_SLICES = 215  # a 60-character text chunk: 25.18 s / 10 chunks at 22050 Hz / 256 samples per slice
+FIRST_WINDOW_BUDGET_MS = 100.0
+MIN_SIMULATOR_SNR_DB = 40.0  # the issue's bar for the shipped window (the recipe's gate floor is 35)
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _worst(verdicts, words: str) -> float | None:
+    values = [float(v.value) for v in verdicts if words in v.name]
+    return min(values) if values else None
+
+
+def sweep_row(scratch: Path, target: str, window: int, context: int) -> dict:
+    """Export and build one window for one target with every gate recording (none stopping the sweep)."""
+    out = scratch / target / f"w{window}_c{context}"
+    row = {"target": target, "window": window, "context": context, "emitted": window - 2 * context}
+    started = time.perf_counter()
+    try:
+        exported = decoder.export(None, out, window, context, False, target)
+    except GateFailure as failure:
+        return {**row, "status": f"export gate failed: {failure.verdicts[0].line() if failure.verdicts else failure}"}
+    verdicts = [v for record in exported for v in record.verdicts]
+    options = BuildOptions(target, TOOLKIT, max_regtask_lines=10**9, fail_on_cpu_ops=False, min_simulator_snr_db=0.0)
+    try:  # the export's verdicts are figures here, not gates: a window below them is still measured
+        (result,) = pipeline.build([replace(record, verdicts=()) for record in exported], out, options,
+                                   context=f"piper w{window}", say=lambda line: None)
+    except GateFailure as failure:
+        return {**row, "status": f"build gate failed: {failure}"}
+    manifest = result.manifest_data
+    index = json.loads((out / "selftest" / "index.json").read_text())
+    walk = [figure["snr_db"] for entry in index["end_to_end"] for figure in entry["simulator"].values()]
+    cycles = manifest["est_cycles"]
+    return {**row, "status": "built", "polyphase": manifest["contract"].get("polyphase"), "hop": manifest["contract"]["hop"],
+            "first_window_cycles": cycles, "cycles_per_emitted": round(cycles / row["emitted"]),
+            "rw_kb_per_emitted": round(manifest["rw_kb"] / row["emitted"], 1),
+            "chunk_cycles": math.ceil(CHUNK_SLICES / row["emitted"]) * cycles,
+            "engine_bytes": manifest["rknn"]["bytes"], "weight_bytes": manifest["weight_bytes"],
+            "internal_bytes": manifest["internal_bytes"], "regtask_lines": manifest["regtask"]["lines"],
+            "cpu_ops": manifest["ops"]["cpu"], "fp32_worst_interior_db": _worst(verdicts, "worst interior window"),
+            "fp32_tail_db": _worst(verdicts, "padded window"),
+            "simulator_db": manifest["simulator"]["output"]["snr_db"], "simulator_walk_db": min(walk) if walk else None,
+            "peak_rss_bytes": manifest["build"]["peak_rss_bytes"], "build_s": round(time.perf_counter() - started, 1)}
+
+
+def field_edge(target: str, row: dict) -> int | None:
+    """The widest window whose polyphase phases still fit the target's time field (None: no field limit)."""
+    limit = decoder.TIME_FIELD_LIMIT.get(target)
+    if limit is None or row.get("status") != "built" or not row.get("polyphase"):
+        return None
+    return limit * row["polyphase"] // row["hop"]
+
+
+def admissible(row: dict, budget_cycles: float) -> bool:
+    """What a shipped window must hold: 0 REGTASK, 0 CPU ops, the export's fidelity gates (interior and tail >= 100
+    dB, stricter than the export's own 90), the simulator bar, and the first-window budget."""
+    return (row["status"] == "built" and row["regtask_lines"] == 0 and row["cpu_ops"] == 0
+            and row["fp32_worst_interior_db"] >= 100 and row["fp32_tail_db"] > 100
+            and row["simulator_db"] >= MIN_SIMULATOR_SNR_DB and row["first_window_cycles"] <= budget_cycles)
+
+
+def budgets(rows: list[dict], ms_per_cycle: float) -> dict[str, float]:
+    """Per target, the first-window budget in cycles: FIRST_WINDOW_BUDGET_MS on the RK3588, and on a slower NPU the
+    same budget relative to its speed (scaled by its cycles for the 109-slice window over the RK3588's), since its
+    CPU decoder, the path a chunk's first audio is compared with, is slower too."""
+    reference = {r["target"]: r["first_window_cycles"] for r in rows if r["window"] == 109 and r["status"] == "built"}
+    return {target: FIRST_WINDOW_BUDGET_MS / ms_per_cycle * reference[target] / reference["rk3588"]
+            for target in TARGETS if target in reference}
+
+
+def choose(rows: list[dict], budget_cycles: dict[str, float]) -> dict[str, int]:
+    """Per target, the admissible window with the fewest cycles per emitted slice."""
+    chosen = {}
+    for target, budget in budget_cycles.items():
+        candidates = [r for r in rows if r["target"] == target and r["context"] == CONTEXT and admissible(r, budget)]
+        if candidates:
+            chosen[target] = min(candidates, key=lambda r: r["cycles_per_emitted"])["window"]
+    return chosen
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for target in TARGETS:
+        built = sorted((r["window"], r["cycles_per_emitted"]) for r in rows
+                       if r["target"] == target and r["context"] == CONTEXT and r["status"] == "built")
+        clean = {r["window"] for r in rows if r["target"] == target and r["status"] == "built" and r["regtask_lines"] == 0}
+        if built:
+            axis.plot([w for w, _ in built], [c for _, c in built], marker="o", label=target)
+            axis.scatter([w for w, _ in built if w not in clean], [c for w, c in built if w not in clean],
+                         marker="x", color="red", zorder=3)
+    axis.set_xlabel("window (latent slices; context 32 per side)")
+    axis.set_ylabel("estimated NPU cycles per emitted slice")
+    axis.set_title("Piper decoder (joe), toolkit 2.3.2: red x = REGTASK lines")
+    axis.grid(True, alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main() -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="rkaudio-piper-window-") as scratch:
+        rows = [sweep_row(Path(scratch), "rk3588", CALIBRATION_WINDOW, CALIBRATION_CONTEXT)]
+        for target in TARGETS:
+            rows += [sweep_row(Path(scratch), target, window, CONTEXT) for window in WINDOWS]
+            edge = field_edge(target, rows[-1])
+            if edge is not None and edge not in WINDOWS:
+                rows.append(sweep_row(Path(scratch), target, edge, CONTEXT))
+    return report(rows)
+
+
+def report(rows: list[dict]) -> list[dict]:
+    """Board-time estimates, budgets and the choice per target; writes piper_window.md and .png (bench/run.py
+    writes the JSON). `python -m bench.piper_window` re-reports the last JSON's measurements without building."""
+    from converters.package import format_table
+
+    calibration = next(r for r in rows if r["window"] == CALIBRATION_WINDOW and r["context"] == CALIBRATION_CONTEXT)
+    ms_per_cycle = BOARD_MS_PER_EMITTED * calibration["emitted"] / calibration["first_window_cycles"]
+    budget_cycles = budgets(rows, ms_per_cycle)
+    for row in rows:
+        if row["status"] == "built":
+            row["first_window_ms_est"] = round(row["first_window_cycles"] * ms_per_cycle, 1)
+            row["budget_ms_est"] = round(budget_cycles[row["target"]] * ms_per_cycle, 1)
+    chosen = choose(rows, budget_cycles)
+    for row in rows:
+        row["chosen"] = chosen.get(row["target"]) == row["window"] and row["context"] == CONTEXT
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    plot(rows, RESULTS / "piper_window.png")
+    columns = ["target", "window", "emitted", "context", "polyphase", "cycles_per_emitted", "rw_kb_per_emitted",
+               "first_window_cycles", "first_window_ms_est", "budget_ms_est", "chunk_cycles", "engine_bytes",
+               "weight_bytes", "internal_bytes", "regtask_lines", "cpu_ops", "fp32_worst_interior_db", "fp32_tail_db",
+               "simulator_db", "simulator_walk_db", "peak_rss_bytes", "chosen", "status"]
+    (RESULTS / "piper_window.md").write_text(
+        f"Piper decoder window sweep, joe voice, toolkit {TOOLKIT} (bench/piper_window.py). Board ms per cycle "
+        f"{ms_per_cycle:.3e} from the spec's {BOARD_MS_PER_EMITTED} ms per emitted slice at "
+        f"{CALIBRATION_WINDOW}/{CALIBRATION_WINDOW - 2 * CALIBRATION_CONTEXT}/{CALIBRATION_CONTEXT}; first-window budget "
+        f"{FIRST_WINDOW_BUDGET_MS} ms on the RK3588, scaled by each target's speed; chunk = {CHUNK_SLICES} slices. "
+        f"Chosen: {chosen}\n\n```\n" + format_table(rows, columns) + "\n```\n")
+    return rows
+
+
+if __name__ == "__main__":
+    last = RESULTS / "piper_window.json"
+    result = json.loads(last.read_text())
+    result["rows"] = report(result["rows"])
+    last.write_text(json.dumps(result, indent=2) + "\n")
+    print((RESULTS / "piper_window.md").read_text())
