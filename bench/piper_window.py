@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
 
 from converters import pipeline
 from converters.engine import BuildOptions
@@ -60,17 +64,12 @@ def sweep_row(scratch: Path, target: str, window: int, context: int) -> dict:
     manifest = result.manifest_data
     index = json.loads((out / "selftest" / "index.json").read_text())
     walk = [figure["snr_db"] for entry in index["end_to_end"] for figure in entry["simulator"].values()]
-    cycles = manifest["est_cycles"]
-    return {**row, "status": "built", "polyphase": manifest["contract"].get("polyphase"), "hop": manifest["contract"]["hop"],
-            "first_window_cycles": cycles, "cycles_per_emitted": round(cycles / row["emitted"]),
-            "rw_kb_per_emitted": round(manifest["rw_kb"] / row["emitted"], 1),
-            "chunk_cycles": math.ceil(CHUNK_SLICES / row["emitted"]) * cycles,
-            "engine_bytes": manifest["rknn"]["bytes"], "weight_bytes": manifest["weight_bytes"],
-            "internal_bytes": manifest["internal_bytes"], "regtask_lines": manifest["regtask"]["lines"],
-            "cpu_ops": manifest["ops"]["cpu"], "fp32_worst_interior_db": _worst(verdicts, "worst interior window"),
-            "fp32_tail_db": _worst(verdicts, "padded window"),
-            "simulator_db": manifest["simulator"]["output"]["snr_db"], "simulator_walk_db": min(walk) if walk else None,
-            "peak_rss_bytes": manifest["build"]["peak_rss_bytes"], "build_s": round(time.perf_counter() - started, 1)}
+    return {**row, **sweep.manifest_row(manifest, row["emitted"], target), "status": "built",
+            "polyphase": manifest["contract"].get("polyphase"), "hop": manifest["contract"]["hop"],
+            "chunk_cycles": math.ceil(CHUNK_SLICES / row["emitted"]) * manifest["est_cycles"],
+            "fp32_worst_interior_db": _worst(verdicts, "worst interior window"),
+            "fp32_tail_db": _worst(verdicts, "padded window"), "simulator_walk_db": min(walk) if walk else None,
+            "build_s": round(time.perf_counter() - started, 1)}
 
 
 def field_edge(target: str, row: dict) -> int | None:
@@ -86,7 +85,7 @@ def admissible(row: dict, budget_cycles: float) -> bool:
     dB, stricter than the export's own 90), the simulator bar, and the first-window budget."""
     return (row["status"] == "built" and row["regtask_lines"] == 0 and row["cpu_ops"] == 0
             and row["fp32_worst_interior_db"] >= 100 and row["fp32_tail_db"] > 100
-            and row["simulator_db"] >= MIN_SIMULATOR_SNR_DB and row["first_window_cycles"] <= budget_cycles)
+            and row["sim_snr_db"] >= MIN_SIMULATOR_SNR_DB and row["first_window_cycles"] <= budget_cycles)
 
 
 def budgets(rows: list[dict], ms_per_cycle: float) -> dict[str, float]:
@@ -104,33 +103,8 @@ def choose(rows: list[dict], budget_cycles: dict[str, float]) -> dict[str, int]:
     for target, budget in budget_cycles.items():
         candidates = [r for r in rows if r["target"] == target and r["context"] == CONTEXT and admissible(r, budget)]
         if candidates:
-            chosen[target] = min(candidates, key=lambda r: r["cycles_per_emitted"])["window"]
+            chosen[target] = min(candidates, key=lambda r: r["est_cycles_per_emitted"])["window"]
     return chosen
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4))
-    for target in TARGETS:
-        built = sorted((r["window"], r["cycles_per_emitted"]) for r in rows
-                       if r["target"] == target and r["context"] == CONTEXT and r["status"] == "built")
-        clean = {r["window"] for r in rows if r["target"] == target and r["status"] == "built" and r["regtask_lines"] == 0}
-        if built:
-            axis.plot([w for w, _ in built], [c for _, c in built], marker="o", label=target)
-            axis.scatter([w for w, _ in built if w not in clean], [c for w, c in built if w not in clean],
-                         marker="x", color="red", zorder=3)
-    axis.set_xlabel("window (latent slices; context 32 per side)")
-    axis.set_ylabel("estimated NPU cycles per emitted slice")
-    axis.set_title("Piper decoder (joe), toolkit 2.3.2: red x = REGTASK lines")
-    axis.grid(True, alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def main() -> list[dict]:
@@ -160,11 +134,13 @@ def report(rows: list[dict]) -> list[dict]:
     for row in rows:
         row["chosen"] = chosen.get(row["target"]) == row["window"] and row["context"] == CONTEXT
     RESULTS.mkdir(parents=True, exist_ok=True)
-    plot(rows, RESULTS / "piper_window.png")
-    columns = ["target", "window", "emitted", "context", "polyphase", "cycles_per_emitted", "rw_kb_per_emitted",
+    sweep.plot([r for r in rows if r["status"] == "built" and r["context"] == CONTEXT and r["regtask_lines"] == 0],
+               RESULTS / "piper_window.png", f"Piper decoder (joe), context {CONTEXT}, toolkit {TOOLKIT}: windows "
+               "with 0 REGTASK lines", ylabel="estimated NPU cycles per emitted slice")
+    columns = ["target", "window", "emitted", "context", "polyphase", "est_cycles_per_emitted", "rw_kb_per_emitted",
                "first_window_cycles", "first_window_ms_est", "budget_ms_est", "chunk_cycles", "engine_bytes",
                "weight_bytes", "internal_bytes", "regtask_lines", "cpu_ops", "fp32_worst_interior_db", "fp32_tail_db",
-               "simulator_db", "simulator_walk_db", "peak_rss_bytes", "chosen", "status"]
+               "sim_snr_db", "simulator_walk_db", "build_peak_rss_bytes", "chosen", "status"]
     (RESULTS / "piper_window.md").write_text(
         f"Piper decoder window sweep, joe voice, toolkit {TOOLKIT} (bench/piper_window.py). Board ms per cycle "
         f"{ms_per_cycle:.3e} from the spec's {BOARD_MS_PER_EMITTED} ms per emitted slice at "
