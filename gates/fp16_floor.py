@@ -32,6 +32,7 @@ FLOOR_MARGIN_DB = 6.0
 # Above this both figures are far past any audible or gated level (the board gate caps the build figure at
 # 60 dB too): a 90 dB floor and a 62 dB simulator is not a conversion bug.
 FLOOR_CAP_DB = 60.0
+GAP_UNIT = "dB below floor"
 RAW_SUFFIX = "__fp32"  # a node's own (unrounded) output, renamed; the rounded value keeps the original name
 
 
@@ -104,7 +105,8 @@ def floor_gap_verdict(name: str, simulator_db: float, floor_db: float, margin_db
     gap = floor_gap(simulator_db, floor_db)
     detail = (f"simulator {simulator_db:.2f} dB, plain fp16 of the graph {floor_db:.2f} dB"
               + (f" (capped at {FLOOR_CAP_DB:g})" if floor_db > FLOOR_CAP_DB else ""))
-    return at_most(f"fp16_floor_gap[{name}]", gap, margin_db, "dB", detail)
+    # Its own unit: a dB figure where lower is better, so it never reads as an SNR (the summary's worst SNR).
+    return at_most(f"fp16_floor_gap[{name}]", gap, margin_db, GAP_UNIT, detail)
 
 
 def simulator_advice(output: str, simulator_db: float, floor_db: float, gap_passed: bool, min_snr_db: float,

@@ -3,6 +3,7 @@ import pytest
 
 from core.errors import PackageError
 from converters.package import format_table, merge_exec_plan, staged_package, summary_row
+from gates.fp16_floor import GAP_UNIT
 
 
 def _contract(component="decoder", role="main", option="piper_tts.exec_plan", **extra):
@@ -64,11 +65,13 @@ def test_summary_row_sums_engines_and_takes_the_worst_snr():
         {"gates": [{"name": "snr", "value": 61.5, "unit": "dB", "passed": True},
                    {"name": "regtask", "value": 0, "unit": "lines", "passed": True}],
          "rknn": {"bytes": 1000}, "ops": {"cpu": 1}, "regtask": {"lines": 0}},
-        {"gates": [{"name": "snr", "value": "inf", "unit": "dB", "passed": True}],
+        {"gates": [{"name": "snr", "value": "inf", "unit": "dB", "passed": True},
+                   # lower is better, in its own unit: never the worst SNR
+                   {"name": "fp16_floor_gap[y]", "value": -8.4, "unit": GAP_UNIT, "passed": True}],
          "rknn": {"bytes": 2000}, "ops": {"cpu": 2}, "regtask": {"lines": 3}},
     ]
     row = summary_row("pkg_rk3588", "ok", manifests)
-    assert row == {"package": "pkg_rk3588", "status": "ok", "gates": "3/3", "worst_snr_db": 61.5,
+    assert row == {"package": "pkg_rk3588", "status": "ok", "gates": "4/4", "worst_snr_db": 61.5,
                    "engine_bytes": 3000, "cpu_ops": 3, "regtask_lines": 3, "kit_bytes": None, "package_bytes": None,
                    "components": None}
     skipped = summary_row("other_rk3588", "missing source")
