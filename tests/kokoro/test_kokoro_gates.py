@@ -12,9 +12,7 @@ import pytest
 import torch
 
 from converters.families.kokoro.export import export, golden_utterance
-from converters.families.kokoro.generator import GeneratorConfig
 from converters.families.kokoro.graph import CONTEXT, build_module, prepare
-from converters.families.kokoro.reference import reference_generator
 from converters.families.kokoro.verdicts import (MIN_PADDED_DB, RANDOM_WINDOW_EXPORT_DB, SPEC_PHASE_FULL_SCALE,
                                                  padded_verdict, reference_verdict, spec_verdict, walk_verdict)
 from core.contract import get_contract
@@ -22,22 +20,15 @@ from core.errors import GateFailure, SetupError
 from gates.snr import DEGENERATE_ADVICE
 from runtime import kokoro_walk
 
-SMALL = GeneratorConfig(style_dim=8, upsample_initial_channel=16)
+from tests.kokoro.kokoro_small import SMALL, small_reference
+
 FRAMES = 64  # 28 context frames per side + 8 emitted
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
 
 
 def small_state(seed: int = 0) -> dict:
     """A small random-init kokoro Generator's state (weight norm in) with non-trivial alphas and gains."""
-    torch.manual_seed(seed)
-    reference = reference_generator(SMALL).eval()
-    with torch.no_grad():
-        for name, parameter in reference.named_parameters():
-            if "alpha" in name:
-                parameter.uniform_(0.5, 3.0)
-            elif name.endswith("weight_g"):
-                parameter.uniform_(0.5, 1.5)
-    return {k: v.clone() for k, v in reference.state_dict().items()}
+    return small_reference(seed)[1]
 
 
 def with_conv_post(state: dict, bias: float) -> dict:

@@ -14,8 +14,8 @@ from converters.families.kokoro.graph import (CONTEXT, INPUTS, build_module, che
                                               run_torch, window_inputs)
 from converters.families.kokoro.verdicts import (MIN_REFERENCE_DB, RANDOM_WINDOW_EXPORT_DB, export_verdict,
                                                  onnx_outputs, padded_verdict, reference_verdict)
-from converters.families.kokoro.generator import GeneratorConfig, KokoroGenerator, load_reference_state
-from converters.families.kokoro.reference import reference_generator, reference_spec_phase
+from converters.families.kokoro.generator import KokoroGenerator, load_reference_state
+from converters.families.kokoro.reference import reference_spec_phase
 from core.errors import SetupError
 from gates.snr import snr_db
 from surgery.modules.instance_norm import mask_instance_norm
@@ -25,22 +25,15 @@ from converters.families.kokoro.ada_snake import fold_snake_alpha
 from surgery.graph.round_shift import fp16_round_shift
 from surgery.modules.weight_norm import fold_weight_norm
 
-SMALL = GeneratorConfig(style_dim=8, upsample_initial_channel=16)
+from tests.kokoro.kokoro_small import SMALL, small_reference
+
 FRAMES = 64  # 28 context frames per side + 8 emitted
 
 
 @pytest.fixture(scope="module")
 def weights():
     """A small random-init kokoro Generator (weight norm in) with non-trivial alphas and gains."""
-    torch.manual_seed(0)
-    reference = reference_generator(SMALL).eval()
-    with torch.no_grad():
-        for name, parameter in reference.named_parameters():
-            if "alpha" in name:
-                parameter.uniform_(0.5, 3.0)
-            elif name.endswith("weight_g"):
-                parameter.uniform_(0.5, 1.5)
-    return reference, {k: v.clone() for k, v in reference.state_dict().items()}
+    return small_reference()
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,8 @@ import torch
 from torch import nn
 
 from converters.families.kokoro import rows as kokoro_rows
-from converters.families.kokoro.generator import GeneratorConfig
 from converters.families.kokoro.graph import (CONTEXT, build_module, check_frames, fine_layout, float64, prepare,
                                               run_torch, window_inputs)
-from converters.families.kokoro.reference import reference_generator
 from converters.families.kokoro.rows import RowGenerator
 from converters.families.kokoro.verdicts import MIN_ROWS_DB, rows_verdict
 from core.errors import SetupError
@@ -22,22 +20,15 @@ from runtime.kokoro_walk import from_rows, to_rows
 from surgery.modules import rows as surgery_rows
 from surgery.modules.rows import halo_rows, row_conv, row_layout
 
+from tests.kokoro.kokoro_small import SMALL, small_reference
+
 HALO_ROWS = surgery_rows.halo_rows  # the real one, which the planted mistakes below wrap
-SMALL = GeneratorConfig(style_dim=8, upsample_initial_channel=16)
 FRAMES = 64  # fine axis 3841
 
 
 @pytest.fixture(scope="module")
 def plain():
-    torch.manual_seed(0)
-    reference = reference_generator(SMALL).eval()
-    with torch.no_grad():
-        for name, parameter in reference.named_parameters():
-            if "alpha" in name:
-                parameter.uniform_(0.5, 3.0)
-            elif name.endswith("weight_g"):
-                parameter.uniform_(0.5, 1.5)
-    state = {k: v.clone() for k, v in reference.state_dict().items()}
+    _, state = small_reference()
     return prepare(build_module(SMALL, state), "round", snake_fold=True)
 
 

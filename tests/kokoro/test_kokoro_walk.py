@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from converters.families.kokoro.graph import CONTEXT, build_module, prepare, run_torch, window_inputs
-from converters.families.kokoro.generator import GeneratorConfig
-from converters.families.kokoro.reference import istftnet_module, reference_generator
+from converters.families.kokoro.reference import istftnet_module
 from gates.snr import snr_db
 from runtime import kokoro_walk
 from runtime.kokoro_walk import KokoroWindow
 
-SMALL = GeneratorConfig(style_dim=8, upsample_initial_channel=16)
+from tests.kokoro.kokoro_small import SMALL, small_reference
+
 WINDOW = 64  # 28 context frames per side + 8 emitted
 
 
@@ -50,13 +50,8 @@ def test_source_signal_matches_kokoro_source_module(monkeypatch):
 
 @pytest.fixture(scope="module")
 def generator():
-    torch.manual_seed(0)
-    reference = reference_generator(SMALL).eval()
-    with torch.no_grad():
-        for name, parameter in reference.named_parameters():
-            if "alpha" in name:
-                parameter.uniform_(0.5, 3.0)
-    return prepare(build_module(SMALL, reference.state_dict()), "exact", snake_fold=True)
+    _, state = small_reference(gains=False)
+    return prepare(build_module(SMALL, state), "exact", snake_fold=True)
 
 
 class TorchBackend:
