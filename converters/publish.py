@@ -133,7 +133,16 @@ def publish(dist_target_dir: Path, repo_id: str, revision: str | None = None, dr
         from huggingface_hub import HfApi
 
         api = HfApi()
-    remote = remote_hashes(api, repo_id, None)
+    try:
+        remote = remote_hashes(api, repo_id, None)
+    except OSError as error:  # requests' errors are OSErrors: no network, DNS, a proxy, a refused token
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+        if not dry_run:
+            raise SetupError(f"cannot list {repo_id} on the Hub ({reason}); nothing was uploaded. Check the network "
+                             "and the token (`huggingface-cli login`), or use --dry-run") from None
+        say(f"the Hub is not reachable ({reason}): the dry run compares with an empty repository, so every file "
+            "reads as an upload")
+        remote = {}
     operations: list[tuple[str, str]] = []
     uploads = []
     for package in packages:

@@ -103,6 +103,31 @@ def test_a_failed_upload_says_what_to_do(package):
         publish(package.parent, "test/rkaudio", "v1", replay="none", api=Failing(), say=lambda _: None)
 
 
+class OfflineHub(StandInHub):
+    """No network: every call fails as requests does when the Hub cannot be reached."""
+
+    def list_repo_tree(self, repo_id, recursive=False, revision=None):
+        import requests
+
+        self.calls.append(("list_repo_tree", repo_id))
+        raise requests.exceptions.ConnectionError("Max retries exceeded with url: /api/models/test/rkaudio/tree/main")
+
+    def list_repo_refs(self, repo_id):
+        return self.list_repo_tree(repo_id)
+
+
+def test_without_the_hub_a_dry_run_lists_every_file_and_a_live_run_stops_with_a_line(package):
+    lines = []
+    operations = publish(package.parent, "test/rkaudio", "v0.1.0", dry_run=True, replay="none", api=OfflineHub(),
+                         say=lines.append)
+    assert any(line.startswith("the Hub is not reachable (ConnectionError") for line in lines)
+    assert {verb for verb, _ in operations} == {"upload", "tag"}
+    hub = OfflineHub()
+    with pytest.raises(SetupError, match=r"cannot list test/rkaudio on the Hub \(ConnectionError.*nothing was uploaded"):
+        publish(package.parent, "test/rkaudio", "v0.1.0", dry_run=False, replay="none", api=hub, say=lambda line: None)
+    assert [c[0] for c in hub.calls] == ["list_repo_tree"]
+
+
 def test_the_ci_matrix_matches_the_recipes_and_the_workflow_uses_real_commands():
     from typer.testing import CliRunner
 
