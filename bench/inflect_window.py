@@ -1,0 +1,79 @@
+"""Inflect v2 decoder window sweep (Micro and Nano shapes, random weights: cycles, traffic, memory, REGTASK lines and
+CPU ops depend on the shape only; the fidelity columns are the export's own gates on these weights): per target and
+window, the layer table's estimated cycles and RW traffic per emitted slice, the first window's cycles, engine /
+weight / internal memory, REGTASK lines, CPU ops, the worst interior and tail SNR against a full-length fp32 decode
+and the simulator on the self-check. Writes bench/results/inflect_window.{md,png} (bench/run.py writes the JSON).
+
+No real Inflect snapshot is reachable here, so the recipes' windows are not changed from this sweep alone: a
+window is shipped once its fidelity holds on the real weights (the export gates judge that at build time)."""
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
+
+from converters import pipeline
+from converters.engine import BuildOptions
+from converters.families import inflect
+from converters.families.inflect.reference import MICRO, NANO
+from core.errors import GateFailure
+
+TARGETS = ("rk3588", "rk3576", "rk3566")
+TOOLKIT = "2.3.2"
+CONTEXT = 32
+WINDOWS = (256, 512)
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _worst(verdicts, prefix: str) -> float | None:
+    values = [float(v.value) for v in verdicts if v.name.startswith(prefix)]
+    return min(values) if values else None
+
+
+def sweep_row(scratch: Path, official: dict, size: str, target: str, window: int) -> dict:
+    out = scratch / size / target / f"w{window}"
+    row = {"size": size, "target": target, "window": window, "context": CONTEXT, "emitted": window - 2 * CONTEXT}
+    started = time.perf_counter()
+    try:
+        exported = inflect.export(official["decode"], official["duration"], out, window, CONTEXT, True, target,
+                                  say=lambda *_: None)
+    except GateFailure as failure:
+        return {**row, "status": f"export gate failed: {failure}"}
+    verdicts = [v for record in exported for v in record.verdicts]
+    options = BuildOptions(target, TOOLKIT, max_regtask_lines=10**9, fail_on_cpu_ops=False, min_simulator_snr_db=0.0)
+    try:  # the export's verdicts are figures here, not gates
+        (result,) = pipeline.build([replace(record, verdicts=()) for record in exported], out, options,
+                                   context=f"inflect w{window}", say=lambda line: None)
+    except GateFailure as failure:
+        return {**row, "status": f"build gate failed: {failure}"}
+    return {**row, **sweep.manifest_row(result.manifest_data, row["emitted"], target), "status": "built",
+            "fp32_worst_interior_db": _worst(verdicts, "interior_snr_min"), "fp32_tail_db": _worst(verdicts, "tail_snr["),
+            "build_s": round(time.perf_counter() - started, 1)}
+
+
+def main() -> list[dict]:
+    from converters.families.inflect.reference import export_official
+    from converters.package import format_table
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rkaudio-inflect-window-") as scratch:
+        for config in (MICRO, NANO):
+            official = export_official(Path(scratch) / config.name, config, seed=0)
+            rows += [sweep_row(Path(scratch), official, config.name, target, window)
+                     for target in TARGETS for window in WINDOWS]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for config in (MICRO, NANO):
+        sweep.relative_to([r for r in rows if r["size"] == config.name and r["status"] == "built"], WINDOWS[0])
+        sweep.plot([r for r in rows if r["size"] == config.name and r["status"] == "built"],
+                   RESULTS / f"inflect_window_{config.name}.png",
+                   f"Inflect v2 {config.name} decoder (random weights), context {CONTEXT}, toolkit {TOOLKIT}",
+                   ylabel="estimated NPU cycles per emitted slice")
+    (RESULTS / "inflect_window.md").write_text(
+        f"Inflect v2 decoder window sweep (bench/inflect_window.py), Micro and Nano shapes with random weights, "
+        f"context {CONTEXT}, toolkit {TOOLKIT}\n\n```\n" + format_table(rows) + "\n```\n")
+    return rows
