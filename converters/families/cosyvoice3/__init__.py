@@ -182,6 +182,10 @@ def convert_aperture(
     print(aperture.format_report(result))
 
 
+# Commands this family adds beside its build command that read a package and build nothing (no build options).
+TOOL_COMMANDS = ("aperture",)
+
+
 def register(app: typer.Typer, check_app: typer.Typer | None = None) -> None:
     app.command("cosyvoice3")(convert_cosyvoice3)
     app.command("aperture")(convert_aperture)
