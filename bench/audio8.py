@@ -41,8 +41,8 @@ def host_timings(plan_dir: Path, steps: int) -> list[dict]:
             per = max(timings.decode_steps, 1)
             rows.append({"prompt": f"{clip_name(seconds)}/S{embeds.shape[1]}", "mel_ms": round(mel_ms, 2),
                          "encoder_ms": round(timings.encoder_ms, 2), "adapter_ms": round(timings.adapter_ms, 2),
-                         "prefill_ms": round(timings.prefill_ms, 2), "kv_ms/tok": round(timings.kv_ms / per, 3),
-                         "block_ms/tok": round(timings.block_ms / per, 3), "head_ms/tok": round(timings.head_ms / per, 3),
+                         "prefill_ms": round(timings.prefill_ms, 2), "step_ms/tok": round(timings.step_ms / per, 3),
+                         "head_ms/tok": round(timings.head_ms / per, 3),
                          "kv_write_ms/tok": round(timings.kv_write_ms / per, 4), "tokens": len(decoded.tokens),
                          "load_ms": round(timings.load_ms), "migration": "-"})
         tokens = contract["max_placeholders"]
@@ -54,8 +54,7 @@ def host_timings(plan_dir: Path, steps: int) -> list[dict]:
         per = max(timings.decode_steps, 1)
         rows.append({"prompt": f"stress S{embeds.shape[1]}+{count}", "mel_ms": "-", "encoder_ms": "-",
                      "adapter_ms": "-", "prefill_ms": round(timings.prefill_ms, 2),
-                     "kv_ms/tok": round(timings.kv_ms / per, 3), "block_ms/tok": round(timings.block_ms / per, 3),
-                     "head_ms/tok": round(timings.head_ms / per, 3),
+                     "step_ms/tok": round(timings.step_ms / per, 3), "head_ms/tok": round(timings.head_ms / per, 3),
                      "kv_write_ms/tok": round(timings.kv_write_ms / per, 4), "tokens": len(decoded.tokens),
                      "load_ms": round(timings.load_ms), "migration": ", ".join(f"{m['from']}->{m['to']} {m['ms']:.2f} ms" for m in timings.migrations)})
     return rows
@@ -87,19 +86,49 @@ def io_per_token(plan_dir: Path, plan: dict) -> list[dict]:
                  "h2d_bytes": sum(i for v in per_clip + [io[("decoder", "head")]] for i, _ in v),
                  "d2h_bytes": sum(o for v in per_clip + [io[("decoder", "head")]] for _, o in v)})
     for bucket in plan["graphs"][0]["contract"]["kv_buckets"]:
-        step = io[("decoder", "kv")] + io[("decoder", f"block_{bucket}")] + io[("decoder", "head")]
+        step = io[("decoder", f"step_{bucket}")] + io[("decoder", "head")]
         rows.append({"stage": f"decode step, bucket {bucket}", "npu_calls": len(step),
                      "h2d_bytes": sum(i for i, _ in step), "d2h_bytes": sum(o for _, o in step)})
     return rows
 
 
+def _old_split_graphs(decoder, layer_index: int):
+    """The old layout's two calls for one layer (before issue #17), kept here only to measure the step against:
+    this token's K/V rows (the CPU wrote them before the block ran), then attention over the whole buffer."""
+    from torch import nn
+
+    from converters.families.audio8 import graphs
+
+    config = decoder.config
+    layer = decoder.model.layers[layer_index]
+    heads = graphs._RotaryHeads(config.num_attention_heads, config.hidden_size // config.num_attention_heads)
+
+    class KVProjection(nn.Module):
+        def forward(self, hidden, cos, sin):
+            x = graphs.rms_norm(layer.input_layernorm, hidden.flatten(0, 1))
+            return heads.rope(heads.split(layer.self_attn.k_proj(x)), cos, sin), heads.split(layer.self_attn.v_proj(x))
+
+    class Block(nn.Module):
+        def forward(self, hidden, full_k, full_v, cos, sin, mask):
+            h, attn = hidden.flatten(0, 1), layer.self_attn
+            q = heads.rope(heads.split(attn.q_proj(graphs.rms_norm(layer.input_layernorm, h))), cos, sin)
+            h = h + attn.o_proj(graphs._attention(q, full_k, full_v, mask, heads.head_dim).transpose(0, 1).reshape(h.shape))
+            return (h + layer.mlp(graphs.rms_norm(layer.post_attention_layernorm, h))).unsqueeze(0)
+
+    projection, block = KVProjection(), Block()
+    projection.layer = block.layer = layer  # registered submodules: the weights go into the export
+    projection.heads = block.heads = heads
+    return projection, block
+
+
 def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: int, build: str | None,
                  toolkit: str) -> list[dict]:
-    """Issue #17 item 3: the decoder step in four layouts, per K/V bucket: "split" (today: per layer a K/V
-    projection and a block, then the head shards), "per_layer" (one fused call per layer, head shards),
-    "all_layers" (one call for every layer, head shards) and "all_layers+head" (one call). Per token: NPU calls,
-    host->device and device->host bytes (the graphs' fp32 I/O), host onnxruntime ms (the calls run back to back on
-    example feeds, `steps` times), and with `build` the summed layer-table cycles (est_cycles x calls)."""
+    """The decoder step in four layouts, per K/V bucket: "split (old)" (before issue #17: per layer a K/V
+    projection and a block, then the head shards), "per_layer" (one step call per layer, head shards),
+    "all_layers (default)" (one step call for every layer, head shards: what `convert audio8` exports) and
+    "all_layers+head" (one call). Per token: NPU calls, host->device and device->host bytes (the graphs' fp32
+    I/O), host onnxruntime ms (the calls run back to back on example feeds, `steps` times), and with `build` the
+    summed layer-table cycles (est_cycles x calls), REGTASK lines and CPU ops."""
     import torch
 
     from converters.families.audio8 import graphs
@@ -132,23 +161,24 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
         cache = [rng.standard_normal((heads, bucket, head_dim)).astype(np.float32) for _ in range(2 * layers)]
         mask = np.zeros((heads, 1, bucket), np.float32)
         mask[:, :, bucket // 2:] = graphs.MASKED
-        block = lambda i: {"hidden": token, "full_k": cache[2 * i], "full_v": cache[2 * i + 1], "cos": cos,
-                           "sin": sin, "mask": mask}
+        step_feeds = lambda first, count: dict(zip(graphs.step_input_names(count),
+                                                   [token, cos, sin, mask, *cache[2 * first:2 * (first + count)]]))
         split = []
         for i in range(layers):
-            split += [graph(f"kv_l{i}", graphs.KVProjectionGraph(model.decoder, i),
-                            {"hidden": token, "cos": cos, "sin": sin}, ["key_delta", "value_delta"]),
-                      graph(f"block_l{i}_s{bucket}", graphs.BlockGraph(model.decoder, i), block(i), ["hidden_out"])]
-        per_layer = [graph(f"fused_l{i}_s{bucket}", graphs.FusedLayerStepGraph(model.decoder, i), block(i),
-                           ["hidden_out", "key_delta", "value_delta"]) for i in range(layers)]
-        names = [f"{kind}_{i}" for i in range(layers) for kind in ("full_k", "full_v")]
-        deltas = [f"{kind}_{i}" for i in range(layers) for kind in ("key_delta", "value_delta")]
-        every = {"hidden": token, "cos": cos, "sin": sin, "mask": mask, **dict(zip(names, cache))}
-        all_layers = graph(f"fused_all_s{bucket}", graphs.FusedStepGraph(model.decoder), every, ["hidden_out", *deltas])
-        with_head = graph(f"fused_all_head_s{bucket}", graphs.FusedStepGraph(model.decoder, head=True), every,
-                          ["logits", *deltas])
-        for layout, calls in (("split", split + shards), ("per_layer", per_layer + shards),
-                              ("all_layers", [all_layers] + shards), ("all_layers+head", [with_head])):
+            projection, block = _old_split_graphs(model.decoder, i)
+            split += [graph(f"kv_l{i}", projection, {"hidden": token, "cos": cos, "sin": sin},
+                            ["key_delta", "value_delta"]),
+                      graph(f"block_l{i}_s{bucket}", block,
+                            {"hidden": token, "full_k": cache[2 * i], "full_v": cache[2 * i + 1], "cos": cos,
+                             "sin": sin, "mask": mask}, ["hidden_out"])]
+        per_layer = [graph(f"step_l{i}_s{bucket}", graphs.StepGraph(model.decoder, layers=[i]), step_feeds(i, 1),
+                           graphs.step_output_names(1)) for i in range(layers)]
+        all_layers = graph(f"step_s{bucket}", graphs.StepGraph(model.decoder), step_feeds(0, layers),
+                           graphs.step_output_names(layers))
+        with_head = graph(f"step_head_s{bucket}", graphs.StepGraph(model.decoder, head=True), step_feeds(0, layers),
+                          graphs.step_output_names(layers, head=True))
+        for layout, calls in (("split (old)", split + shards), ("per_layer", per_layer + shards),
+                              ("all_layers (default)", [all_layers] + shards), ("all_layers+head", [with_head])):
             table.append({"layout": layout, "bucket": bucket, "calls": calls})
     figures: dict[str, dict] = {}
     for stem, (path, feeds) in exported.items():

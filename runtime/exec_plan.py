@@ -54,7 +54,8 @@ OPTIONS: Dict[str, Dict[str, Component]] = {
         "encoder": Component(("rknn",), {"main": MAIN}),
         "adapter": Component(("rknn",), {"main": MAIN}),  # one engine for every placeholder count (pooling input)
         "prefill": Component(("rknn",), {"main": MAIN}),  # one engine for every prompt length (right-padded)
-        "decoder": Component(("rknn",), {"kv": LADDER, "block_<n>": LADDER, "head": LADDER}),  # per layer / shard
+        # one step engine per K/V bucket (every layer in one call), the LM head in shards
+        "decoder": Component(("rknn",), {"step_<n>": MAIN, "head": LADDER}),
     },
     "example.exec_plan": {"conv": Component(("rknn",), {"main": LADDER})},
 }

@@ -7,11 +7,12 @@ the adapter's [max_placeholders, audio_tokens] input, and keeps the first N rows
 prefill serves every prompt length L: the prompt is right-padded to the prefill's S (exact on the real
 positions of a causal decoder), a one-hot [1, S] selector picks the last real position's hidden state, the
 runtime keeps the first L rows of every layer's K/V, and the head shards give the first token's logits, as
-they do each decode step's. Per token: each layer's K/V projection graph gives this position's K/V rows, the
-CPU writes them into the layer's [heads, Smax, head_dim] buffers, and the layer's block graph for the current
-bucket reads the whole buffer under a CPU-made mask. When the write position reaches the bucket's end, every
-layer's valid rows are copied into the next bucket and decoding continues at the same token and RoPE position.
-Graphs load on first use; the frontend graphs are released after prefill.
+they do each decode step's. Per token: one call of the current bucket's step graph runs every layer over the
+layers' [heads, Smax, head_dim] buffers (this position not yet written, still masked) and returns each layer's
+K/V row for this position, which the CPU then writes in place and unmasks; the head shards give the logits.
+When the write position reaches the bucket's end, every layer's valid rows are copied into the next bucket and
+decoding continues at the same token and RoPE position. The embedding table is stored in fp16 and widened to
+fp32 row by row. Graphs load on first use; the frontend graphs are released after prefill.
 
 `golden_loop` is the family's end-to-end golden for the board self-test kit: the same runtime over the kit's
 engines (`runtime.golden.Engine`, each known by its contract) instead of a plan directory."""
@@ -76,8 +77,7 @@ class Timings:
     encoder_ms: float = 0.0
     adapter_ms: float = 0.0
     prefill_ms: float = 0.0  # the prefill and the head shard calls of the first token
-    kv_ms: float = 0.0
-    block_ms: float = 0.0
+    step_ms: float = 0.0  # the step graph: every layer of one token
     head_ms: float = 0.0
     kv_write_ms: float = 0.0
     load_ms: float = 0.0  # opening graphs on first use (not part of any stage)
@@ -222,9 +222,13 @@ class Audio8Runtime:
             raise BucketError(f"adapter gave {audio.shape[0]} audio rows, its contract says {c['max_placeholders']}")
         ids = np.array(self.prompt_ids(placeholders))
         slots = ids == c["prompt"]["audio_token_id"]
-        embeds = np.asarray(self._embed_table[ids], dtype=np.float32).copy()
+        embeds = self.token_embeddings(ids)
         embeds[slots] = audio[: int(slots.sum())]  # rows past N pooled nothing (zero rows of `pool`)
         return embeds[None]
+
+    def token_embeddings(self, ids) -> np.ndarray:
+        """The table's rows of `ids` [..., hidden] as fp32 (the table is stored in fp16)."""
+        return np.array(self._embed_table[np.asarray(ids, dtype=np.int64)], dtype=np.float32)
 
     def transcribe(self, features: np.ndarray, samples: int, max_new_tokens: int, **decode) -> Decoded:
         timings = Timings()
@@ -283,19 +287,18 @@ class Audio8Runtime:
                 bucket, keys, values, mask = self._migrate(bucket, position, keys, values, mask, timings)
                 used.append(bucket)
             cos, sin = self._rope(position)
-            mask[:, :, position] = 0.0
-            hidden = np.asarray(self._embed_table[tokens[-1]], dtype=np.float32).reshape(1, 1, -1)
+            feeds = {"hidden": self.token_embeddings(tokens[-1]).reshape(1, 1, -1), "cos": cos, "sin": sin,
+                     "mask": mask}
             for layer in range(c["layers"]):
-                delta = self._run(("decoder", "kv", layer), {"hidden": hidden, "cos": cos, "sin": sin},
-                                  timings, "kv_ms")
-                start = time.perf_counter()
-                keys[layer][:, position] = delta["key_delta"][:, 0]
-                values[layer][:, position] = delta["value_delta"][:, 0]
-                timings.kv_write_ms += _ms_since(start)
-                hidden = self._run(("decoder", f"block_{bucket}", layer),
-                                   {"hidden": hidden, "full_k": keys[layer], "full_v": values[layer],
-                                    "cos": cos, "sin": sin, "mask": mask}, timings, "block_ms")["hidden_out"]
-            logits = self._head(hidden, timings, "head_ms")
+                feeds[f"full_k_{layer}"], feeds[f"full_v_{layer}"] = keys[layer], values[layer]
+            step = self._run(("decoder", f"step_{bucket}", None), feeds, timings, "step_ms")
+            start = time.perf_counter()
+            for layer in range(c["layers"]):  # this position's rows, written after the step that computed them
+                keys[layer][:, position] = step[f"key_delta_{layer}"][:, 0]
+                values[layer][:, position] = step[f"value_delta_{layer}"][:, 0]
+            mask[:, :, position] = 0.0
+            timings.kv_write_ms += _ms_since(start)
+            logits = self._head(step["hidden_out"], timings, "head_ms")
             tokens.append(int(np.argmax(logits)))
             kept += [logits] if keep_logits else []
             timings.decode_steps += 1
@@ -308,7 +311,7 @@ class Audio8Runtime:
         return rope_tables([position], self.contract["head_dim"], self.contract["rope_theta"])
 
     def _migrate(self, bucket, position, keys, values, mask, timings):
-        """Copy every layer's valid K/V rows into the next bucket's buffers; release the old block graphs."""
+        """Copy every layer's valid K/V rows into the next bucket's buffers; release the old step graph."""
         larger = [b for b in sorted(self.contract["kv_buckets"]) if b > bucket]
         if not larger:
             raise BucketError(f"decoding reached position {position}, past the largest K/V bucket {bucket}: "
@@ -325,7 +328,7 @@ class Audio8Runtime:
         new_mask = np.full((heads, 1, grown), self.contract["mask_value"], np.float32)
         new_mask[:, :, :position] = mask[:, :, :position]
         timings.migrations.append({"from": bucket, "to": grown, "position": position, "ms": _ms_since(start)})
-        self.release(role=f"block_{bucket}")
+        self.release(role=f"step_{bucket}")
         return grown, new_keys, new_values, new_mask
 
 
@@ -359,8 +362,8 @@ class EmbeddingRows:
 
 def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     """End-to-end golden of Audio8: the probe clip `inputs["audio"]` (mono 16 kHz) through the log-mel frontend
-    and `Audio8Runtime.transcribe` over `engines` (encoder -> adapter -> prefill -> per token: every layer's K/V
-    projection and block over the K/V bucket -> head shards), decoding exactly `params["tokens"]` greedy tokens
+    and `Audio8Runtime.transcribe` over `engines` (encoder -> adapter -> prefill -> per token: the K/V bucket's
+    step graph -> head shards), decoding exactly `params["tokens"]` greedy tokens
     with EOS ignored, so the number of engine calls is fixed whatever the engines return. The embedding rows it
     reads come as `inputs["embed_ids"]` / `inputs["embed_rows"]` (EmbeddingRows; the full table is too large for
     a golden). Returns `tokens` and `tokens.margin`: the fp32 top-1 minus top-2 logit of each step, so the kit

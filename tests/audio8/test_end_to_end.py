@@ -89,16 +89,15 @@ def test_loop_gives_the_runtime_paths_tokens_and_margins(exported, recording, tm
 def test_calls_are_the_probes_and_the_golden_lists_exactly_the_called_engines(exported, recording):
     out, records = exported
     names = [name for name, _, _ in recording.calls]
-    per_step = [name for layer in range(LAYERS) for name in (f"kv_l{layer}.rknn", f"block_l{layer}_s128.rknn")]
-    per_step += [f"head_{shard}.rknn" for shard in range(SHARDS)]
+    per_step = ["step_s128.rknn"] + [f"head_{shard}.rknn" for shard in range(SHARDS)]  # every layer in one call
     heads = [f"head_{shard}.rknn" for shard in range(SHARDS)]  # the prefill's first token: the head shards too
     assert names == ["encoder.rknn", "adapter.rknn", "prefill.rknn"] + heads + per_step * (E2E_TOKENS - 1)
-    assert len(names) == 3 + SHARDS + (E2E_TOKENS - 1) * (2 * LAYERS + SHARDS) == 29
+    assert len(names) == 3 + SHARDS + (E2E_TOKENS - 1) * (1 + SHARDS) == 17
     spec = recording.spec
     assert spec["name"] == E2E_NAME and spec["loop"] == E2E_LOOP and spec["params"]["tokens"] == E2E_TOKENS
     assert sorted(spec["engines"]) == sorted(set(names))  # called = listed: no other bucket
     declared = [r for r in records if r.end_to_end is not None]
-    assert sorted(engine_name(r.onnx) for r in declared) == sorted(spec["engines"]) and len(records) == 11
+    assert sorted(engine_name(r.onnx) for r in declared) == sorted(spec["engines"]) and len(records) == 3 + 2 + SHARDS  # two buckets
     # the encoder sees the clip's log-mel, zero-padded to the fixed frame count, as the runtime feeds it
     features = log_mel(recording.inputs["audio"], 128)
     encoder_feeds = recording.calls[0][1]["input_features"]
@@ -197,7 +196,7 @@ def test_the_recipe_build_declares_the_golden(small_model, tmp_path, monkeypatch
     records = family.build_recipe(recipe, "rk3588", "2.3.2", tmp_path / "work")
     declared = [r for r in records if r.end_to_end is not None]
     assert records is handed["records"] and declared and declared[0].end_to_end.name == f"{E2E_NAME}.e2e.json"
-    assert len(declared) == len(records) == 3 + 2 * LAYERS + SHARDS  # one bucket: every graph runs
+    assert len(declared) == len(records) == 3 + 1 + SHARDS  # one bucket: every graph runs
     with pytest.raises(SetupError, match="adapter_tokens is gone"):  # the per-N adapters' option
         family.build_recipe(dict(recipe, options={"adapter_tokens": [25], "kv_buckets": [128]}), "rk3588", "2.3.2",
                             tmp_path / "work2")

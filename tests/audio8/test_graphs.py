@@ -42,27 +42,30 @@ def test_graph_decoding_matches_torch_greedy_and_stress(small_model, small_plan)
 def test_plan_lists_every_graph_with_role_and_bucket(small_plan):
     plan = json.loads((small_plan / PLAN_FILE).read_text())
     roles = sorted({(g["contract"]["component"], g["contract"]["role"]) for g in plan["graphs"]})
-    assert roles == [("adapter", "main"), ("decoder", "block_128"), ("decoder", "block_256"),
-                     ("decoder", "block_512"), ("decoder", "head"), ("decoder", "kv"), ("encoder", "main"),
-                     ("prefill", "main")]
+    assert roles == [("adapter", "main"), ("decoder", "head"), ("decoder", "step_128"), ("decoder", "step_256"),
+                     ("decoder", "step_512"), ("encoder", "main"), ("prefill", "main")]
     for entry in plan["graphs"]:
         assert get_contract(small_plan / entry["onnx"]) == entry["contract"]
     # one adapter for every N, one prefill for every prompt length: no ladder of either
     assert [g["onnx"] for g in plan["graphs"] if g["contract"]["component"] in ("adapter", "prefill")] == [
         "adapter.onnx", "prefill.onnx"]
     assert all("ladder_key" not in g["contract"] for g in plan["graphs"] if g["contract"]["component"] != "decoder")
-    assert len(plan["graphs"]) == 3 + 2 * (1 + 3) + 2
-    blocks = [g["contract"] for g in plan["graphs"] if g["contract"]["role"].startswith("block_")]
-    assert sorted((c["layer"], c["bucket"]) for c in blocks) == [(l, b) for l in range(2) for b in (128, 256, 512)]
-    block = onnx.load(str(small_plan / "block_l1_s256.onnx"))
-    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in block.graph.input}
-    assert shapes["full_k"] == shapes["full_v"] == [4, 256, 16] and shapes["mask"] == [4, 1, 256]
+    assert len(plan["graphs"]) == 3 + 3 + 2  # frontend + prefill, a step per bucket, head shards
+    steps = [g["contract"] for g in plan["graphs"] if g["contract"]["role"].startswith("step_")]
+    assert [(c["role"], c["bucket"], "ladder_key" in c) for c in steps] == [
+        (f"step_{b}", b, False) for b in (128, 256, 512)]
 
     def io(stem):
         graph = onnx.load(str(small_plan / f"{stem}.onnx")).graph
         return ({i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input},
                 {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in graph.output})
 
+    # the step: every layer's K/V buffer in (this position unwritten), every layer's new row out
+    inputs, outputs = io("step_s256")
+    assert inputs == {"hidden": [1, 1, 64], "cos": [1, 16], "sin": [1, 16], "mask": [4, 1, 256],
+                      **{f"{kind}_{i}": [4, 256, 16] for i in range(2) for kind in ("full_k", "full_v")}}
+    assert outputs == {"hidden_out": [1, 1, 64], **{f"{kind}_{i}": [4, 1, 16] for i in range(2)
+                                                    for kind in ("key_delta", "value_delta")}}
     inputs, outputs = io("adapter")
     assert inputs == {"audio_hidden": [104, 48], "pool": [1, 100, 104]} and outputs == {"audio_embeddings": [100, 64]}
     inputs, outputs = io("prefill")
@@ -105,6 +108,47 @@ def test_cache_free_gate_fails_on_an_in_graph_concat_cache(tmp_path):
                       input_names=["past_key", "key_delta"], opset_version=17, dynamo=False)
     verdict = cache_free_verdict(onnx.load(str(path)), "concat")
     assert not verdict.passed and verdict.value == 2  # the Concat and the past_* input
+
+
+def _attention_graph(tmp_path, name, forward):
+    """A one-token attention over a K/V buffer `full_k`/`full_v` and this token's `key`/`value`, as `forward`."""
+    import torch
+
+    module = type(name, (torch.nn.Module,), {"forward": lambda self, *args: forward(*args)})()
+    path = tmp_path / f"{name}.onnx"
+    torch.onnx.export(module, (torch.ones(4, 1, 16), torch.ones(4, 8, 16), torch.ones(4, 8, 16),
+                               torch.ones(4, 1, 16), torch.ones(4, 1, 16)), str(path),
+                      input_names=["query", "full_k", "full_v", "key", "value"], output_names=["out"],
+                      opset_version=17, dynamo=False)
+    return cache_free_verdict(onnx.load(str(path)), name)
+
+
+def test_cache_free_gate_admits_the_score_concat_and_fails_on_a_buffer_concat_or_scatter(small_plan, tmp_path):
+    """The step's Concat of its two score vectors passes; a Concat of the buffer with the new row (an in-graph
+    cache, even behind a Transpose) and a ScatterND write into the buffer each fail, naming the node."""
+    import torch
+
+    def scores(q, full_k, full_v, key, value):  # the step's form: softmax over [cache scores, own score]
+        weights = torch.softmax(torch.cat([q @ full_k.transpose(1, 2), (q * key).sum(-1, keepdim=True)], -1), -1)
+        return weights[..., :8] @ full_v + weights[..., 8:] * value
+
+    def concat(q, full_k, full_v, key, value):
+        keys = torch.cat([full_k.transpose(1, 2), key.transpose(1, 2)], dim=2)
+        return torch.softmax(q @ keys, -1) @ torch.cat([full_v, value], dim=1)
+
+    def scatter(q, full_k, full_v, key, value):
+        written = full_k.clone()
+        written[:, 3:4] = key  # exports as ScatterND
+        return torch.softmax(q @ written.transpose(1, 2), -1) @ full_v
+
+    assert _attention_graph(tmp_path, "scores", scores).passed
+    for name, forward, op in (("concat", concat, "Concat"), ("scatter", scatter, "ScatterND")):
+        verdict = _attention_graph(tmp_path, name, forward)
+        assert not verdict.passed and op in verdict.detail, verdict.line()
+    steps = [g for g in json.loads((small_plan / PLAN_FILE).read_text())["graphs"] if g["onnx"].startswith("step_")]
+    step = onnx.load(str(small_plan / steps[0]["onnx"]))
+    assert [n.op_type for n in step.graph.node].count("Concat") == 2  # one score Concat per layer
+    assert cache_free_verdict(step, "step").passed
 
 
 def _replace_graph(plan_dir, stem, module, example_inputs, input_names, output_names):
@@ -162,26 +206,25 @@ def test_prefill_gate_catches_a_prefill_without_rope(small_model, small_plan, tm
     assert all(verdicts[f"adapter_rel_l2[{c:g}s]"].passed for c in clips)
 
 
-def test_stress_gate_catches_a_512_block_without_rope(small_model, small_plan, tmp_path):
-    """RoPE left out of one layer's 512 block: only the stress run reaches the 512 bucket to catch it."""
+def test_stress_gate_catches_a_512_step_without_rope(small_model, small_plan, tmp_path):
+    """RoPE left out of the 512 bucket's step: only the stress run reaches the 512 bucket to catch it."""
     import torch
 
-    from converters.families.audio8.graphs import BlockGraph
+    from converters.families.audio8.graphs import StepGraph, step_input_names, step_output_names
 
-    class BlockWithoutRope(torch.nn.Module):
+    class StepWithoutRope(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.inner = BlockGraph(small_model.decoder, 0)
+            self.inner = StepGraph(small_model.decoder)
 
-        def forward(self, hidden, full_k, full_v, cos, sin, mask):
-            return self.inner(hidden, full_k, full_v, torch.ones_like(cos), torch.zeros_like(sin), mask)
+        def forward(self, hidden, cos, sin, mask, *caches):
+            return self.inner(hidden, torch.ones_like(cos), torch.zeros_like(sin), mask, *caches)
 
     bad = tmp_path / "bad"
     shutil.copytree(small_plan, bad)
-    _replace_graph(bad, "block_l0_s512", BlockWithoutRope(),
-                   (torch.zeros(1, 1, 64), torch.zeros(4, 512, 16), torch.zeros(4, 512, 16), torch.ones(1, 16),
-                    torch.zeros(1, 16), torch.zeros(4, 1, 512)),
-                   ["hidden", "full_k", "full_v", "cos", "sin", "mask"], ["hidden_out"])
+    _replace_graph(bad, "step_s512", StepWithoutRope(),
+                   (torch.zeros(1, 1, 64), torch.ones(1, 16), torch.zeros(1, 16), torch.zeros(4, 1, 512),
+                    *[torch.zeros(4, 512, 16)] * 4), step_input_names(2), step_output_names(2))
     verdicts = {v.name: v for v in checks.graph_verdicts(small_model, bad, say=lambda _: None, clips=(1.9, 7.9))}
     failed = sorted(name for name, v in verdicts.items() if not v.passed)
     assert failed and all(name.startswith("stress_") for name in failed), failed
@@ -232,8 +275,8 @@ def test_lazy_loading_and_release(small_plan):
         loaded = {key[:2] for key in runtime.loaded()}
     assert opened[:3] == ["encoder.onnx", "adapter.onnx", "prefill.onnx"]
     assert sum(name.startswith(("adapter", "prefill")) for name in opened) == 2  # opened once each
-    # the frontend and the outgrown buckets were released; only the 512 blocks, K/V and head stay open
-    assert loaded == {("decoder", "kv"), ("decoder", "block_512"), ("decoder", "head")}
+    # the frontend and the outgrown buckets were released; only the 512 step and the head stay open
+    assert loaded == {("decoder", "step_512"), ("decoder", "head")}
 
 
 def test_runtime_opens_engine_artifacts(small_plan, tmp_path):

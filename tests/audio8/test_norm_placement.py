@@ -4,7 +4,7 @@ The family exports every RMSNorm as `weight * (x / sqrt(mean(x^2) + eps))` (grap
 weights (a fresh checkpoint) onnxslim folds the `Mul` by ones away, so the graph differs from a perturbed one;
 the tensor-by-tensor `Div` stays on the NPU either way. The reciprocal form `x * rsqrt(...)` (exported as
 `Div(1, Sqrt)`, Qwen3-TTS's form) does not: with identity weights the toolkit puts every such Div on the CPU.
-Measured on this tiny graph (one block + one head shard, 3 norms), rknn-toolkit2 2.3.2, CPU ops:
+Measured on this tiny graph (one layer's step + one head shard, 3 norms), rknn-toolkit2 2.3.2, CPU ops:
   x / sqrt, identity and perturbed weights: rk3588 [Reshape] and [Reshape]; rk3576 [] and []
   rsqrt, identity weights (the control):    rk3588 [Div x3, Reshape];       rk3576 [Div x3]
 (2.5.0 gives the x / sqrt counts too; with perturbed weights the rsqrt form keeps its Divs on the NPU.)"""
@@ -20,16 +20,17 @@ from converters.families.audio8 import graphs
 from converters.families.audio8 import model as M
 
 
-class BlockAndHead(torch.nn.Module):
-    """One decoder layer over a 128-row K/V bucket, then a head shard: the input, post-attention and final norms."""
+class StepAndHead(torch.nn.Module):
+    """One decoder layer's step over a 128-row K/V bucket, then a head shard: the input, post-attention and final
+    norms."""
 
     def __init__(self, decoder):
         super().__init__()
-        self.block = graphs.BlockGraph(decoder, 0)
+        self.step = graphs.StepGraph(decoder, layers=[0])
         self.head = graphs.HeadShardGraph(decoder, 0, 80)
 
     def forward(self, hidden, full_k, full_v, cos, sin, mask):
-        return self.head(self.block(hidden, full_k, full_v, cos, sin, mask))
+        return self.head(self.step(hidden, cos, sin, mask, full_k, full_v)[0])
 
 
 def _model(identity: bool):
@@ -51,7 +52,7 @@ def _export(tmp_path, identity: bool, monkeypatch=None, reciprocal: bool = False
     args = (torch.zeros(1, 1, 64), torch.zeros(4, 128, 16), torch.zeros(4, 128, 16), torch.ones(1, 16),
             torch.zeros(1, 16), torch.zeros(4, 1, 128))
     path = tmp_path / f"norms_{'identity' if identity else 'perturbed'}{'_rsqrt' if reciprocal else ''}.onnx"
-    export_graph(BlockAndHead(_model(identity).decoder), args, ["hidden", "full_k", "full_v", "cos", "sin", "mask"],
+    export_graph(StepAndHead(_model(identity).decoder), args, ["hidden", "full_k", "full_v", "cos", "sin", "mask"],
                  ["logits"], make_contract("audio8", "decoder", "norms", "audio8_asr.exec_plan"), path)
     return path
 

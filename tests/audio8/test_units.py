@@ -79,35 +79,40 @@ def test_rms_norm_matches_float64_reference():
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_fused_step_layouts_equal_the_split_step(small_model):
-    """Issue #17 item 3's layouts (measured by bench/audio8.py --layouts): attention over the cache without this
-    token's row plus that row, one softmax, equals the K/V projection + write + block of today's split step."""
+def test_step_graph_equals_the_decoder_with_its_own_cache(small_model):
+    """The step (attention over the buffer without this token's row plus that row, one softmax) gives the logits
+    and the K/V rows transformers' decoder computes for the same token after the same history, in every layout
+    bench/audio8.py measures: all layers in one graph, with or without the head, or layer by layer."""
     import torch
 
     decoder = small_model.decoder
     rng = np.random.default_rng(4)
     heads, bucket, head_dim, position = 4, 128, 16, 40
-    hidden = torch.from_numpy(rng.standard_normal((1, 1, 64)).astype(np.float32))
-    cos, sin = (torch.from_numpy(t) for t in rope_tables([position], head_dim, 1e6))
-    caches = [torch.from_numpy(rng.standard_normal((heads, bucket, head_dim)).astype(np.float32)) for _ in range(4)]
+    sequence = torch.from_numpy(rng.standard_normal((1, position + 1, 64)).astype(np.float32))
+    with torch.no_grad():
+        reference = decoder(inputs_embeds=sequence, use_cache=True)
+    history = reference.past_key_values.to_legacy_cache()  # per layer (key, value) [1, heads, position + 1, hd]
+    caches = []
+    for key, value in history:  # rows past the history are garbage the mask hides; this row is not written yet
+        for rows in (key, value):
+            buffer = rng.standard_normal((heads, bucket, head_dim)).astype(np.float32)
+            buffer[:, :position] = rows[0, :, :position].numpy()
+            caches.append(torch.from_numpy(buffer))
     mask = torch.full((heads, 1, bucket), graphs.MASKED)
     mask[:, :, :position] = 0.0
+    cos, sin = (torch.from_numpy(t) for t in rope_tables([position], head_dim, decoder.config.rope_theta))
+    token = sequence[:, position:]
     with torch.no_grad():
-        h, written = hidden, []
+        logits, *deltas = graphs.StepGraph(decoder, head=True)(token, cos, sin, mask, *caches)
+        hidden, *same = graphs.StepGraph(decoder)(token, cos, sin, mask, *caches)
+        layered = token
         for layer in range(2):
-            key, value = graphs.KVProjectionGraph(decoder, layer)(h, cos, sin)
-            full_k, full_v = caches[2 * layer].clone(), caches[2 * layer + 1].clone()
-            full_k[:, position], full_v[:, position] = key[:, 0], value[:, 0]
-            open_mask = mask.clone()
-            open_mask[:, :, position] = 0.0
-            step = graphs.FusedLayerStepGraph(decoder, layer)
-            fused, fused_key, fused_value = step(h, caches[2 * layer], caches[2 * layer + 1], cos, sin, mask)
-            h = graphs.BlockGraph(decoder, layer)(h, full_k, full_v, cos, sin, open_mask)
-            torch.testing.assert_close(fused, h, rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(fused_key, key) and torch.testing.assert_close(fused_value, value)
-            written += [key, value]
-        logits = graphs.HeadShardGraph(decoder, 0, 160)(h)
-        outputs = graphs.FusedStepGraph(decoder, head=True)(hidden, cos, sin, mask, *caches)
-    torch.testing.assert_close(outputs[0], logits, rtol=1e-5, atol=1e-4)
-    for got, want in zip(outputs[1:], written):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            layered, *_ = graphs.StepGraph(decoder, layers=[layer])(layered, cos, sin, mask, *caches[2 * layer:][:2])
+        shard = graphs.HeadShardGraph(decoder, 0, 160)
+        torch.testing.assert_close(logits[0], reference.logits[0, -1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(shard(hidden), logits)
+        torch.testing.assert_close(shard(layered), logits)
+    for index, (key, value) in enumerate(history):
+        for got in (deltas, same):
+            torch.testing.assert_close(got[2 * index], key[0, :, position:], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(got[2 * index + 1], value[0, :, position:], rtol=1e-5, atol=1e-5)

@@ -53,8 +53,10 @@ REFUSED = {
     "artifacts without rknn": ({"piper_tts.exec_plan": {"decoder": {"impl": "ggml", "artifacts": {"main": "d.rknn"}}}},
                                "`artifacts` is for impl rknn only"),
     "backend with rknn": (_kokoro(backend="cpu"), "omit `backend`"),
-    "audio8 without blocks": ({"audio8_asr.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {
-        "kv": "kv0.rknn", "head": "h0.rknn"}}}}, "required artifact role 'block_<n>' is missing"),
+    "audio8 without steps": ({"audio8_asr.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {
+        "head": "h0.rknn"}}}}, "required artifact role 'step_<n>' is missing"),
+    "audio8 step ladder": ({"audio8_asr.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {
+        "step_128": "s0.rknn,s1.rknn", "head": "h0.rknn"}}}}, "takes one engine, not a ladder of 2"),
 }
 
 
@@ -76,8 +78,8 @@ def test_the_table_holds_the_spec_rows_and_rkaudio_own_options():
         "encoder": {"impl": "rknn", "artifacts": {"main": "encoder.rknn"}},
         "adapter": {"impl": "rknn", "artifacts": {"main": "adapter.rknn"}},
         "prefill": {"impl": "rknn", "artifacts": {"main": "prefill.rknn"}},
-        "decoder": {"impl": "rknn", "artifacts": {"kv": "kv_l0.rknn,kv_l1.rknn", "block_128": "b0.rknn,b1.rknn",
-                                                  "block_256": "c0.rknn,c1.rknn", "head": "head_0.rknn"}}}}
+        "decoder": {"impl": "rknn", "artifacts": {"step_128": "step_s128.rknn", "step_256": "step_s256.rknn",
+                                                  "head": "head_0.rknn,head_1.rknn"}}}}
     assert plan_problems(audio8) == []
 
 

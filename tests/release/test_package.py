@@ -94,7 +94,7 @@ def test_assemble_copies_contract_package_files_once_and_refuses_a_missing_one(t
     work.mkdir()
     (work / "plan.json").write_text("{}")
     results = []
-    for stem in ("kv", "block_128", "head"):
+    for stem in ("step_128", "head"):
         for suffix in (".onnx", ".rknn", ".manifest.json", ".build.log"):
             (work / f"{stem}{suffix}").write_text(stem)
         contract = {"exec_plan_option": "audio8_asr.exec_plan", "component": "decoder", "role": stem,
@@ -107,7 +107,7 @@ def test_assemble_copies_contract_package_files_once_and_refuses_a_missing_one(t
     assemble(results, package)
     assert (package / "plan.json").read_text() == "{}"
     assert sorted(p.name for p in package.iterdir()) == sorted(
-        ["plan.json", "exec_plan.json", *(f"{s}{x}" for s in ("kv", "block_128", "head") for x in (".rknn", ".manifest.json", ".build.log"))])
+        ["plan.json", "exec_plan.json", *(f"{s}{x}" for s in ("step_128", "head") for x in (".rknn", ".manifest.json", ".build.log"))])
 
     (work / "plan.json").unlink()
     other = tmp_path / "pkg2"

@@ -1,8 +1,8 @@
 """`convert audio8`: Audio8-ASR-0.1B as fixed-shape NPU graphs over CPU-owned rank-3 K/V buckets.
 
 Exports the encoder, one adapter for every placeholder count (its pooling matrix an input the runtime computes),
-one prefill for every prompt length (right-padded to the largest, S = 110), per layer a K/V projection and a
-block per K/V bucket, and the LM head in shards; gates greedy tokens through those graphs against the torch
+one prefill for every prompt length (right-padded to the largest, S = 110), one decoder step per K/V bucket
+(every layer in one call; the CPU writes the K/V rows it returns), and the LM head in shards; gates greedy tokens through those graphs against the torch
 FP32 model's own decoding for clips of any length up to 8 s (EOS included, plus a stress run through the
 largest bucket); then compiles each graph through the family pipeline. `audio8_plan.json` lists every graph
 with its contract and engine."""
@@ -30,7 +30,7 @@ ModelDir = Annotated[Optional[Path], typer.Option(
 RandomWeights = Annotated[Optional[str], typer.Option(
     "--random-weights", help="Instead of a snapshot, a random-init model: 'real' (the published shapes, for "
     "engine builds) or 'small' (the test model).")]
-KvBuckets = Annotated[str, typer.Option("--kv-buckets", help="K/V bucket lengths Smax, one block graph per layer each.")]
+KvBuckets = Annotated[str, typer.Option("--kv-buckets", help="K/V bucket lengths Smax, one decoder step graph each.")]
 HeadShards = Annotated[int, typer.Option("--head-shards", help="LM head graphs (vocabulary rows split evenly).")]
 NoStress = Annotated[bool, typer.Option("--no-stress", help="Skip the stress gate (EOS ignored through the largest "
                                         "bucket against a torch forced run).")]
@@ -75,7 +75,7 @@ def convert_audio8(
     fail_on_cpu_ops: FailOnCpuOps = False,
     min_snr_db: MinSnrDb = 35.0,
 ) -> None:
-    """Export Audio8-ASR's encoder, adapter, prefill, per-layer K/V + block graphs and LM head shards,
+    """Export Audio8-ASR's encoder, adapter, prefill, one decoder step per K/V bucket and LM head shards,
     gate greedy tokens against the torch FP32 model, and compile every graph."""
     from converters import pipeline
     from converters.families.audio8.checks import ADVICE

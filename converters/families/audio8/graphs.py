@@ -1,8 +1,9 @@
 """The fixed-shape torch graphs the NPU runs, built around the reference model's own modules.
 
 The decoder is cut so that no graph owns a cache: K/V live on the CPU in rank-3 buffers [heads, Smax,
-head_dim] per layer, the K/V projection graph returns this token's rows, the CPU writes them in place, and
-the block graph reads the whole buffer with a CPU-made additive mask. RoPE's rotate-half is a constant
+head_dim] per layer; one step graph per K/V bucket runs every layer for one token, reading the buffers (this
+token's row not yet written) under a CPU-made additive mask and returning each layer's new K/V row, which the
+CPU writes in place after the call. RoPE's rotate-half is a constant
 signed permutation matmul, so no graph needs Concat."""
 from __future__ import annotations
 
@@ -103,42 +104,6 @@ class PrefillGraph(nn.Module):
         return (torch.matmul(select, h).unsqueeze(0), *caches)
 
 
-class KVProjectionGraph(nn.Module):
-    """hidden [1,1,hidden], cos, sin [1, head_dim] -> key_delta, value_delta [heads, 1, head_dim] of one layer."""
-
-    def __init__(self, decoder: nn.Module, layer_index: int):
-        super().__init__()
-        config = decoder.config
-        self.layer = decoder.model.layers[layer_index]
-        self.heads = _RotaryHeads(config.num_attention_heads, config.hidden_size // config.num_attention_heads)
-
-    def forward(self, hidden, cos, sin):
-        x = rms_norm(self.layer.input_layernorm, hidden.flatten(0, 1))
-        attn = self.layer.self_attn
-        key = self.heads.rope(self.heads.split(attn.k_proj(x)), cos, sin)
-        return key, self.heads.split(attn.v_proj(x))
-
-
-class BlockGraph(nn.Module):
-    """hidden, full_k/full_v [heads, Smax, head_dim], cos, sin, mask [heads, 1, Smax] -> hidden_out: one layer's
-    attention over the CPU-owned buffers (this token's K/V already written) and its MLP."""
-
-    def __init__(self, decoder: nn.Module, layer_index: int):
-        super().__init__()
-        config = decoder.config
-        self.layer = decoder.model.layers[layer_index]
-        self.heads = _RotaryHeads(config.num_attention_heads, config.hidden_size // config.num_attention_heads)
-
-    def forward(self, hidden, full_k, full_v, cos, sin, mask):
-        h = hidden.flatten(0, 1)
-        attn = self.layer.self_attn
-        q = self.heads.rope(self.heads.split(attn.q_proj(rms_norm(self.layer.input_layernorm, h))), cos, sin)
-        out = _attention(q, full_k, full_v, mask, self.heads.head_dim)
-        h = h + attn.o_proj(out.transpose(0, 1).reshape(h.shape))
-        h = h + self.layer.mlp(rms_norm(self.layer.post_attention_layernorm, h))
-        return h.unsqueeze(0)
-
-
 class HeadShardGraph(nn.Module):
     """hidden [1,1,hidden] -> logits [1, rows]: final RMSNorm and rows [start, stop) of the tied embedding."""
 
@@ -157,12 +122,10 @@ def shard_ranges(vocab: int, shards: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-# ---------------------------------------------------------------- fused decoder step (issue #17 item 3): measured
-# by bench/audio8.py (--layouts); not exported by `convert audio8` until the figures choose a default.
-class _FusedLayer(nn.Module):
-    """One layer's step over the CPU-owned cache *without* this token's row, plus that row: scores over the cache
-    rows and over the new row, one softmax over their Concat (two score vectors, not cache buffers), and the new
-    K/V returned for the CPU to write in place. No in-graph cache, no Concat or Scatter of cache buffers."""
+class _StepLayer(nn.Module):
+    """One layer's decode step over the CPU-owned cache *without* this token's row, plus that row: scores over the
+    cache rows and over the new row, one softmax over their Concat (two score vectors, not cache buffers: rk3576
+    and rk3588 keep it on the NPU), and the new K/V returned for the CPU to write in place after the call."""
 
     def __init__(self, decoder: nn.Module, layer_index: int):
         super().__init__()
@@ -185,27 +148,17 @@ class _FusedLayer(nn.Module):
         return h + self.layer.mlp(rms_norm(self.layer.post_attention_layernorm, h)), key, value
 
 
-class FusedLayerStepGraph(nn.Module):
-    """Layout "per layer": hidden [1,1,H], full_k/full_v [heads, Smax, hd] (this position not yet written),
-    cos, sin [1, hd], mask [heads, 1, Smax] (this position still masked) -> hidden_out, key_delta, value_delta."""
+class StepGraph(nn.Module):
+    """One decode step of `layers` (default: every layer, the one call per token of a K/V bucket): hidden
+    [1,1,H], cos, sin [1, hd], mask [heads, 1, Smax] (this position still masked), full_k_i / full_v_i
+    [heads, Smax, hd] per layer (this position not yet written) -> hidden_out (or, with `head`, logits [1, vocab]
+    through the final norm and the tied LM head), key_delta_i, value_delta_i [heads, 1, hd] per layer. A subset
+    of `layers` and `head` are the layouts bench/audio8.py measures against the default."""
 
-    def __init__(self, decoder: nn.Module, layer_index: int):
+    def __init__(self, decoder: nn.Module, layers=None, head: bool = False):
         super().__init__()
-        self.inner = _FusedLayer(decoder, layer_index)
-
-    def forward(self, hidden, full_k, full_v, cos, sin, mask):
-        h, key, value = self.inner(hidden.flatten(0, 1), full_k, full_v, cos, sin, mask)
-        return h.unsqueeze(0), key, value
-
-
-class FusedStepGraph(nn.Module):
-    """Layout "all layers" (one call per token and bucket): hidden [1,1,H], full_k_i/full_v_i per layer, cos,
-    sin, mask -> hidden_out (or, with `head`, logits [1, vocab] through the final norm and the tied LM head),
-    key_delta_i, value_delta_i per layer."""
-
-    def __init__(self, decoder: nn.Module, head: bool = False):
-        super().__init__()
-        self.layers = nn.ModuleList(_FusedLayer(decoder, i) for i in range(decoder.config.num_hidden_layers))
+        indices = range(decoder.config.num_hidden_layers) if layers is None else layers
+        self.layers = nn.ModuleList(_StepLayer(decoder, i) for i in indices)
         self.head = HeadShardGraph(decoder, 0, decoder.config.vocab_size) if head else None
 
     def forward(self, hidden, cos, sin, mask, *caches):
@@ -215,3 +168,13 @@ class FusedStepGraph(nn.Module):
             deltas += [key, value]
         first = self.head(h.unsqueeze(0)) if self.head is not None else h.unsqueeze(0)
         return (first, *deltas)
+
+
+def step_input_names(layers: int) -> list[str]:
+    """The step graph's inputs in order: the token, its RoPE row, the mask, then each layer's K and V buffers."""
+    return ["hidden", "cos", "sin", "mask", *[f"{kind}_{i}" for i in range(layers) for kind in ("full_k", "full_v")]]
+
+
+def step_output_names(layers: int, head: bool = False) -> list[str]:
+    return ["logits" if head else "hidden_out", *[f"{kind}_{i}" for i in range(layers)
+                                                  for kind in ("key_delta", "value_delta")]]

@@ -229,26 +229,33 @@ class Audio8ASR(nn.Module):
         return tokens, torch.cat(out.logits).float().numpy()
 
     @torch.no_grad()
-    def forced_greedy(self, inputs_embeds: torch.Tensor, new_tokens: int, with_logits: bool = False):
+    def forced_greedy(self, inputs_embeds: torch.Tensor, new_tokens: int, with_logits: bool = False,
+                      embed=None):
         """Greedy for exactly `new_tokens` steps, EOS fed back like any token (the stress reference). With
-        `with_logits`, also the logits [new_tokens, vocab] each token was chosen from."""
+        `with_logits`, also the logits [new_tokens, vocab] each token was chosen from. `embed(token)`: the
+        [hidden] row fed back for a token (default: this model's table)."""
         out = self.decoder(inputs_embeds=inputs_embeds, use_cache=True)
         logits = [out.logits[0, -1]]
         tokens = [int(logits[-1].argmax())]
         cache = out.past_key_values
         while len(tokens) < new_tokens:
-            out = self.decoder(input_ids=torch.tensor([[tokens[-1]]]), past_key_values=cache, use_cache=True)
+            fed = {"input_ids": torch.tensor([[tokens[-1]]])} if embed is None else {
+                "inputs_embeds": torch.from_numpy(np.asarray(embed(tokens[-1]), dtype=np.float32)).reshape(1, 1, -1)}
+            out = self.decoder(**fed, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             logits.append(out.logits[0, -1])
             tokens.append(int(logits[-1].argmax()))
         return (tokens, torch.stack(logits).numpy()) if with_logits else tokens
 
     @torch.no_grad()
-    def teacher_forced_logits(self, inputs_embeds: torch.Tensor, tokens: list[int]) -> np.ndarray:
+    def teacher_forced_logits(self, inputs_embeds: torch.Tensor, tokens: list[int],
+                              fed: np.ndarray | None = None) -> np.ndarray:
         """Logits [len(tokens), vocab] of each step of a decode that emitted `tokens` after the prompt: one
         causal forward over the prompt and tokens[:-1] (each step sees the history the decode had, so a
-        decode's step logits compare with these even where a token of it is wrong)."""
-        fed = self.decoder.get_input_embeddings()(torch.tensor(tokens[:-1], dtype=torch.long))
+        decode's step logits compare with these even where a token of it is wrong). `fed`: the embeddings
+        [len(tokens) - 1, hidden] the decode fed back (default: this model's table rows of tokens[:-1])."""
+        ids = torch.tensor(tokens[:-1], dtype=torch.long)
+        fed = self.decoder.get_input_embeddings()(ids) if fed is None else torch.from_numpy(np.asarray(fed))
         sequence = torch.cat([inputs_embeds, fed[None].to(inputs_embeds.dtype)], dim=1)
         logits = self.decoder(inputs_embeds=sequence, use_cache=False).logits[0]
         return logits[inputs_embeds.shape[1] - 1:].numpy()
