@@ -135,16 +135,18 @@ class _StepLayer(nn.Module):
 
     def forward(self, h, full_k, full_v, cos, sin, mask):
         attn, scale = self.layer.self_attn, 1.0 / math.sqrt(self.heads.head_dim)
+        # one token: [1, heads * head_dim] <-> [heads, 1, head_dim] is a plain Reshape, no Transpose
+        heads = (self.heads.heads, 1, self.heads.head_dim)
         x = rms_norm(self.layer.input_layernorm, h)
-        q = self.heads.rope(self.heads.split(attn.q_proj(x)), cos, sin)  # [heads, 1, head_dim]
-        key = self.heads.rope(self.heads.split(attn.k_proj(x)), cos, sin)
-        value = self.heads.split(attn.v_proj(x))
+        q = self.heads.rope(attn.q_proj(x).reshape(heads), cos, sin)
+        key = self.heads.rope(attn.k_proj(x).reshape(heads), cos, sin)
+        value = attn.v_proj(x).reshape(heads)
         cached = torch.matmul(q, full_k.transpose(1, 2)) * scale + mask  # [heads, 1, Smax]
         own = (q * key).sum(-1, keepdim=True) * scale  # [heads, 1, 1]
         weights = torch.softmax(torch.cat([cached, own], dim=-1), dim=-1)
         smax = full_k.shape[1]
         out = torch.matmul(weights[..., :smax], full_v) + weights[..., smax:] * value
-        h = h + attn.o_proj(out.transpose(0, 1).reshape(h.shape))
+        h = h + attn.o_proj(out.reshape(h.shape))
         return h + self.layer.mlp(rms_norm(self.layer.post_attention_layernorm, h)), key, value
 
 
