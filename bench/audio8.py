@@ -230,6 +230,23 @@ def build_all(plan_dir: Path, plan: dict, target: str, toolkit: str) -> list[dic
     return rows
 
 
+def _write_layouts_markdown(rows: list[dict], config_name: str, args) -> None:
+    """bench/results/audio8_layouts[_<config>].md: the old and the new decoder step side by side."""
+    from converters.package import format_table
+
+    results = Path(__file__).resolve().parent / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    engines = f", engines built for {args.build} with rknn-toolkit2 {args.toolkit}" if args.build else ""
+    path = results / f"audio8_layouts_{config_name}.md"
+    path.write_text(
+        f"Audio8-ASR decoder step layouts per token (bench/audio8.py --layouts), {config_name} random weights{engines}, "
+        f"measured {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}. Bytes are the graphs' fp32 I/O; host ms is "
+        f"onnxruntime with one thread over {args.steps} runs of example feeds; cycles/tok sums the layer-table "
+        "estimates over the calls. `split (old)` is the layout before issue #17, `all_layers (default)` what "
+        "`convert audio8` exports.\n\n```\n" + format_table(rows) + "\n```\n")
+    print(f"wrote {path}")
+
+
 def main() -> list[dict]:
     """Rows for the harness (`make bench NAME=audio8`); options come from AUDIO8_BENCH_ARGS, e.g.
     AUDIO8_BENCH_ARGS="--real-shape --build rk3576" (the harness passes no argv)."""
@@ -254,9 +271,11 @@ def main() -> list[dict]:
     rows = []
     if args.layouts:
         config = M.real_shape_config() if args.real_shape else M.small_config()
-        return [{"config": config_name, "part": "layouts", **row} for row in step_layouts(
+        rows = [{"config": config_name, "part": "layouts", **row} for row in step_layouts(
             M.build_random(config, seed=0), args.out / "layouts", [128, 256, 512], args.steps, args.head_shards,
             args.build, args.toolkit)]
+        _write_layouts_markdown(rows, config_name, args)
+        return rows
     if args.reuse and (args.out / PLAN_FILE).is_file():
         plan = json.loads((args.out / PLAN_FILE).read_text())
     else:

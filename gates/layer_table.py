@@ -58,6 +58,12 @@ class LayerTable:
     def rw_kb(self) -> float:
         return sum(l.rw_kb for l in self.layers)
 
+    def io_dtypes(self) -> dict:
+        """{"inputs": {name: dtype}, "outputs": {...}}: the type the engine holds each graph input and output in
+        (the Input/OutputOperator rows; FLOAT16 in an fp16 build, whatever dtype the caller feeds)."""
+        return {kind: {l.node: l.dtype for l in self.layers if l.op_type == op}
+                for kind, op in (("inputs", "InputOperator"), ("outputs", "OutputOperator"))}
+
     def ops_json(self) -> dict:
         return {"npu": sum(l.target == "NPU" for l in self.layers), "cpu": len(self.cpu_compute),
                 "cpu_boundary": len(self.boundary_ids), "layers": len(self.layers),

@@ -84,6 +84,7 @@ def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs
         "build_log": Path(build_log).name,
         "regtask": regtask_report.to_json(),
         "ops": table.ops_json(),
+        "engine_io": table.io_dtypes(),
         "est_cycles": table.est_cycles,
         "rw_kb": table.rw_kb,
         "weight_bytes": table.weight_bytes,
@@ -124,6 +125,8 @@ def summary_lines(data: dict) -> list[str]:
         f"{data.get('producer_git')})",
         "  inputs:  " + ", ".join(f"{t['name']} {t['shape']} {t['dtype']}" for t in data["inputs"]),
         "  outputs: " + ", ".join(f"{t['name']} {t['shape']} {t['dtype']}" for t in data["outputs"]),
+        "  engine holds: " + ", ".join(f"{kind} {'/'.join(sorted(set(dtypes.values()))) or '?'}"
+                                       for kind, dtypes in data.get("engine_io", {}).items()),
         f"  bytes: rknn {data['rknn']['bytes']:,}  onnx {data['onnx']['bytes']:,}  weight {data['weight_bytes']:,}  "
         f"internal {data['internal_bytes']:,}",
         f"  regtask: {regtask.get('lines')} lines, worst value/limit {regtask.get('worst_ratio', 0):.3f}",

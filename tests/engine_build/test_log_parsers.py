@@ -103,3 +103,13 @@ def test_memory_in_megabytes_and_missing_table():
     assert parse_layer_table(text).internal_bytes == round(1.5 * 1024 * 1024)
     with pytest.raises(ValueError, match="verbose"):
         parse_layer_table("I rknn building done.\n")
+
+
+@pytest.mark.parametrize("log", [RK3566_SIN, RK3576_SIN, RK3588_FLOOR], ids=lambda p: p.stem)
+def test_engine_io_dtypes_are_the_io_operator_rows(log):
+    """The type the engine holds each graph input/output in, read off the table's Input/OutputOperator rows."""
+    rows = table_rows(log.read_text())
+    io = parse_layer_table(log.read_text()).io_dtypes()
+    for kind, op in (("inputs", "InputOperator"), ("outputs", "OutputOperator")):
+        expected = {r[-1].split(":", 1)[1]: r[2] for r in rows if r[1] == op}
+        assert io[kind] == expected and expected, (kind, expected)
