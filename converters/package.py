@@ -170,16 +170,15 @@ def summary_row(package: str, status: str, manifests: list[dict] = (), gate_resu
     verdicts of the failure); with `package_dir`, the package's and its self-test kit's bytes; `components`:
     what a several-component package holds on this target (converters.recipes.components_cell)."""
     from converters.kit import kit_size, tree_bytes
+    from gates.verdict import worst_snr_db
 
     gates = [g for m in manifests for g in m.get("gates", [])] + list(gate_results)
-    # float(): Verdict.to_json writes non-finite figures as strings ("inf", "-inf", "nan").
-    snrs = [float(g["value"]) for g in gates if g.get("unit") == "dB"]
     return {
         "package": package,
         "status": status,
         "components": components,
         "gates": f"{sum(bool(g['passed']) for g in gates)}/{len(gates)}" if gates else "-",
-        "worst_snr_db": min(snrs) if snrs else None,
+        "worst_snr_db": worst_snr_db(gates),
         "engine_bytes": sum(m["rknn"]["bytes"] for m in manifests) if manifests else None,
         "cpu_ops": sum(m["ops"]["cpu"] for m in manifests) if manifests else None,
         "regtask_lines": sum(m["regtask"]["lines"] for m in manifests) if manifests else None,

@@ -13,6 +13,7 @@ from typing import Callable
 
 from core.errors import SetupError
 from core.paths import SUMS_NAME
+from gates.verdict import worst_snr_db
 
 CARD_NAME = "README.md"
 
@@ -40,9 +41,10 @@ def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict, sou
     rows = ["| engine | bytes | gates | worst SNR (dB) | CPU ops | REGTASK lines |", "|---|---:|---:|---:|---:|---:|"]
     for m in manifests:
         gates = m.get("gates", [])
-        snrs = [float(g["value"]) for g in gates if g.get("unit") == "dB"]
+        worst = worst_snr_db(gates)
         rows.append(f"| `{m['rknn']['path']}` | {m['rknn']['bytes']:,} | {sum(bool(g['passed']) for g in gates)}/"
-                    f"{len(gates)} | {min(snrs):.1f} | {m['ops']['cpu']} | {m['regtask']['lines']} |")
+                    f"{len(gates)} | {'-' if worst is None else f'{worst:.1f}'} | {m['ops']['cpu']} | "
+                    f"{m['regtask']['lines']} |")
     lines = front + [
         f"# {recipe['package']} for {target.upper()}", "",
         f"fp16 `.rknn` engines built by rkaudio {', '.join(producers)} with rknn-toolkit2 {', '.join(toolkits)}: "

@@ -9,7 +9,8 @@ from core.errors import GateFailure
 
 @dataclass(frozen=True)
 class Verdict:
-    """One gate's outcome: `value` compared with `threshold` in `unit`."""
+    """One gate's outcome: `value` compared with `threshold` in `unit`; `bound` says which way it passes
+    ("at_least", "at_most", or "" for a verdict made directly)."""
 
     name: str
     value: float
@@ -17,6 +18,7 @@ class Verdict:
     unit: str
     passed: bool
     detail: str = ""
+    bound: str = ""
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -30,7 +32,7 @@ class Verdict:
     def from_json(cls, data: dict) -> "Verdict":
         """Inverse of `to_json` (non-finite figures come back from their strings)."""
         return cls(data["name"], float(data["value"]), float(data["threshold"]), data["unit"], bool(data["passed"]),
-                   data.get("detail", ""))
+                   data.get("detail", ""), data.get("bound", ""))
 
     def line(self) -> str:
         mark = "PASS" if self.passed else "FAIL"
@@ -40,12 +42,20 @@ class Verdict:
 
 def at_least(name: str, value: float, threshold: float, unit: str, detail: str = "") -> Verdict:
     """A gate that passes when `value >= threshold` (SNR-like figures; NaN never passes)."""
-    return Verdict(name, float(value), float(threshold), unit, bool(value >= threshold), detail)
+    return Verdict(name, float(value), float(threshold), unit, bool(value >= threshold), detail, "at_least")
 
 
 def at_most(name: str, value: float, threshold: float, unit: str, detail: str = "") -> Verdict:
     """A gate that passes when `value <= threshold` (counts, error magnitudes; NaN never passes)."""
-    return Verdict(name, float(value), float(threshold), unit, bool(value <= threshold), detail)
+    return Verdict(name, float(value), float(threshold), unit, bool(value <= threshold), detail, "at_most")
+
+
+def worst_snr_db(gates: list[dict]) -> float | None:
+    """The lowest SNR among gate records (`Verdict.to_json`): dB figures that must be at least a threshold. An
+    at-most gate in dB (a figure that must stay low, e.g. a masked-padding leak) is not an SNR."""
+    # float(): to_json writes non-finite figures as strings ("inf", "-inf", "nan")
+    snrs = [float(g["value"]) for g in gates if g.get("unit") == "dB" and g.get("bound", "") != "at_most"]
+    return min(snrs) if snrs else None
 
 
 def require(verdicts: list[Verdict], advice: str = "", context: str = "") -> list[Verdict]:

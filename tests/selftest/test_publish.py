@@ -152,3 +152,16 @@ def test_the_ci_matrix_matches_the_recipes_and_the_workflow_uses_real_commands()
     assert commands and commands <= set(SHARED_COMMANDS)
     targets = set(re.findall(r"^([\w-]+):", (REPO_ROOT / "Makefile").read_text(), re.M))
     assert makes and makes <= targets
+
+
+def test_the_card_row_of_an_engine_without_an_snr_gate_says_so():
+    """An engine whose gates hold no SNR (only counts, or an at-most dB figure) gets '-' in the card, not an error."""
+    from converters.publish import model_card
+    from gates.verdict import at_most
+
+    manifest = {"rknn": {"path": "x.rknn", "bytes": 10}, "ops": {"cpu": 0}, "regtask": {"lines": 0},
+                "toolkit_version": "2.3.2", "producer_version": "0", "gates": [
+                    at_most("regtask_lines", 0, 0, "lines").to_json(), at_most("leak", 37.0, 40.0, "dB").to_json()]}
+    recipe = recipes.load_recipe(REPO_ROOT / "recipes" / "example_conv.toml")
+    card = model_card(recipe, "rk3588", [manifest], {})
+    assert "| `x.rknn` | 10 | 2/2 | - | 0 | 0 |" in card
