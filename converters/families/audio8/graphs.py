@@ -77,7 +77,9 @@ class PrefillGraph(nn.Module):
     `select` is one-hot at L - 1 and picks that row's hidden state through a MatMul (an index Gather tends to
     land on the CPU). No LM head inside: the head shards take `last_hidden`, as in a decode step. cos/sin are
     inputs, not constants: rknn-toolkit2 2.3.2 tries to fuse a constant [S, head_dim] Mul into the rotate-half
-    MatMul and fails ('operands could not be broadcast')."""
+    MatMul and fails ('operands could not be broadcast'). The hidden state stays [1, S, hidden] (batched
+    MatMuls): flattened to [S, hidden], rk3588 put a Transpose before every layer's projections on the CPU
+    (16 at real shape, rknn-toolkit2 2.3.2), as the adapter's rank-2 `pool` did."""
 
     def __init__(self, decoder: nn.Module, length: int):
         super().__init__()
@@ -88,20 +90,19 @@ class PrefillGraph(nn.Module):
         self.register_buffer("mask", torch.from_numpy(causal)[None], persistent=False)
 
     def forward(self, inputs_embeds, cos, sin, select):
-        inner = self.decoder.model
-        h = inputs_embeds.flatten(0, 1)
-        caches = []
-        for layer in inner.layers:
+        h, caches = inputs_embeds, []
+        split = lambda projected: self.heads.split(projected.flatten(0, 1))  # noqa: E731  [heads, S, head_dim]
+        for layer in self.decoder.model.layers:
             attn = layer.self_attn
             x = rms_norm(layer.input_layernorm, h)
-            q = self.heads.rope(self.heads.split(attn.q_proj(x)), cos, sin)
-            k = self.heads.rope(self.heads.split(attn.k_proj(x)), cos, sin)
-            v = self.heads.split(attn.v_proj(x))
+            q = self.heads.rope(split(attn.q_proj(x)), cos, sin)
+            k = self.heads.rope(split(attn.k_proj(x)), cos, sin)
+            v = split(attn.v_proj(x))
             out = _attention(q, k, v, self.mask, self.heads.head_dim)
             h = h + attn.o_proj(out.transpose(0, 1).reshape(h.shape))
             h = h + layer.mlp(rms_norm(layer.post_attention_layernorm, h))
             caches += [k, v]
-        return (torch.matmul(select, h).unsqueeze(0), *caches)
+        return (torch.matmul(select.unsqueeze(1), h), *caches)
 
 
 class HeadShardGraph(nn.Module):
