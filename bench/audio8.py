@@ -112,7 +112,8 @@ def _old_split_graphs(decoder, layer_index: int):
         def forward(self, hidden, full_k, full_v, cos, sin, mask):
             h, attn = hidden.flatten(0, 1), layer.self_attn
             q = heads.rope(heads.split(attn.q_proj(graphs.rms_norm(layer.input_layernorm, h))), cos, sin)
-            h = h + attn.o_proj(graphs._attention(q, full_k, full_v, mask, heads.head_dim).transpose(0, 1).reshape(h.shape))
+            out = graphs._attention(q, full_k, full_v, mask, heads.head_dim)
+            h = h + attn.o_proj(out.transpose(0, 1).reshape(h.shape))
             return (h + layer.mlp(graphs.rms_norm(layer.post_attention_layernorm, h))).unsqueeze(0)
 
     projection, block = KVProjection(), Block()

@@ -70,6 +70,13 @@ def padded_pooling(source: int, target: int, rows: int) -> np.ndarray:
     return padded
 
 
+def mel_chunks(features: np.ndarray, chunk_frames: int) -> np.ndarray:
+    """The encoder's input [chunks, 1, mel, chunk_frames] from log-mel features [mel, frames] (frames a multiple
+    of chunk_frames): consecutive runs of chunk_frames frames, each its own convolution image."""
+    mel, frames = features.shape
+    return np.ascontiguousarray(features.reshape(mel, frames // chunk_frames, chunk_frames).transpose(1, 0, 2)[:, None])
+
+
 @dataclass
 class Timings:
     """Milliseconds per stage; per-token stages are summed over the tokens decoded."""
@@ -213,8 +220,8 @@ class Audio8Runtime:
             raise BucketError(f"{features.shape[1]} mel frames exceed the encoder's {c['max_frames']}")
         padded = np.zeros((c["mel_bins"], c["max_frames"]), dtype=np.float32)
         padded[:, : features.shape[1]] = features
-        audio_hidden = self._run(("encoder", "main", None), {"input_features": padded}, timings,
-                                 "encoder_ms")["audio_hidden"]
+        audio_hidden = self._run(("encoder", "main", None), {"mel_chunks": mel_chunks(padded, c["chunk_frames"])},
+                                 timings, "encoder_ms")["audio_hidden"]
         audio = self._run(("adapter", "main", None), {"audio_hidden": audio_hidden,
                                                       "pool": self._pooling(placeholders)},
                           timings, "adapter_ms")["audio_embeddings"]

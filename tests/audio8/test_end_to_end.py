@@ -100,7 +100,8 @@ def test_calls_are_the_probes_and_the_golden_lists_exactly_the_called_engines(ex
     assert sorted(engine_name(r.onnx) for r in declared) == sorted(spec["engines"]) and len(records) == 3 + 2 + SHARDS  # two buckets
     # the encoder sees the clip's log-mel, zero-padded to the fixed frame count, as the runtime feeds it
     features = log_mel(recording.inputs["audio"], 128)
-    encoder_feeds = recording.calls[0][1]["input_features"]
+    chunks = recording.calls[0][1]["mel_chunks"]  # [chunks, 1, mel, chunk_frames]
+    encoder_feeds = chunks[:, 0].transpose(1, 0, 2).reshape(128, -1)  # back to [mel, frames]
     np.testing.assert_array_equal(encoder_feeds[:, : features.shape[1]], features)
     assert not encoder_feeds[:, features.shape[1]:].any()
 

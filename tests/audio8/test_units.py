@@ -116,3 +116,22 @@ def test_step_graph_equals_the_decoder_with_its_own_cache(small_model):
         for got in (deltas, same):
             torch.testing.assert_close(got[2 * index], key[0, :, position:], rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(got[2 * index + 1], value[0, :, position:], rtol=1e-5, atol=1e-5)
+
+
+def test_mel_chunks_are_the_encoders_own_chunking(small_model):
+    """The runtime's numpy chunking feeds the encoder graph what the reference encoder builds from [mel, frames]."""
+    import torch
+
+    from runtime.kv_buckets import mel_chunks
+
+    encoder = small_model.encoder
+    frames = encoder.config.max_frames
+    features = np.random.default_rng(5).standard_normal((encoder.config.num_mel_bins, frames)).astype(np.float32)
+    chunks = mel_chunks(features, encoder.config.chunk_frames)
+    assert chunks.shape == (frames // encoder.config.chunk_frames, 1, features.shape[0], encoder.config.chunk_frames)
+    width = encoder.config.chunk_frames
+    np.testing.assert_array_equal(chunks[1, 0], features[:, width: 2 * width])
+    with torch.no_grad():
+        expected = encoder(torch.from_numpy(features)).numpy()
+        ours = graphs.EncoderGraph(encoder)(torch.from_numpy(chunks)).numpy()
+    np.testing.assert_array_equal(ours, expected)

@@ -1,11 +1,10 @@
-"""`convert audio8`: Audio8-ASR-0.1B as fixed-shape NPU graphs over CPU-owned rank-3 K/V buckets.
-
-Exports the encoder, one adapter for every placeholder count (its pooling matrix an input the runtime computes),
-one prefill for every prompt length (right-padded to the largest, S = 110), one decoder step per K/V bucket
-(every layer in one call; the CPU writes the K/V rows it returns), and the LM head in shards; gates greedy tokens through those graphs against the torch
-FP32 model's own decoding for clips of any length up to 8 s (EOS included, plus a stress run through the
-largest bucket); then compiles each graph through the family pipeline. `audio8_plan.json` lists every graph
-with its contract and engine."""
+"""`convert audio8`: Audio8-ASR-0.1B as fixed-shape NPU graphs over CPU-owned rank-3 K/V buckets. Exports the encoder,
+one adapter for every placeholder count (its pooling matrix an input the runtime computes), one prefill for every
+prompt length (right-padded to the largest, S = 110), one decoder step per K/V bucket (every layer in one call; the
+CPU writes the K/V rows it returns), and the LM head in shards; gates greedy tokens through those graphs against the
+torch FP32 model's own decoding for clips of any length up to 8 s (EOS included, plus a stress run through the
+largest bucket); then compiles each graph through the family pipeline. `audio8_plan.json` lists every graph with its
+contract and engine."""
 from __future__ import annotations
 
 import os

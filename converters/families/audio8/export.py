@@ -18,7 +18,7 @@ import numpy as np
 from converters.pipeline import Exported, record_export
 from core.paths import engine_name, selfcheck_path
 from gates.verdict import Verdict, at_most, require
-from runtime.kv_buckets import PLAN_FILE, padded_pooling, placeholder_count, rope_tables
+from runtime.kv_buckets import PLAN_FILE, mel_chunks, padded_pooling, placeholder_count, rope_tables
 
 FAMILY = "audio8"
 EXEC_PLAN_OPTION = "audio8_asr.exec_plan"
@@ -112,7 +112,8 @@ def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, se
         raise SetupError(f"largest prompt ({prompt_length}) does not fit the largest K/V bucket {kv_buckets[-1]}")
     shared = dict(
         sample_rate=16000, mel_bins=encoder_config.num_mel_bins, n_fft=400, hop=hop,
-        max_frames=encoder_config.max_frames, audio_tokens=audio_tokens, max_placeholders=max_placeholders,
+        max_frames=encoder_config.max_frames, chunk_frames=encoder_config.chunk_frames, audio_tokens=audio_tokens,
+        max_placeholders=max_placeholders,
         prompt_length=prompt_length, kv_buckets=kv_buckets, head_shards=head_shards,
         layers=decoder_config.num_hidden_layers, heads=heads, head_dim=head_dim, hidden=hidden, vocab=vocab,
         rope_theta=float(decoder_config.rope_theta),
@@ -141,7 +142,8 @@ def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, se
         return (scale * rng.standard_normal(shape)).astype(np.float32)
 
     features = normal(encoder_config.num_mel_bins, encoder_config.max_frames)
-    emit("encoder", model.encoder, {"input_features": features}, ["audio_hidden"], "encoder", "main")
+    emit("encoder", graphs.EncoderGraph(model.encoder),
+         {"mel_chunks": mel_chunks(features, encoder_config.chunk_frames)}, ["audio_hidden"], "encoder", "main")
     with torch.no_grad():
         audio_hidden = model.encoder(torch.from_numpy(features)).numpy()
     example_n = (3 * max_placeholders) // 8  # the self-check feeds: a clip of about 3 s, rows past it zero

@@ -55,6 +55,19 @@ def _attention(q, k, v, mask, head_dim):
     return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
+class EncoderGraph(nn.Module):
+    """mel_chunks [chunks, 1, mel, chunk_frames] -> audio_hidden [tokens, output_dim]: the encoder after its
+    chunking, which the runtime does in numpy (`runtime.kv_buckets.mel_chunks`). Inside the graph, the [mel,
+    frames] -> chunks Reshape was the one CPU op of the real-shape encoder on rk3588 (rknn-toolkit2 2.3.2)."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, mel_chunks):
+        return self.encoder.forward_chunks(mel_chunks)
+
+
 class AdapterGraph(nn.Module):
     """audio_hidden [tokens, in], pool [1, rows, tokens] -> audio_embeddings [rows, out]: one graph for every
     placeholder count N <= rows. `pool` is the adaptive-average-pooling matrix for N, zero-padded to `rows`

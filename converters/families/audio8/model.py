@@ -139,10 +139,15 @@ class AudioEncoder(nn.Module):
         self.proj2 = nn.Linear(config.d_model, config.output_dim)
 
     def forward(self, input_features: torch.Tensor) -> torch.Tensor:
-        config = self.config
         mel, frames = input_features.shape
-        chunks = frames // config.chunk_frames
-        x = input_features.reshape(mel, chunks, config.chunk_frames).transpose(0, 1).unsqueeze(1)
+        chunks = frames // self.config.chunk_frames
+        return self.forward_chunks(input_features.reshape(mel, chunks, self.config.chunk_frames).transpose(0, 1)
+                                   .unsqueeze(1))
+
+    def forward_chunks(self, x: torch.Tensor) -> torch.Tensor:
+        """The encoder after chunking: x [chunks, 1, mel, chunk_frames] -> audio_hidden [tokens, output_dim]."""
+        config = self.config
+        chunks = x.shape[0]
         x = F.gelu(self.conv2d1(x))
         x = F.gelu(self.conv2d2(x))
         x = F.gelu(self.conv2d3(x))  # [chunks, channels, freq, tokens_per_chunk]
