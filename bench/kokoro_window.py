@@ -13,16 +13,24 @@ its figures per EMITTED frame (emitted = W - 2*28):
   the end-to-end golden's audio (2 walk windows, the loop replayed over the simulator outputs);
 - the export gates the build recorded (rows_vs_plain for a row-form engine: float64, >= 120 dB).
 
-Builds run one at a time through the CLI (each its own peak RSS, in the manifest); an existing build under the
-work directory is reused. Environment: KOKORO_WINDOW_WORK (default /tmp/bench-kokoro-window, one
-<target>/w<W> per engine), KOKORO_WINDOW_TARGETS (default rk3588), KOKORO_WINDOW_FRAMES (default 128,200,256).
-Writes results/kokoro_window.png (matplotlib from the export venv; skipped, and said, without it); bench/run.py
-prints the table and writes results/kokoro_window.json."""
+Builds run one at a time through the CLI (each its own peak RSS, in the manifest) with `--fail-on-cpu-ops` and
+the recipe's REGTASK allowance (recipes/kokoro_82m_generator.toml [gates] max_regtask_lines, 1000, for the benign
+lines rk3566 builds log; it was 0 here, which would refuse every rk3566 engine: W=96/128/136 each log 176; the
+rk3588 builds of 2026-12-01T16:04Z, reused, were built under 0 and logged none), so a row is gated as the shipped engine would be and regtask_lines is
+the count measured; an existing build (or refused build: it keeps the failed-gate line its own build printed,
+under that day's thresholds) under the work directory is reused. Environment: KOKORO_WINDOW_WORK (default
+/tmp/bench-kokoro-window, one <target>/w<W> per engine), KOKORO_WINDOW_TARGETS (default rk3588),
+KOKORO_WINDOW_FRAMES (default 128,200,256) and KOKORO_WINDOW_FRAMES_<TARGET> (e.g. KOKORO_WINDOW_FRAMES_RK3576:
+that target's windows instead). Writes results/kokoro_window.md (the table) and .png (matplotlib from the export
+venv, one line per target; skipped, and said, without it); bench/run.py prints the table and writes
+results/kokoro_window.json."""
 from __future__ import annotations
 
 import json
 import os
+import platform
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +41,26 @@ import _window_sweep as sweep  # noqa: E402
 BASELINE = 128  # today's default window
 UTTERANCE_REPEATS = 12  # "koɲɲiʨiwa" x 12: 4 walk windows at W=256 (x 6 measured 380 frames)
 TOOLKIT = "2.3.2"
+RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "kokoro_82m_generator.toml"
 
 
 def _env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def regtask_allowance() -> int:
+    """The recipe's REGTASK allowance (its [gates] max_regtask_lines): the benign lines a shipped build may log."""
+    import tomllib
+
+    recipe = tomllib.loads(RECIPE.read_text())
+    return int(recipe["gates"]["max_regtask_lines"])
+
+
+def frames_for(target: str) -> list[int]:
+    """The windows swept on `target`: KOKORO_WINDOW_FRAMES_<TARGET> (e.g. KOKORO_WINDOW_FRAMES_RK3576) when set,
+    else KOKORO_WINDOW_FRAMES."""
+    default = _env_list("KOKORO_WINDOW_FRAMES", "128,200,256")
+    return [int(w) for w in _env_list(f"KOKORO_WINDOW_FRAMES_{target.upper()}", ",".join(map(str, default)))]
 
 
 def engine_dir(work: Path, target: str, frames: int) -> Path:
@@ -45,7 +69,8 @@ def engine_dir(work: Path, target: str, frames: int) -> Path:
 
 def ensure_engine(work: Path, target: str, frames: int) -> tuple[Path | None, float | None, str | None]:
     """(manifest or None, build seconds or None when reused, the failed gate's line or None) of the (target, W)
-    engine, built with the CLI's gates (0 REGTASK, no CPU op) if there is no manifest and no refused build yet."""
+    engine, built with the CLI's gates (REGTASK lines within the recipe's allowance, no CPU op) if there is no
+    manifest and no refused build yet."""
     out = engine_dir(work, target, frames)
     manifest = out / f"kokoro_generator_w{frames}.manifest.json"
     log = out / "cli.log"
@@ -55,7 +80,8 @@ def ensure_engine(work: Path, target: str, frames: int) -> tuple[Path | None, fl
         return None, None, sweep.failed_gate(log)
     try:
         seconds = sweep.build_cli("kokoro", ["--frames", str(frames), "--target", target, "--toolkit", TOOLKIT,
-                                             "--fail-on-cpu-ops", "--max-regtask-lines", "0"], out, log)
+                                             "--fail-on-cpu-ops", "--max-regtask-lines", str(regtask_allowance())],
+                                  out, log)
     except RuntimeError:
         if sweep.failed_gate(log) is None:
             raise
@@ -137,10 +163,10 @@ def main() -> list[dict]:
 
     work = Path(os.environ.get("KOKORO_WINDOW_WORK", "/tmp/bench-kokoro-window"))
     targets = _env_list("KOKORO_WINDOW_TARGETS", "rk3588")
-    windows = [int(w) for w in _env_list("KOKORO_WINDOW_FRAMES", "128,200,256")]
+    measured_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     built = {}
     for target in targets:  # one build at a time
-        for frames in windows:
+        for frames in frames_for(target):
             built[target, frames] = ensure_engine(work, target, frames)
     utterance, config, state = long_utterance(work)
     plain64 = float64(prepare(build_module(config, state), "round", snake_fold=True))
@@ -167,6 +193,15 @@ def main() -> list[dict]:
     png = sweep.plot(rows, sweep.RESULTS_DIR / "kokoro_window.png",
                      f"Kokoro-82M generator: cycles per emitted frame (toolkit {TOOLKIT}, layer-table estimate)")
     print(f"wrote {png}" if png else "matplotlib is not importable in this venv: no PNG written")
+    from converters.package import format_table
+
+    (sweep.RESULTS_DIR / "kokoro_window.md").write_text(
+        f"Kokoro generator window sweep (bench/kokoro_window.py), measured {measured_at} on "
+        f"{{'machine': '{platform.machine()}', 'cpus': {os.cpu_count()}, 'python': '{platform.python_version()}'}}. "
+        f"Toolkit {TOOLKIT}; built with --fail-on-cpu-ops and the recipe's REGTASK allowance "
+        f"(--max-regtask-lines {regtask_allowance()}); regtask_lines is the count each build logged; a refused "
+        f"build is a row with its first failed gate in build_status, as its own build printed it (build_s '-' = a "
+        f"build reused from the work directory, under the thresholds of its day).\n\n```\n" + format_table(rows) + "\n```\n")
     return rows
 
 
