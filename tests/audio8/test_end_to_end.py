@@ -21,7 +21,7 @@ from runtime.golden import as_stored
 from runtime.kv_buckets import Audio8Runtime, EmbeddingRows
 from runtime.mel import log_mel
 
-LAYERS, SHARDS = 2, 2  # the small model; head_shards=2 below
+SHARDS = 2  # the small model; head_shards=2 below
 
 
 @pytest.fixture(scope="module")
