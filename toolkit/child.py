@@ -150,6 +150,21 @@ def _analyse(rknn, request: dict, job: dict) -> None:
             os.unlink(path)
 
 
+def own_peak_rss_kb() -> int:
+    """This process's own peak resident memory (VmHWM of its address space). Not getrusage's ru_maxrss: Linux
+    carries the high-water mark across execve, so a child started by a 10 GB exporting parent reports 10 GB."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Have the kernel SIGKILL this process when its parent dies, however it dies (a SIGKILLed parent runs no
     cleanup); then check the parent did not die before the request was made."""
@@ -201,9 +216,7 @@ def main(request_path: str) -> int:
             events.send(ran=run["outputs"])
         events.send(stage="release")
         rknn.release()
-        import resource
-
-        events.send(done=True, peak_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        events.send(done=True, peak_rss_kb=own_peak_rss_kb())
         return 0
     except Exception as error:  # reported to the parent, which raises BuildError with the log tail
         traceback.print_exc()

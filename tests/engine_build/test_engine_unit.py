@@ -153,3 +153,17 @@ def test_rknnlite_backend_uses_manifest_order_and_falls_back_to_auto(tmp_path, m
     np.testing.assert_array_equal(lite.inputs[0], a)
     np.testing.assert_array_equal(out["y"], a + 2 * b)
     assert lite.released
+
+
+def test_a_child_reports_its_own_peak_memory_not_its_parents():
+    """A compiler child started by a large parent (an export holding a model) must report its own peak: the
+    getrusage figure it used to send carries the parent's high-water mark across execve."""
+    from core.paths import REPO_ROOT
+
+    held = np.ones(512 * 1024**2 // 8)  # the parent holds 512 MiB when it starts the child
+    probe = ("import resource; from toolkit.child import own_peak_rss_kb; "
+             "print(own_peak_rss_kb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
+    own_kb, inherited_kb = map(int, out.stdout.split())
+    assert held.nbytes // 1024 <= inherited_kb  # the old figure: at least the parent's 512 MiB
+    assert own_kb < 256 * 1024, own_kb  # a bare interpreter's own peak
