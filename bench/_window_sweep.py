@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def manifest_row(manifest: dict, emitted: int, target: str | None = None) -> dict:
-    """The sweep's engine columns of one manifest (gates.manifest schema) for an engine that emits `emitted`
+    """The sweep's engine columns of one manifest (core.manifest schema) for an engine that emits `emitted`
     frames per window: cycles and RW traffic per emitted frame, the first window's cycles (one window's), the
     engine / weight / internal memory, REGTASK lines, CPU ops, the worst simulator SNR over the outputs (on the
     build's self-check) and the build's peak RSS."""

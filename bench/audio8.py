@@ -24,8 +24,8 @@ def host_timings(plan_dir: Path, steps: int) -> list[dict]:
     `steps` tokens (EOS ignored: random weights need not stop), then one stress run through the largest bucket
     for the migrations."""
     from converters.families.audio8.checks import PROBE_SECONDS, clip_name, probe_audio, probe_clip
-    from runtime.kv_buckets import Audio8Runtime, Timings
-    from runtime.mel import log_mel
+    from runtime.board.audio8 import Audio8Runtime, Timings
+    from runtime.board.mel import log_mel
 
     rows = []
     with Audio8Runtime(plan_dir) as runtime:
@@ -135,7 +135,7 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
     from converters.families.audio8 import graphs
     from converters.families.audio8.export import _export
     from core.contract import make_contract
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     config = model.decoder.config
     layers, heads, hidden = config.num_hidden_layers, config.num_attention_heads, config.hidden_size
@@ -192,7 +192,7 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
                              "h2d": sum(v.nbytes for v in feeds.values()),
                              "d2h": sum(np.asarray(v).nbytes for v in outputs.values())}
         if build:
-            from converters.engine import BuildOptions, build_engine
+            from converters.build.engine import BuildOptions, build_engine
 
             data = build_engine(path, out / f"engines_{build}", BuildOptions(target=build, toolkit=toolkit,
                                                                             max_regtask_lines=10**9)).manifest_data
@@ -215,7 +215,7 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
 
 def build_all(plan_dir: Path, plan: dict, target: str, toolkit: str) -> list[dict]:
     """Compile every graph (no simulator self-check: build figures only) and read each manifest."""
-    from converters.engine import BuildOptions, build_engine
+    from converters.build.engine import BuildOptions, build_engine
 
     rows = []
     options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=10**9)
@@ -233,7 +233,7 @@ def build_all(plan_dir: Path, plan: dict, target: str, toolkit: str) -> list[dic
 
 def _write_layouts_markdown(rows: list[dict], config_name: str, args) -> None:
     """bench/results/audio8_layouts[_<config>].md: the old and the new decoder step side by side."""
-    from converters.package import format_table
+    from converters.release.package import format_table
 
     results = Path(__file__).resolve().parent / "results"
     results.mkdir(parents=True, exist_ok=True)
@@ -266,7 +266,7 @@ def main() -> list[dict]:
 
     from converters.families.audio8 import model as M
     from converters.families.audio8.export import export_all
-    from runtime.kv_buckets import PLAN_FILE
+    from runtime.board.audio8 import PLAN_FILE
 
     config_name = "real-shape" if args.real_shape else "small"
     rows = []

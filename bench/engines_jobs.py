@@ -8,8 +8,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from converters import recipes
-from converters.commands import recipe_builder
+from converters.release import recipes
+from converters.cli.commands import recipe_builder
 from core.paths import REPO_ROOT
 
 TARGET = "rk3588"

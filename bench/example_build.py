@@ -6,7 +6,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from converters.engine import BuildOptions, build_engine
+from converters.build.engine import BuildOptions, build_engine
 from converters.families import example
 from toolkit.versions import SUPPORTED_TOOLKITS
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.engine import host_references
+from converters.build.engine import host_references
 from core.contract import get_contract
 from core.onnx_graph import load_model
 from core.paths import selfcheck_path
 from gates.fp16_floor import FLOOR_MARGIN_DB, floor_gap
-from gates.manifest import sha256_file
+from core.manifest import sha256_file
 from gates.snr import snr_db
 
 TARGET = os.environ.get("BENCH_TARGET", "rk3588")

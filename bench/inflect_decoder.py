@@ -25,11 +25,11 @@ def _timed(fn):
 def main() -> list[dict]:
     import onnx
 
-    from converters.engine import BuildOptions, build_engine
+    from converters.build.engine import BuildOptions, build_engine
     from converters.families.inflect import CONTEXT, WINDOW, export
     from converters.families.inflect import decoder as D
     from converters.families.inflect.reference import MICRO, NANO, export_official
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
     from core.contract import get_contract
 
     rows = []

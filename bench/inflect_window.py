@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
 
-from converters import pipeline
-from converters.engine import BuildOptions
+from converters.family import pipeline
+from converters.build.engine import BuildOptions
 from converters.families import inflect
 from converters.families.inflect.reference import MICRO, NANO
 from core.errors import GateFailure
@@ -58,7 +58,7 @@ def sweep_row(scratch: Path, official: dict, size: str, target: str, window: int
 
 def main() -> list[dict]:
     from converters.families.inflect.reference import export_official
-    from converters.package import format_table
+    from converters.release.package import format_table
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="rkaudio-inflect-window-") as scratch:

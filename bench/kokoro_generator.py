@@ -30,7 +30,7 @@ def sine_snr_db(form: str) -> float:
 
 
 def main() -> list[dict]:
-    from converters.engine import BuildOptions, build_engine
+    from converters.build.engine import BuildOptions, build_engine
     from converters.families.kokoro.export import export
     from converters.families.kokoro.graph import OUTPUT, interior
     from converters.families.kokoro.sources import load_generator

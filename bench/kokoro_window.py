@@ -112,9 +112,9 @@ def fidelity(manifest: dict, engine_folder: Path, utterance: dict, plain64, full
     from converters.families.kokoro.graph import run_torch
     from converters.families.kokoro.verdicts import stitched
     from gates.snr import snr_db
-    from runtime import kokoro_walk
-    from runtime.backends import OnnxBackend
-    from runtime.window_walk import plan_windows
+    from runtime.board import kokoro as kokoro_walk
+    from runtime.host.backends import OnnxBackend
+    from runtime.board.window_walk import plan_windows
 
     from core.contract import get_contract
 
@@ -193,7 +193,7 @@ def main() -> list[dict]:
     png = sweep.plot(rows, sweep.RESULTS_DIR / "kokoro_window.png",
                      f"Kokoro-82M generator: cycles per emitted frame (toolkit {TOOLKIT}, layer-table estimate)")
     print(f"wrote {png}" if png else "matplotlib is not importable in this venv: no PNG written")
-    from converters.package import format_table
+    from converters.release.package import format_table
 
     (sweep.RESULTS_DIR / "kokoro_window.md").write_text(
         f"Kokoro generator window sweep (bench/kokoro_window.py), measured {measured_at} on "

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.engine import BuildOptions, build_engine
+from converters.build.engine import BuildOptions, build_engine
 from converters.families.piper import decoder
 from converters.families.piper.voice import resolve_voice
-from runtime.backends import OnnxBackend
-from runtime.window_walk import WindowContract, walk
+from runtime.host.backends import OnnxBackend
+from runtime.board.window_walk import WindowContract, walk
 from core.contract import get_contract
 
 TARGETS = ("rk3588", "rk3576", "rk3566")

@@ -20,7 +20,7 @@ TARGET, TOOLKIT = "rk3588", "2.3.2"
 
 
 def measure(width: int, out: Path) -> dict:
-    from converters.engine import BuildOptions, build_engine
+    from converters.build.engine import BuildOptions, build_engine
     from converters.families.piper import encoder
 
     voice = encoder.Voice(None)

@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
 
-from converters import pipeline
-from converters.engine import BuildOptions
+from converters.family import pipeline
+from converters.build.engine import BuildOptions
 from converters.families.piper import decoder
 from core.errors import GateFailure
 
@@ -121,7 +121,7 @@ def main() -> list[dict]:
 def report(rows: list[dict]) -> list[dict]:
     """Board-time estimates, budgets and the choice per target; writes piper_window.md and .png (bench/run.py
     writes the JSON). `python -m bench.piper_window` re-reports the last JSON's measurements without building."""
-    from converters.package import format_table
+    from converters.release.package import format_table
 
     calibration = next(r for r in rows if r["window"] == CALIBRATION_WINDOW and r["context"] == CALIBRATION_CONTEXT)
     ms_per_cycle = BOARD_MS_PER_EMITTED * calibration["emitted"] / calibration["first_window_cycles"]

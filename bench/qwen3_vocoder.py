@@ -77,6 +77,6 @@ def main() -> list[dict]:
 
 
 if __name__ == "__main__":
-    from converters.package import format_table
+    from converters.release.package import format_table
 
     print(format_table(main()))

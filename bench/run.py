@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from core.contract import producer_info
-from converters.package import format_table
-from gates.manifest import json_safe
+from converters.release.package import format_table
+from core.manifest import json_safe
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"

@@ -1,7 +1,7 @@
 """The parent half of the converter-venv child (`toolkit.child`): inspect the ONNX the toolkit will read,
 start the child in its own temporary directory with fds 1/2 on a log, follow its stage events, send it
 simulator runs, and reap it (and any adb server the toolkit started). The engine build
-(`converters.engine.build_engine`) and the simulator backend (`runtime.backends.SimulatorBackend`) share it.
+(`converters.build.engine.build_engine`) and the simulator backend (`runtime.host.backends.SimulatorBackend`) share it.
 
 onnx / numpy are imported inside functions so the CLI's `--help` stays fast."""
 from __future__ import annotations
@@ -159,7 +159,7 @@ def remove_stale_work_dirs() -> list[Path]:
 class ConverterChild:
     """One `python -m toolkit.child` child in the converter venv: builds the ONNX once, then runs
     simulator requests until closed. Its fds 1/2 go to `log_path`; JSON events come back on a pipe.
-    Used by `build_engine` (export + one self-check run) and `runtime.backends.SimulatorBackend` (serve)."""
+    Used by `build_engine` (export + one self-check run) and `runtime.host.backends.SimulatorBackend` (serve)."""
 
     def __init__(self, onnx_path: Path, target: str, toolkit: str, log_path: Path | None, *,
                  rknn_path: Path | None, simulate: bool, timeout_s: float | None = None):

@@ -2,7 +2,7 @@
 
 It needs no checkpoint, so it proves export -> build -> gates -> manifest -> package on a fresh machine,
 and it is the template of a family: one `export` writes the ONNX and returns its `Exported` records,
-`convert_example` and `build_recipe` are thin adapters over `converters.pipeline`, `register` adds the
+`convert_example` and `build_recipe` are thin adapters over `converters.family.pipeline`, `register` adds the
 command to the CLI."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from converters.options import (FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target,
+from converters.cli.options import (FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target,
                                 Toolkit)
 from core.errors import SetupError
 from core.paths import work_dir
@@ -47,11 +47,11 @@ def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | N
     import onnx
     import torch
 
-    from converters.pipeline import record_export
+    from converters.family.pipeline import record_export
     from core.contract import make_contract, set_contract
     from gates import opscan
     from gates.snr import snr_verdict
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
     from surgery.graph.fold import fold_fixed
 
     out_dir = Path(out_dir)
@@ -83,14 +83,14 @@ def with_end_to_end(exported: list, channels: int, seed: int) -> list:
     """The family's end-to-end golden: one chunk per rung, three quarters of its width, through the ladder."""
     import numpy as np
 
-    from converters import pipeline
+    from converters.family import pipeline
     from core.contract import get_contract
 
     rng = np.random.default_rng(seed + 1)
     widths = sorted(int(get_contract(record.onnx)["frames"]) for record in exported)
     inputs = {f"x@{k}": rng.standard_normal((1, channels, width - width // 4)).astype(np.float32)
               for k, width in enumerate(widths)}
-    return pipeline.record_end_to_end("example_ladder", "runtime.ladder:golden_loop", exported, inputs,
+    return pipeline.record_end_to_end("example_ladder", "runtime.board.ladder:golden_loop", exported, inputs,
                                       {"width_key": "frames", "axis": -1},
                                       "one chunk per rung (3/4 of its width), right-padded, through the ladder")
 
@@ -102,7 +102,7 @@ def recipe_sources(recipe: dict) -> list:
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """One engine per entry of `options.frames` (a ladder ordered by frames); `source.seed` gives the weights."""
-    from converters import pipeline
+    from converters.family import pipeline
 
     options = recipe["options"]
     frames_list = options.get("frames", [])
@@ -132,7 +132,7 @@ def convert_example(
     min_snr_db: MinSnrDb = 35.0,
 ) -> None:
     """Export the built-in example conv graph and compile it: the smoke test of the whole path."""
-    from converters import pipeline
+    from converters.family import pipeline
 
     pipeline.convert(FAMILY, lambda: with_end_to_end(export(out, channels, frames, seed, target), channels, seed),
                      from_onnx=from_onnx,

@@ -18,7 +18,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from core.onnx_graph import GraphIndex, constant_values, drop_unused_initializers, static_shapes
-from runtime.backends import OnnxBackend
+from runtime.host.backends import OnnxBackend
 
 CHAIN_OPS = ("Pad", "Reshape", "Slice")
 

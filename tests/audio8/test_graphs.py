@@ -14,8 +14,8 @@ from converters.families.audio8.export import cache_free_verdict
 from core.contract import get_contract
 from core.errors import SetupError
 from core.paths import engine_name
-from runtime.kv_buckets import PLAN_FILE, Audio8Runtime, BucketError, Timings
-from runtime.mel import log_mel
+from runtime.board.audio8 import PLAN_FILE, Audio8Runtime, BucketError, Timings
+from runtime.board.mel import log_mel
 
 
 def test_graph_decoding_matches_torch_greedy_and_stress(small_model, small_plan):
@@ -82,7 +82,7 @@ def test_export_records_the_token_gates_on_every_graph(small_model, tmp_path):
     """One record per graph, all carrying the same token verdicts, readable back for `--onnx`; the plan
     carries each graph's contract as the graph does and names its engine."""
     from converters.families.audio8.export import export
-    from converters.pipeline import Exported
+    from converters.family.pipeline import Exported
 
     records = export(small_model, tmp_path, [128, 256], head_shards=2, stress=False, say=lambda _: None,
                      clips=[1.9])
@@ -263,7 +263,7 @@ def test_lazy_loading_and_release(small_plan):
     opened = []
 
     def backend_for(path):
-        from runtime.backends import OnnxBackend
+        from runtime.host.backends import OnnxBackend
 
         opened.append(path.name)
         return OnnxBackend(path)
@@ -281,7 +281,7 @@ def test_lazy_loading_and_release(small_plan):
 
 def test_runtime_opens_engine_artifacts(small_plan, tmp_path):
     """On a board the plan names .rknn engines: the runtime opens those (here a fake backend serves them)."""
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     plan_dir = tmp_path / "engines"
     shutil.copytree(small_plan, plan_dir)
@@ -324,7 +324,7 @@ def test_check_command_decodes_a_wav(small_plan, tmp_path):
     from typer.testing import CliRunner
 
     from converters.families.audio8 import register
-    from runtime.audio import write_wav
+    from runtime.host.audio import write_wav
 
     app, check_app = typer.Typer(), typer.Typer()
     app.add_typer(check_app, name="check")

@@ -82,7 +82,7 @@ def test_identity_weights_only_drop_the_weight_multiply(tmp_path):
 @pytest.mark.parametrize("target", ["rk3588", "rk3576"])
 def test_identity_and_perturbed_norm_weights_compile_to_the_same_cpu_ops(tmp_path, target, require_converter,
                                                                           monkeypatch):
-    from converters.engine import BuildOptions, build_engine
+    from converters.build.engine import BuildOptions, build_engine
 
     require_converter("2.3.2")
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from converters.families.audio8 import checks
-from runtime.kv_buckets import Audio8Runtime
+from runtime.board.audio8 import Audio8Runtime
 
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from converters.families.audio8 import checks
-from runtime.kv_buckets import Audio8Runtime, Timings
-from runtime.mel import log_mel
+from runtime.board.audio8 import Audio8Runtime, Timings
+from runtime.board.mel import log_mel
 
 
 class _Kept:
@@ -22,7 +22,7 @@ class _Kept:
 
 
 def test_simulator_tokens_match_or_divergence_is_an_fp16_tie(small_plan, require_converter):
-    from runtime.backends import SimulatorBackend
+    from runtime.host.backends import SimulatorBackend
 
     require_converter("2.3.2")
     compiled = {}

@@ -33,7 +33,7 @@ def test_source_must_be_exactly_one(tmp_path):
 
 def test_recipe_skips_without_a_snapshot(tmp_path, monkeypatch):
     from converters.families import cosyvoice3
-    from converters.recipes import load_recipe
+    from converters.release.recipes import load_recipe
 
     monkeypatch.setenv("RKAUDIO_MODELS", str(tmp_path))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -64,7 +64,7 @@ def test_tiny_ladder_builds_for_rk3588(tmp_path, require_converter):
         assert manifest["contract"]["length"] == (32 if stem.endswith("s32") else 24)
     index = json.loads((out / "selftest" / "index.json").read_text())
     [golden] = index["end_to_end"]
-    assert golden["loop"] == "runtime.flow_ladder:golden_loop" and len(golden["calls"]) == 40
+    assert golden["loop"] == "runtime.board.cosyvoice3:golden_loop" and len(golden["calls"]) == 40
     assert golden["simulator"]["mel"]["snr_db"] >= 40
     print(f"tiny S=24 golden (2 parts): simulator {golden['simulator']['mel']['snr_db']:.1f} dB on the mel")
 
@@ -72,9 +72,9 @@ def test_tiny_ladder_builds_for_rk3588(tmp_path, require_converter):
     aperture = json.loads((out / "aperture.json").read_text())
     assert [(row["length"], row["parts"]) for row in aperture["rungs"]] == [(24, 2), (32, 1)]
     assert not any(row["refused"] for row in aperture["rungs"])
-    from converters import kit
-    from converters.engine import EngineResult
-    from converters.package import assemble
+    from converters.release import kit
+    from converters.build.engine import EngineResult
+    from converters.release.package import assemble
 
     results = [EngineResult(out / f"{stem}.rknn", out / f"{stem}.manifest.json", out / f"{stem}.build.log",
                             json.loads((out / f"{stem}.manifest.json").read_text()), []) for stem in reversed(stems)]

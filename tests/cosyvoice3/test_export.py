@@ -75,7 +75,7 @@ def test_contract_holds_rung_cfg_scheme_and_io(tiny_export):
 
 
 def test_exec_plan_lists_the_rungs_in_length_order(tiny_export):
-    from converters.package import merge_exec_plan
+    from converters.release.package import merge_exec_plan
     from core.paths import engine_name
 
     engines = [(engine_name(r.onnx), get_contract(r.onnx)) for r in reversed(tiny_export)]

@@ -127,7 +127,7 @@ def test_engine_graph_matches_the_reference_and_the_quirk_matters(tiny_model64):
     from converters.families.cosyvoice3.engine_graph import EstimatorGraph
     from converters.families.cosyvoice3.export import make_inputs, reference_call
     from gates.snr import snr_db
-    from runtime.flow_ladder import INPUT_NAMES
+    from runtime.board.cosyvoice3 import INPUT_NAMES
 
     feeds = make_inputs(tiny_model64, 20, 20, seed=3)
     reference = reference_call(tiny_model64, feeds, 20)
@@ -171,7 +171,7 @@ def test_planted_overflow_plain_layer_norm_holds_on_the_rk3588_simulator(tmp_pat
     from converters.families.cosyvoice3 import export as E
     from converters.families.cosyvoice3.snapshot import TINY_CONFIG, random_estimator
     from gates.snr import snr_db
-    from runtime.backends import OnnxBackend, SimulatorBackend
+    from runtime.host.backends import OnnxBackend, SimulatorBackend
 
     require_converter()
     model = random_estimator(TINY_CONFIG, 0)

@@ -1,4 +1,4 @@
-"""runtime.flow_ladder: rung choice, refusal past the largest, padding/crop, B=1 vs B=2 CFG, the golden loop."""
+"""runtime.board.cosyvoice3: rung choice, refusal past the largest, padding/crop, B=1 vs B=2 CFG, the golden loop."""
 from __future__ import annotations
 
 import ast
@@ -8,8 +8,8 @@ import pytest
 
 from core.contract import get_contract
 from core.paths import REPO_ROOT
-from runtime import flow_ladder
-from runtime.flow_ladder import FlowLadder, FlowLengthError
+from runtime.board import cosyvoice3 as flow_ladder
+from runtime.board.cosyvoice3 import FlowLadder, FlowLengthError
 
 
 class Counting:
@@ -23,7 +23,7 @@ class Counting:
 
 @pytest.fixture(scope="module")
 def ladder(tiny_export):
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     rungs = {get_contract(r.onnx)["length"]: Counting(OnnxBackend(r.onnx)) for r in tiny_export}
     return FlowLadder(rungs, get_contract(tiny_export[0].onnx))
@@ -52,7 +52,7 @@ def test_b2_engine_gives_the_b1_result(tmp_path, tiny_model, ladder):
     from converters.families.cosyvoice3.export import contract_fields, export_onnx, ode_inputs
     from converters.families.cosyvoice3.snapshot import DEFAULT_CFM
     from gates.snr import snr_db
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     path = tmp_path / "s24_b2.onnx"
     graph = export_onnx(tiny_model, 24, path, batch=2)
@@ -92,8 +92,8 @@ def test_tables_and_schedule_match_upstream(tiny_model):
 
 def test_golden_loop_is_the_ladder_solve(tiny_export):
     """The declared golden, recorded over onnxruntime, is the runtime's solve: 20 calls on the S=24 rung."""
-    from converters import kit
-    from runtime.backends import OnnxBackend
+    from converters.release import kit
+    from runtime.host.backends import OnnxBackend
 
     [recording] = kit.record_end_to_end(tiny_export, say=lambda _: None)
     assert len(recording.calls) == 20 and {name for name, _, _ in recording.calls} == {"cosyvoice3_flow_s24.rknn"}

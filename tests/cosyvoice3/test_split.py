@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core.contract import get_contract
-from runtime.flow_ladder import Chain, FlowLadder
+from runtime.board.cosyvoice3 import Chain, FlowLadder
 
 TINY_LENGTHS = [24, 32]
 
@@ -40,7 +40,7 @@ def test_split_rung_passes_the_rung_gates(split_export):
 
 
 def test_contract_names_the_chain_and_the_ladder_order(split_export):
-    from converters.package import merge_exec_plan
+    from converters.release.package import merge_exec_plan
     from core.paths import engine_name
 
     first, second, whole = (get_contract(r.onnx) for r in split_export)
@@ -56,7 +56,7 @@ def test_contract_names_the_chain_and_the_ladder_order(split_export):
 def test_chain_solve_equals_the_whole_rung(split_export, tiny_export, tiny_model):
     from converters.families.cosyvoice3.export import ode_inputs
     from gates.snr import snr_db
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     contract = get_contract(tiny_export[0].onnx)
     whole = FlowLadder({24: OnnxBackend(tiny_export[0].onnx)}, contract)
@@ -68,8 +68,8 @@ def test_chain_solve_equals_the_whole_rung(split_export, tiny_export, tiny_model
 
 
 def test_golden_loop_runs_the_parts_in_order(split_export):
-    from converters import kit
-    from runtime import flow_ladder
+    from converters.release import kit
+    from runtime.board import cosyvoice3 as flow_ladder
 
     [recording] = kit.record_end_to_end(split_export, say=lambda _: None)
     engines = [name for name, _, _ in recording.calls]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from converters.engine import BuildOptions, build_engine
+from converters.build.engine import BuildOptions, build_engine
 from core.contract import get_contract, set_contract
 from gates.layer_error import format_rows, layer_table, output_row, parse_error_analysis, ranked
 from toolkit.session import ConverterChild

@@ -16,10 +16,10 @@ import onnx
 import pytest
 
 from core.errors import BuildError
-from converters.engine import BuildOptions, build_engine
+from converters.build.engine import BuildOptions, build_engine
 from toolkit.session import ConverterChild
 from core.errors import GateFailure
-from runtime.backends import OnnxBackend, SimulatorBackend
+from runtime.host.backends import OnnxBackend, SimulatorBackend
 
 CONVERT = [sys.executable, "-m", "converters.cli"]
 REPO = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ import onnx
 import pytest
 
 from toolkit.session import CUSTOM_STRING_MAX_BYTES, custom_string, graph_io, kill_stray_adb, random_feeds, toolkit_readable
-from converters.engine import BuildOptions, build_engine
+from converters.build.engine import BuildOptions, build_engine
 from core.errors import SetupError
-from gates.manifest import exec_plan_fragment, write_manifest
+from core.manifest import exec_plan_fragment, write_manifest
 
 
 def test_symbolic_input_is_a_setup_error_naming_input_and_dimension(graph, tmp_path):
@@ -134,7 +134,7 @@ def test_rknnlite_backend_uses_manifest_order_and_falls_back_to_auto(tmp_path, m
     api.RKNNLite = FakeRKNNLite
     monkeypatch.setitem(sys.modules, "rknnlite", types.ModuleType("rknnlite"))
     monkeypatch.setitem(sys.modules, "rknnlite.api", api)
-    from runtime.board import RknnLiteBackend
+    from runtime.board.rknnlite import RknnLiteBackend
 
     engine = tmp_path / "e.rknn"
     engine.write_bytes(b"fake")

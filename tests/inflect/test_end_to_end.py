@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from converters import kit
+from converters.release import kit
 from converters.families.inflect import GOLDEN_TAIL_SLICES, MIN_TAIL_DB
 from converters.families.inflect.decoder import full_decode
-from converters.pipeline import Exported
+from converters.family.pipeline import Exported
 from core.contract import get_contract
 from core.errors import SetupError
 from gates.snr import snr_db
-from runtime.backends import OnnxBackend
-from runtime.golden import EnginePool, run_loop
-from runtime.inflect_synth import InflectModel, InflectSynth, runtime_model
-from runtime.window_walk import WindowContract, walk
+from runtime.host.backends import OnnxBackend
+from runtime.board.golden import EnginePool, run_loop
+from runtime.board.inflect import InflectModel, InflectSynth, runtime_model
+from runtime.board.window_walk import WindowContract, walk
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 
 from converters.families.inflect import build_recipe
 from core.errors import MissingSource
-from converters.recipes import load_recipe
+from converters.release.recipes import load_recipe
 from core.paths import REPO_ROOT
 
 RECIPES = {"micro": "inflect_micro_v2_decoder", "nano": "inflect_nano_v2_decoder"}

@@ -173,7 +173,7 @@ def test_nan_constant_in_decode_onnx_is_refused_naming_the_tensor(nano_official,
     (json.dumps({"data": {"hop_length": "big"}}).encode(), "are not integers"),
 ])
 def test_config_json_that_is_not_a_config_is_refused(tmp_path, content, words):
-    from runtime.inflect_synth import config_values
+    from runtime.board.inflect import config_values
 
     config = tmp_path / "config.json"
     config.write_bytes(content)

@@ -10,9 +10,9 @@ from converters.families.inflect.decoder import full_decode
 from core.contract import get_contract
 from core.errors import SetupError
 from gates.snr import snr_db
-from runtime.audio import read_wav
-from runtime.backends import OnnxBackend
-from runtime.inflect_synth import InflectSynth, check_engine_matches, load_engine, runtime_model
+from runtime.host.audio import read_wav
+from runtime.host.backends import OnnxBackend
+from runtime.board.inflect import InflectSynth, check_engine_matches, load_engine, runtime_model
 
 TOKENS = [0, 12, 0, 40, 0, 77, 0, 3, 0, 150, 0, 9, 0]
 

@@ -18,7 +18,7 @@ from converters.families.kokoro.verdicts import (MIN_PADDED_DB, RANDOM_WINDOW_EX
 from core.contract import get_contract
 from core.errors import GateFailure, SetupError
 from gates.snr import DEGENERATE_ADVICE
-from runtime import kokoro_walk
+from runtime.board import kokoro as kokoro_walk
 
 from tests.kokoro.kokoro_small import SMALL, small_reference
 

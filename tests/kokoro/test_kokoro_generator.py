@@ -204,7 +204,7 @@ def test_reference_gate_fails_on_wrong_sine(weights, module):
 def test_export_gate_and_engine_graph(tmp_path, weights):
     import onnx
 
-    from converters.pipeline import Exported
+    from converters.family.pipeline import Exported
 
     [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
     engine, reference, verdicts = record.onnx, record.reference, record.verdicts
@@ -245,21 +245,21 @@ def test_convert_export_adds_the_reference_gate_and_a_clip_engine_is_its_own_fp3
 
 
 def test_end_to_end_golden_is_two_walk_windows_of_the_utterance_through_the_runtime_walk(tmp_path, weights):
-    """The export declares the golden (runtime.kokoro_walk:golden_loop at the contract's exec params, gain off);
+    """The export declares the golden (runtime.board.kokoro:golden_loop at the contract's exec params, gain off);
     recorded over onnxruntime fp32 on the twin it is exactly `walk` + the iSTFT head, in 2 engine calls, and
     the first call's inputs are the engine's self-check arrays (one copy in the kit)."""
     import json
 
     from converters.families.kokoro.export import golden_frames
-    from converters.kit import record_end_to_end
+    from converters.release.kit import record_end_to_end
     from core.contract import get_contract
-    from runtime.backends import OnnxBackend
-    from runtime.kokoro_walk import KokoroWindow, golden_loop, spec_phase_to_audio, walk
+    from runtime.host.backends import OnnxBackend
+    from runtime.board.kokoro import KokoroWindow, golden_loop, spec_phase_to_audio, walk
 
     [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
     spec = json.loads(record.end_to_end.read_text())
     assert (spec["loop"], spec["params"], spec["engines"]) == (
-        "runtime.kokoro_walk:golden_loop", {"overlap": 0, "gain": False}, [f"kokoro_generator_w{FRAMES}.rknn"])
+        "runtime.board.kokoro:golden_loop", {"overlap": 0, "gain": False}, [f"kokoro_generator_w{FRAMES}.rknn"])
     [recording] = record_end_to_end([record], say=lambda line: None)
     x, har, style = (recording.inputs[name] for name in ("x", "har", "style"))
     assert x.shape[-1] == golden_frames(FRAMES) == FRAMES + 8 and har.shape[-1] == 60 * x.shape[-1] + 1

@@ -16,7 +16,7 @@ from converters.families.kokoro.rows import RowGenerator
 from converters.families.kokoro.verdicts import MIN_ROWS_DB, rows_verdict
 from core.errors import SetupError
 from gates.snr import snr_db
-from runtime.kokoro_walk import from_rows, to_rows
+from runtime.board.kokoro import from_rows, to_rows
 from surgery.modules import rows as surgery_rows
 from surgery.modules.rows import halo_rows, row_conv, row_layout
 
@@ -133,8 +133,8 @@ def test_row_export_takes_rows_and_the_walk_reads_them_back(tmp_path, plain):
     against the plain graph's walk."""
     from converters.families.kokoro.export import export_onnx
     from core.contract import get_contract
-    from runtime import kokoro_walk
-    from runtime.backends import OnnxBackend
+    from runtime.board import kokoro as kokoro_walk
+    from runtime.host.backends import OnnxBackend
 
     rows = RowGenerator(plain, FRAMES, 1000)
     contract = {"family": "kokoro", "component": "generator", "role": "main", "exec_plan_option": "x",

@@ -9,8 +9,8 @@ import torch
 from converters.families.kokoro.graph import CONTEXT, build_module, prepare, run_torch, window_inputs
 from converters.families.kokoro.reference import istftnet_module
 from gates.snr import snr_db
-from runtime import kokoro_walk
-from runtime.kokoro_walk import KokoroWindow
+from runtime.board import kokoro as kokoro_walk
+from runtime.board.kokoro import KokoroWindow
 
 from tests.kokoro.kokoro_small import SMALL, small_reference
 

@@ -16,7 +16,7 @@ def joe():
 
     from converters.families.piper import decoder
     from converters.families.piper.voice import resolve_voice
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     voice = resolve_voice(None)
     model = onnx.load(str(voice.onnx_path))

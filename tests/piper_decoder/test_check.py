@@ -4,7 +4,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from converters.cli import _register_all, app
-from runtime.audio import read_wav
+from runtime.host.audio import read_wav
 
 
 def test_check_piper_renders_both_paths(joe_exports, tmp_path):

@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from converters.families.piper import decoder
-from runtime.backends import OnnxBackend
+from runtime.host.backends import OnnxBackend
 from gates import opscan
 from surgery.graph.flip_fold import FlipFoldError, fold_flips
 

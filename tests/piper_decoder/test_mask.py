@@ -10,8 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from converters.families.piper import decoder
 from gates import opscan
-from runtime.backends import OnnxBackend
-from runtime.window_walk import WindowContract, walk
+from runtime.host.backends import OnnxBackend
+from runtime.board.window_walk import WindowContract, walk
 from surgery.graph.mask import level_strides, mask_decoder
 from core.contract import get_contract
 from surgery.graph.polyphase_tail import polyphase_tail

@@ -7,8 +7,8 @@ import pytest
 
 from converters.families.piper import decoder
 from gates.snr import snr_db
-from runtime.backends import OnnxBackend
-from runtime.window_walk import WindowContract, walk
+from runtime.host.backends import OnnxBackend
+from runtime.board.window_walk import WindowContract, walk
 
 from core.contract import get_contract
 

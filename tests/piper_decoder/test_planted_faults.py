@@ -14,8 +14,8 @@ from onnx import numpy_helper
 
 from converters.families.piper import decoder
 from core.paths import REPO_ROOT
-from runtime.window_walk import WalkResult, WindowContract, plan_windows, walk
-from runtime.backends import OnnxBackend
+from runtime.board.window_walk import WalkResult, WindowContract, plan_windows, walk
+from runtime.host.backends import OnnxBackend
 
 
 def test_interior_gate_fails_a_context_of_24_slices(joe):

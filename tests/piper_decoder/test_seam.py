@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from converters.families.piper import decoder
-from runtime.backends import OnnxBackend
+from runtime.host.backends import OnnxBackend
 from core.errors import SetupError
 from surgery.graph.vits_seam import SeamError, find_vits_seam
 from core.onnx_graph import CutError, cut, rename_tensors

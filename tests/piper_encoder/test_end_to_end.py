@@ -1,5 +1,5 @@
 """The encoder's end-to-end golden: one real token sequence per width (that width's self-check sequence),
-through the runtime's width ladder (runtime.ladder.golden_loop), recorded call by call on onnxruntime fp32."""
+through the runtime's width ladder (runtime.board.ladder.golden_loop), recorded call by call on onnxruntime fp32."""
 from __future__ import annotations
 
 import json
@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from converters import kit
+from converters.release import kit
 from converters.families.piper import encoder
 from core.paths import engine_name
 from gates.snr import snr_db
-from runtime.backends import OnnxBackend
-from runtime.ladder import WidthLadder
+from runtime.host.backends import OnnxBackend
+from runtime.board.ladder import WidthLadder
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def ladder_export(tmp_path_factory):
 
 def test_golden_runs_each_width_once_on_its_self_check_sequence(ladder_export):
     spec = json.loads(ladder_export[0].end_to_end.read_text())
-    assert spec["loop"] == "runtime.ladder:golden_loop" and spec["params"] == {"width_key": "frames", "axis": -1}
+    assert spec["loop"] == "runtime.board.ladder:golden_loop" and spec["params"] == {"width_key": "frames", "axis": -1}
     assert all(r.end_to_end == ladder_export[0].end_to_end for r in ladder_export)
     (recording,) = kit.record_end_to_end(ladder_export)
     assert sorted(recording.inputs) == ["x_emb@0", "x_emb@1", "x_mask@0", "x_mask@1"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters import pipeline
+from converters.family import pipeline
 from converters.families.piper import encoder
 from core.errors import GateFailure
 from core.contract import get_contract
@@ -77,7 +77,7 @@ def test_a_width_past_the_drift_threshold_is_refused_before_the_build(tmp_path, 
     assert ladder["exec_plan"]["piper_tts.exec_plan"]["duration_encoder"]["artifacts"]["main"] == \
         "piper_encoder_w32.rknn"
 
-    from converters.engine import BuildOptions
+    from converters.build.engine import BuildOptions
     from core.paths import KIT_DIR
 
     results = pipeline.build(records, tmp_path, BuildOptions(target="rk3588"), context="piper encoder export")

@@ -1,10 +1,10 @@
-"""runtime.ladder.WidthLadder over stand-in backends: which width runs a chunk, padding, cropping, fallback."""
+"""runtime.board.ladder.WidthLadder over stand-in backends: which width runs a chunk, padding, cropping, fallback."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from runtime.ladder import WidthLadder
+from runtime.board.ladder import WidthLadder
 
 
 class Recorder:

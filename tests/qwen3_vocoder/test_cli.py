@@ -78,7 +78,7 @@ def test_two_stages_build_a_tiny_engine(tiny_snapshot, tmp_path, require_convert
     # The end-to-end golden the export declared (a lone B=64 step: two groups, the cache carried on) is recorded.
     index = json.loads((tmp_path / "engines" / "selftest" / "index.json").read_text())
     [golden] = index["end_to_end"]
-    assert golden["loop"] == "runtime.stream:golden_loop" and golden["engines"] == ["step_64.rknn"]
+    assert golden["loop"] == "runtime.board.qwen3_vocoder:golden_loop" and golden["engines"] == ["step_64.rknn"]
     assert [call["engine"] for call in golden["calls"]] == ["step_64.rknn"] * 2
     print(f"tiny B=64 end-to-end golden: simulator {golden['simulator']['pcm']['snr_db']:.1f} dB (pcm), "
           f"kit {sum(p.stat().st_size for p in (tmp_path / 'engines' / 'selftest').iterdir()):,} bytes")
@@ -87,7 +87,7 @@ def test_two_stages_build_a_tiny_engine(tiny_snapshot, tmp_path, require_convert
 def test_recipe_is_skipped_without_a_snapshot(tmp_path, monkeypatch):
     from converters.families import qwen3_vocoder
     from core.errors import MissingSource
-    from converters.recipes import load_recipe
+    from converters.release.recipes import load_recipe
 
     monkeypatch.setenv("RKAUDIO_MODELS", str(tmp_path))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))

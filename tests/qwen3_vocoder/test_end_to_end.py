@@ -9,16 +9,16 @@ import onnx
 import pytest
 import torch
 
-from converters import kit
+from converters.release import kit
 from converters.families.qwen3_vocoder import export, with_end_to_end
 from converters.families.qwen3_vocoder.random_model import TINY_CONFIG
-from converters.pipeline import Exported
+from converters.family.pipeline import Exported
 from core.contract import get_contract, set_contract
 from core.paths import engine_name, reference_path, selfcheck_path
 from gates.snr import snr_db
-from runtime.backends import OnnxBackend
-from runtime.golden import EnginePool, run_loop
-from runtime.stream import stream_decode
+from runtime.host.backends import OnnxBackend
+from runtime.board.golden import EnginePool, run_loop
+from runtime.board.qwen3_vocoder import stream_decode
 
 MIN_FP32_DB = 100.0
 
@@ -47,7 +47,7 @@ def test_export_declares_the_golden_over_both_steps(steps):
 def test_first_then_main_twice_with_the_cache_carried_on(recording, steps):
     first, main = steps
     spec, calls = recording.spec, recording.calls
-    assert spec["loop"] == "runtime.stream:golden_loop" and spec["engines"] == ["step_16.rknn", "step_64.rknn"]
+    assert spec["loop"] == "runtime.board.qwen3_vocoder:golden_loop" and spec["engines"] == ["step_16.rknn", "step_64.rknn"]
     codes = recording.inputs["codes"]
     assert codes.shape == (TINY_CONFIG["num_quantizers"], 16 + 2 * 64) and codes.dtype == np.int64
     assert 0 <= codes.min() and codes.max() < TINY_CONFIG["codebook_size"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from converters.engine import BuildOptions, build_engine
+from converters.build.engine import BuildOptions, build_engine
 from converters.families.qwen3_vocoder import step_export as E
 from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, step_of
 

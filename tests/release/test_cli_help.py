@@ -5,7 +5,7 @@ import typer
 from typer.testing import CliRunner
 
 from converters import cli
-from converters.commands import SHARED_COMMANDS, family_module, family_names
+from converters.cli.commands import SHARED_COMMANDS, family_module, family_names
 
 
 def _walk(app: typer.Typer):

@@ -8,8 +8,9 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from converters import cli, recipes
-from converters.commands import recipe_builder
+from converters import cli
+from converters.release import recipes
+from converters.cli.commands import recipe_builder
 from converters.families import example
 from core.paths import REPO_ROOT
 from core.errors import SetupError

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from runtime.exec_plan import OPTIONS, plan_problems
+from runtime.host.exec_plan import OPTIONS, plan_problems
 
 # The session options of the spec's "Run" section, verbatim.
 SPEC_EXAMPLES = [
@@ -86,7 +86,7 @@ def test_the_table_holds_the_spec_rows_and_rkaudio_own_options():
 def test_packaging_refuses_a_contract_the_consumer_would_refuse(tmp_path):
     from types import SimpleNamespace
 
-    from converters.package import assemble
+    from converters.release.package import assemble
     from core.errors import PackageError
 
     for suffix in (".onnx", ".rknn", ".manifest.json", ".build.log"):
@@ -102,7 +102,7 @@ def test_packaging_refuses_a_contract_the_consumer_would_refuse(tmp_path):
 
 
 def test_verify_names_a_plan_the_consumer_would_refuse(tmp_path):
-    from converters import kit
+    from converters.release import kit
 
     package = tmp_path / "pkg"
     package.mkdir()

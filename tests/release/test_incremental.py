@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 
-from converters import recipes
-from converters.commands import recipe_builder, recipe_sources
+from converters.release import recipes
+from converters.cli.commands import recipe_builder, recipe_sources
 from core.paths import REPO_ROOT
 
 

@@ -2,7 +2,7 @@
 import pytest
 
 from core.errors import PackageError
-from converters.package import format_table, merge_exec_plan, staged_package, summary_row
+from converters.release.package import format_table, merge_exec_plan, staged_package, summary_row
 from gates.fp16_floor import GAP_UNIT
 
 
@@ -95,7 +95,7 @@ def test_format_table_aligns_columns():
 def test_assemble_copies_contract_package_files_once_and_refuses_a_missing_one(tmp_path):
     from types import SimpleNamespace
 
-    from converters.package import assemble
+    from converters.release.package import assemble
 
     work = tmp_path / "work"
     work.mkdir()

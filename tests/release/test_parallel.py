@@ -6,8 +6,8 @@ import json
 import shutil
 import time
 
-from converters import recipes
-from converters.commands import recipe_builder
+from converters.release import recipes
+from converters.cli.commands import recipe_builder
 from core.paths import REPO_ROOT
 
 

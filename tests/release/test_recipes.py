@@ -11,10 +11,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from converters import kit, recipes
-from converters.pipeline import Exported
-from converters.commands import engines, recipe_builder
-from converters.engine import BuildOptions, EngineResult
+from converters.release import kit, recipes
+from converters.family.pipeline import Exported
+from converters.cli.commands import engines, recipe_builder
+from converters.build.engine import BuildOptions, EngineResult
 from core.errors import GateFailure, MissingSource, SetupError
 from gates.verdict import at_least
 
@@ -182,7 +182,7 @@ def test_a_write_failure_while_packaging_publishes_nothing_and_names_the_file(tm
     import errno
     import shutil as real_shutil
 
-    from converters import package as package_module
+    from converters.release import package as package_module
 
     def copy2(source, target, *args, **kwargs):
         if str(target).endswith(".rknn"):
@@ -249,8 +249,8 @@ def _voice(recipe, target, toolkit, work_dir):
 
 
 def test_a_recipe_with_components_is_one_package_with_one_exec_plan_and_one_kit(tmp_path, monkeypatch):
-    from converters.package import onnx_dir
-    from runtime.golden import ArrayReader, as_stored, read_index
+    from converters.release.package import onnx_dir
+    from runtime.board.golden import ArrayReader, as_stored, read_index
 
     _family(monkeypatch, "fake_voice", _voice)
     recipes_dir, dist = tmp_path / "r", tmp_path / "dist"

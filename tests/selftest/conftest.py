@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters import recipes
-from converters.commands import recipe_builder
+from converters.release import recipes
+from converters.cli.commands import recipe_builder
 from toolkit.versions import converter_python
 
 # The double: loads the package's golden index with numpy. For inputs equal to an engine's self-check it returns
@@ -111,7 +111,7 @@ def example_package(tmp_path_factory) -> Path:
 @pytest.fixture
 def package(example_package, tmp_path) -> Path:
     """A private copy of the example package (tests may damage it), with its ONNX work dir where the manifests name it."""
-    from converters.package import onnx_dir
+    from converters.release.package import onnx_dir
 
     dist = example_package.parent.parent
     copy = tmp_path / "dist" / "rk3588" / example_package.name

@@ -96,7 +96,7 @@ def test_every_module_the_kit_ships_parses_as_python_3_8(package):
 
 
 def test_shipped_modules_are_unchanged_copies(package):
-    from converters.kit import KIT_ENTRY_MODULE, kit_modules
+    from converters.release.kit import KIT_ENTRY_MODULE, kit_modules
 
     index = json.loads((package / "selftest" / "index.json").read_text())
     for module in kit_modules([e["loop"] for e in index["end_to_end"]]):
@@ -112,7 +112,7 @@ def test_shipped_modules_are_unchanged_copies(package):
     (["0", "1", "2", "0_1_2"], 1, ["0"], ["1", "2", "0_1_2"]),
 ])
 def test_core_masks_the_soc_lacks_are_skipped(masks, cores, ran, skipped):
-    from runtime.board import masks_for, soc_name
+    from runtime.board.rknnlite import masks_for, soc_name
 
     assert masks_for(masks, cores) == (ran, skipped)
     assert soc_name("rockchip,rk3588-evb\x00rockchip,rk3588\x00") == "rk3588"
@@ -133,17 +133,17 @@ def test_every_loop_a_family_can_ship_imports_on_the_board_with_numpy_alone(boar
     import shutil
     import subprocess
 
-    from converters.kit import module_file, kit_modules
+    from converters.release.kit import module_file, kit_modules
 
     loops = _loops()
-    assert "runtime.ladder:golden_loop" in loops and len(loops) >= 2
+    assert "runtime.board.ladder:golden_loop" in loops and len(loops) >= 2
     for module in kit_modules(loops):
         source = module_file(module)
         target = tmp_path / source.relative_to(REPO_ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
         ast.parse(source.read_text(), filename=str(source), feature_version=(3, 8))
-    probe = "; ".join(f"import {loop.partition(':')[0]}" for loop in loops) + "; import runtime.selftest"
+    probe = "; ".join(f"import {loop.partition(':')[0]}" for loop in loops) + "; import runtime.board.selftest"
     result = subprocess.run([str(board_python), "-E", "-s", "-c", probe], cwd=tmp_path, capture_output=True,
                             text=True, env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from converters import cli
-from converters.kit import kit_budget, verify
+from converters.release.kit import kit_budget, verify
 from core.paths import REPO_ROOT
 
 
@@ -20,7 +20,7 @@ def convert(*args: str):
 
 
 def test_the_package_carries_goldens_sums_and_the_kit_within_budget(package):
-    from converters.kit import kit_size, tree_bytes
+    from converters.release.kit import kit_size, tree_bytes
 
     index = json.loads((package / "selftest" / "index.json").read_text())
     assert {e["engine"] for e in index["engines"]} == {p.name for p in package.glob("*.rknn")}

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from converters import recipes
-from converters.publish import git_blob_sha1, publish
+from converters.release import recipes
+from converters.release.publish import git_blob_sha1, publish
 from core.errors import SetupError
 from core.paths import REPO_ROOT
-from gates.manifest import sha256_file
+from core.manifest import sha256_file
 
 
 class StandInHub:
@@ -132,7 +132,7 @@ def test_the_ci_matrix_matches_the_recipes_and_the_workflow_uses_real_commands()
     from typer.testing import CliRunner
 
     from converters import cli
-    from converters.commands import SHARED_COMMANDS
+    from converters.cli.commands import SHARED_COMMANDS
 
     if not cli.app.registered_commands:
         cli._register_all()
@@ -156,7 +156,7 @@ def test_the_ci_matrix_matches_the_recipes_and_the_workflow_uses_real_commands()
 
 def test_the_card_row_of_an_engine_without_an_snr_gate_says_so():
     """An engine whose gates hold no SNR (only counts, or an at-most dB figure) gets '-' in the card, not an error."""
-    from converters.publish import model_card
+    from converters.release.publish import model_card
     from gates.verdict import at_most
 
     manifest = {"rknn": {"path": "x.rknn", "bytes": 10}, "ops": {"cpu": 0}, "regtask": {"lines": 0},

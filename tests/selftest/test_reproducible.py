@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from converters.engine import BuildOptions, compile_only
-from gates.manifest import sha256_file
+from converters.build.engine import BuildOptions, compile_only
+from core.manifest import sha256_file
 
 
 def _changed_weight(source, target) -> None:
@@ -37,7 +37,7 @@ def test_the_same_onnx_twice_gives_equal_digests_and_a_changed_weight_does_not(e
 
 
 def test_verify_rebuild_names_an_engine_its_onnx_no_longer_gives(package, tmp_path, require_converter):
-    from converters.kit import rebuild_problems
+    from converters.release.kit import rebuild_problems
 
     require_converter("2.3.2")
     manifest = json.loads((package / "example_c16_t64.manifest.json").read_text())

@@ -1,8 +1,10 @@
 """The layer rule of HACKING.md as code: every import (module level, function-local, or an
-`importlib.import_module` string) of rkaudio's own modules must point at the same room or one below it.
+`importlib.import_module` string) of rkaudio's own modules must point at the same room or one below it, and no
+modules import each other in a circle (`circles`), whatever their rooms.
 
-Order, bottom up: core, gates, toolkit, runtime, surgery, converters (engine, pipeline, recipes, package,
-options), converters.families (each family sees only itself among families), converters.commands / cli."""
+Order, bottom up: runtime.board (what the board kit ships: it imports nothing of rkaudio outside itself), core,
+gates, toolkit, runtime.host, surgery, converters.build, converters.family, converters.release,
+converters.families (each family sees only itself among families), converters.cli."""
 from __future__ import annotations
 
 import ast
@@ -10,15 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LAYERS = {
-    "core": 0,
-    "gates": 1,
-    "toolkit": 2,
-    "runtime": 3,
-    "surgery": 4,
-    "converters": 5,
-    "converters.families": 6,
-    "converters.commands": 7,
-    "converters.cli": 7,
+    "runtime.board": 0,
+    "core": 1,
+    "gates": 2,
+    "toolkit": 3,
+    "runtime.host": 4,
+    "surgery": 5,
+    "converters.build": 6,
+    "converters.family": 7,
+    "converters.release": 8,
+    "converters.families": 9,
+    "converters.cli": 10,
 }
 ROOMS = ("core", "gates", "toolkit", "runtime", "surgery", "converters")
 FAMILIES = "converters.families"
@@ -102,3 +106,62 @@ def violations(root: Path) -> list[Violation]:
                 elif own_family and family_of(imported) not in (None, own_family):
                     found.append(Violation(where, line, importer, imported, "another family"))
     return found
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Every rkaudio module under the rooms of `root`, by dotted name."""
+    return {module_name(Path(root), path): path for room in ROOMS for path in sorted((Path(root) / room).rglob("*.py"))}
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the rkaudio modules it imports (anywhere in its text). `from a.b import c` points at the module
+    a.b.c when there is one, else at a.b; an import of a package's own submodule from its __init__ counts too."""
+    modules = module_files(root)
+    graph: dict[str, set[str]] = {}
+    for importer, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        targets = set()
+        for _, imported in imported_names(tree, importer, path.name == "__init__.py"):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != importer:
+                targets.add(imported)
+        graph[importer] = targets
+    return graph
+
+
+def circles(root: Path) -> list[list[str]]:
+    """Each set of modules that import each other in a circle (a strongly connected component of more than one
+    module, Tarjan's algorithm), sorted; empty when the imports form a tree-like order."""
+    graph = import_graph(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in sorted(graph.get(module, ())):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)

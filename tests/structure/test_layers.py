@@ -29,7 +29,7 @@ def _copy_rooms(destination: Path) -> None:
 
 
 UPWARD = {
-    "lazy import": "\n\ndef _planted():\n    from converters.engine import build_engine\n    return build_engine\n",
+    "lazy import": "\n\ndef _planted():\n    from converters.build.engine import build_engine\n    return build_engine\n",
     "import_module string": "\n\ndef _planted(name):\n    import importlib\n"
                             "    return importlib.import_module(f\"converters.families.{name}\")\n",
 }
@@ -53,10 +53,10 @@ def test_one_family_importing_another_is_caught(tmp_path):
 
 
 def test_ranks_follow_the_written_order():
-    order = ["core.errors", "gates.snr", "toolkit.session", "runtime.backends", "surgery.graph.fold",
-             "converters.pipeline", "converters.families.example", "converters.cli"]
+    order = ["core.errors", "gates.snr", "toolkit.session", "runtime.host.backends", "surgery.graph.fold",
+             "converters.family.pipeline", "converters.families.example", "converters.cli"]
     assert [layer(m) for m in order] == sorted(layer(m) for m in order)
-    assert layer("numpy") is None and layer("converters.families") > layer("converters.engine")
+    assert layer("numpy") is None and layer("converters.families") > layer("converters.build.engine")
 
 
 def test_relative_imports_resolve_against_their_package():
@@ -65,7 +65,7 @@ def test_relative_imports_resolve_against_their_package():
         from ...engine import build_engine
     """))
     names = [name for _, name in imported_names(tree, "converters.families.example", is_package=True)]
-    assert names == ["converters.families.example.child", "converters.engine.build_engine"]
+    assert names == ["converters.families.example.child", "converters.build.engine.build_engine"]
 
 
 def test_the_converter_child_imports_only_the_stdlib_numpy_and_rknn():
@@ -94,7 +94,7 @@ BOARD_PROBE = textwrap.dedent("""
     api = types.ModuleType("rknnlite.api"); api.RKNNLite = FakeLite
     sys.modules["rknnlite"] = types.ModuleType("rknnlite"); sys.modules["rknnlite.api"] = api
 
-    from runtime.board import RknnLiteBackend
+    from runtime.board.rknnlite import RknnLiteBackend
     folder = Path(sys.argv[1])
     (folder / "e.rknn").write_bytes(b"")
     (folder / "e.manifest.json").write_text(json.dumps({"toolkit_version": "2.3.2",

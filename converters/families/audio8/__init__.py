@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
+from converters.cli.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
 from core.errors import MissingSource, SetupError
 from core.paths import work_dir
 from toolkit.versions import DEFAULT_TOOLKIT
@@ -76,7 +76,7 @@ def convert_audio8(
 ) -> None:
     """Export Audio8-ASR's encoder, adapter, prefill, one decoder step per K/V bucket and LM head shards,
     gate greedy tokens against the torch FP32 model, and compile every graph."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.audio8.checks import ADVICE
     from converters.families.audio8.export import export
     from toolkit.versions import check_target
@@ -120,7 +120,7 @@ def recipe_sources(recipe: dict) -> list[Path]:
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """The recipe's snapshot exported with its `[options]`, then built with its `[gates]`."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.audio8 import model as M
     from converters.families.audio8.checks import ADVICE
     from converters.families.audio8.export import export
@@ -143,10 +143,10 @@ def check_audio8(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Stop after this many tokens.")] = 200,
 ) -> None:
     """Decode a WAV through the exported graphs: token ids, the buckets used, and per-stage milliseconds."""
-    from runtime.audio import read_wav
-    from runtime.board import RknnLiteBackend
-    from runtime.kv_buckets import Audio8Runtime
-    from runtime.mel import log_mel
+    from runtime.host.audio import read_wav
+    from runtime.board.rknnlite import RknnLiteBackend
+    from runtime.board.audio8 import Audio8Runtime
+    from runtime.board.mel import log_mel
 
     audio, rate = read_wav(wav)
     with Audio8Runtime(plan_dir, backend_for=RknnLiteBackend if engines else None,

@@ -196,13 +196,13 @@ def decode_positions(prompt_length: int, steps: int) -> list[int]:
 def graph_verdicts(model, plan_dir: Path, backend_for=None, max_new_tokens: int = MAX_NEW_TOKENS,
                    stress: bool = True, say=print, runtime_class=None, clips=None) -> list[Verdict]:
     """Run the exported graphs (onnxruntime unless `backend_for` says otherwise; `runtime_class` defaults to
-    `runtime.kv_buckets.Audio8Runtime`) against the torch FP32 model: per probe clip (`clips` seconds, default
+    `runtime.board.audio8.Audio8Runtime`) against the torch FP32 model: per probe clip (`clips` seconds, default
     `PROBE_SECONDS`) tokens + relative L2 figures (adapter, prefill, decode steps), then the stress run through
     the largest K/V bucket."""
     import torch
 
-    from runtime.kv_buckets import Audio8Runtime, Timings
-    from runtime.mel import log_mel
+    from runtime.board.audio8 import Audio8Runtime, Timings
+    from runtime.board.mel import log_mel
 
     verdicts = []
     with (runtime_class or Audio8Runtime)(plan_dir, backend_for=backend_for) as runtime:
@@ -249,7 +249,7 @@ class StressRun:
     """The stress decode and its torch references (`stress_run`)."""
 
     length: int  # prompt tokens
-    decoded: object  # runtime.kv_buckets.Decoded, step logits kept
+    decoded: object  # runtime.board.audio8.Decoded, step logits kept
     reference: list[int]  # torch's own forced greedy tokens
     chosen_from: np.ndarray  # [tokens, vocab] the logits torch chose them from
     forced: np.ndarray  # [tokens, vocab] torch teacher-forced on the decode's own tokens
@@ -268,8 +268,8 @@ def stress_run(model, runtime) -> StressRun:
     """Largest prompt, EOS ignored, through the last position of the largest bucket (every migration)."""
     import torch
 
-    from runtime.kv_buckets import Timings
-    from runtime.mel import log_mel
+    from runtime.board.audio8 import Timings
+    from runtime.board.mel import log_mel
 
     contract = runtime.contract
     tokens = contract["max_placeholders"]

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.pipeline import Exported, record_export
+from converters.family.pipeline import Exported, record_export
 from core.paths import engine_name, selfcheck_path
 from gates.verdict import Verdict, at_most, require
-from runtime.kv_buckets import PLAN_FILE, mel_chunks, padded_pooling, placeholder_count, rope_tables
+from runtime.board.audio8 import PLAN_FILE, mel_chunks, padded_pooling, placeholder_count, rope_tables
 
 FAMILY = "audio8"
 EXEC_PLAN_OPTION = "audio8_asr.exec_plan"
 EMBED_FILE = "embed_tokens.npy"
 OPSET = 17
 E2E_NAME = "audio8_probe"
-E2E_LOOP = "runtime.kv_buckets:golden_loop"
+E2E_LOOP = "runtime.board.audio8:golden_loop"
 E2E_TOKENS = 5
 E2E_PLACEHOLDERS = 25  # a 2 s probe clip
 # The board showed in-graph caches and 4-D cache layouts corrupt: no decoder graph may concatenate or scatter
@@ -87,7 +87,7 @@ def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, se
     from core.contract import make_contract
     from converters.families.audio8 import graphs
     from core.errors import SetupError
-    from runtime.golden import as_stored  # self-check inputs in the board kit's storage form
+    from runtime.board.golden import as_stored  # self-check inputs in the board kit's storage form
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -214,17 +214,17 @@ the probe clip lengths in seconds the token gates decode (default `checks.PROBE_
 
 def with_end_to_end(records: list[Exported], out_dir: Path, tokens: int = E2E_TOKENS, say=print) -> list[Exported]:
     """Declare the family's end-to-end golden on `records`: the 2 s probe clip (25 placeholders) through
-    the runtime loop (`runtime.kv_buckets:golden_loop`), exactly `tokens` tokens with EOS ignored. The probe is
+    the runtime loop (`runtime.board.audio8:golden_loop`), exactly `tokens` tokens with EOS ignored. The probe is
     first run here through the plan on onnxruntime (the existing path): the graphs it opens are the golden's
     engines, the embedding rows it reads (prompt ids, fed-back tokens) are an input beside the clip, and
     `tie_margin` is the family's margin gate threshold (`checks.fp16_resolution`) at the largest top-1 logit
     of its steps. Returns `records`, those the golden runs naming it."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.audio8.checks import fp16_resolution, probe_audio
-    from runtime.backends import OnnxBackend
-    from runtime.golden import as_stored
-    from runtime.kv_buckets import Audio8Runtime
-    from runtime.mel import log_mel
+    from runtime.host.backends import OnnxBackend
+    from runtime.board.golden import as_stored
+    from runtime.board.audio8 import Audio8Runtime
+    from runtime.board.mel import log_mel
 
     out_dir = Path(out_dir)
     opened = []

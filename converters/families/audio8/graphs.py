@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from runtime.kv_buckets import pooling_matrix  # noqa: F401  (the runtime computes the adapter's `pool` input)
+from runtime.board.audio8 import pooling_matrix  # noqa: F401  (the runtime computes the adapter's `pool` input)
 
 MASKED = -1.0e4  # additive mask value: exp underflows to 0 in fp16 and fp32, and it stays finite in fp16
 
@@ -57,7 +57,7 @@ def _attention(q, k, v, mask, head_dim):
 
 class EncoderGraph(nn.Module):
     """mel_chunks [chunks, 1, mel, chunk_frames] -> audio_hidden [tokens, output_dim]: the encoder after its
-    chunking, which the runtime does in numpy (`runtime.kv_buckets.mel_chunks`). Inside the graph, the [mel,
+    chunking, which the runtime does in numpy (`runtime.board.audio8.mel_chunks`). Inside the graph, the [mel,
     frames] -> chunks Reshape was the one CPU op of the real-shape encoder on rk3588 (rknn-toolkit2 2.3.2)."""
 
     def __init__(self, encoder: nn.Module):
@@ -71,7 +71,7 @@ class EncoderGraph(nn.Module):
 class AdapterGraph(nn.Module):
     """audio_hidden [tokens, in], pool [1, rows, tokens] -> audio_embeddings [rows, out]: one graph for every
     placeholder count N <= rows. `pool` is the adaptive-average-pooling matrix for N, zero-padded to `rows`
-    (`runtime.kv_buckets.padded_pooling`); the first N output rows are the pooled ones, the runtime drops the
+    (`runtime.board.audio8.padded_pooling`); the first N output rows are the pooled ones, the runtime drops the
     rest (project() of a zero row: finite, unused). `pool` is rank 3 and the MatMul batched: a rank-2 `pool`
     input gets a CPU Transpose on rk3588 (rknn-toolkit2 2.3.2, small model; rk3576 has none either way)."""
 

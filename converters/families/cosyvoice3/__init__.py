@@ -3,7 +3,7 @@
 Export stage (export venv): load `decoder.estimator.*` of a snapshot's flow.pt strictly (or build random
 weights of the real or a tiny shape), export one fixed-S estimator per rung with a finite mask bias, RoPE
 tables and the time sinusoid as inputs, and gate it (see `export.py`). The consumer runs
-`runtime.flow_ladder` (smallest rung >= S, right-pad with mask 0, crop; 10-step cosine Euler ODE with CFG).
+`runtime.board.cosyvoice3` (smallest rung >= S, right-pad with mask 0, crop; 10-step cosine Euler ODE with CFG).
 exec_plan: `cosyvoice3.exec_plan` component `flow`, role `main` = the rungs in length order (no params); a rung
 split by depth (`--parts`: a length whose whole compile does not fit the build machine) lists its parts in order,
 chained through `hidden` (contract `chain`).
@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
+from converters.cli.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
 from core import paths
 from core.errors import SetupError
 from toolkit.versions import DEFAULT_TOOLKIT
@@ -119,7 +119,7 @@ def convert_cosyvoice3(
     min_snr_db: MinSnrDb = MIN_SIMULATOR_SNR_DB,
 ) -> None:
     """CosyVoice3 flow estimator: one fixed-length engine per rung (a ladder), gated against the reference DiT."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.cosyvoice3.export import ADVICE
 
     if onnx is not None and (model_dir is not None or random_weights is not None):
@@ -138,7 +138,7 @@ def convert_cosyvoice3(
 
 def recipe_sources(recipe: dict) -> list[Path]:
     """Every file of the recipe's snapshot (cosyvoice3.yaml, flow.pt, ...); MissingSource when there is none."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.cosyvoice3 import snapshot
     from core.paths import snapshot_files
 
@@ -148,7 +148,7 @@ def recipe_sources(recipe: dict) -> list[Path]:
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """One engine per `options.lengths`; MissingSource without a snapshot (dir, or the hub cache's repo)."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.cosyvoice3 import snapshot
     from converters.families.cosyvoice3.export import ADVICE
 

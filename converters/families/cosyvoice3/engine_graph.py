@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from converters.families.cosyvoice3.dit import DiT, LN_EPS
-from runtime.flow_ladder import CHAIN_INPUT_NAMES, HIDDEN_NAME, INPUT_NAMES, OUTPUT_NAME
+from runtime.board.cosyvoice3 import CHAIN_INPUT_NAMES, HIDDEN_NAME, INPUT_NAMES, OUTPUT_NAME
 
 MASK_BIAS = 1.0e4  # additive key bias magnitude: finite in fp16, exp(-1e4) == 0 in fp16, fp32 and fp64
 SAFE_LN_FLOOR = 1.0e-3  # the scale-safe LN divides by max|x| + this (any positive divisor is exact)

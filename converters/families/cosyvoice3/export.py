@@ -6,7 +6,7 @@
 - `mask_one_detected[S]`: the same padded input with mask 1 over the padding must move the engine's real frames
   below that bar (the mask is wired, so the gate above can fail);
 - `forbidden_ops[S]`: no IsNaN/Not/Neg/Tile and no non-finite constant (plus `gates.opscan`);
-- `ode_snr`: the 10-step CFG ODE through `runtime.flow_ladder` over onnxruntime vs upstream's solver over the
+- `ode_snr`: the 10-step CFG ODE through `runtime.board.cosyvoice3` over onnxruntime vs upstream's solver over the
   float64 reference (>= 80 dB on the mel), at the smallest rung."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from converters import pipeline
+from converters.family import pipeline
 
 FAMILY = "cosyvoice3"
 COMPONENT = "flow"
@@ -30,7 +30,7 @@ MIN_PADDING_SNR_DB = 100.0
 MIN_ODE_SNR_DB = 80.0
 FORBIDDEN_OPS = ("IsNaN", "Not", "Neg", "Tile")
 CHECK_T = 0.3  # the time the single-call gates use
-GOLDEN_LOOP = "runtime.flow_ladder:golden_loop"
+GOLDEN_LOOP = "runtime.board.cosyvoice3:golden_loop"
 ADVICE = ("the exported estimator disagrees with the reference DiT or the padding is not exact (see the figures "
           "above)")
 
@@ -52,7 +52,7 @@ def contract_fields(model, cfm: dict, length: int, batch: int, ln_form: str, blo
                     part: int = 0, parts: int = 1) -> dict:
     from converters.families.cosyvoice3.aperture import APERTURE_NAME
     from converters.families.cosyvoice3.dit import FREQ_EMBED_DIM, TIME_SCALE, parameter_count
-    from runtime.flow_ladder import (CHAIN_INPUT_NAMES, DEFAULT_STEPS, HIDDEN_NAME, INPUT_NAMES, OUTPUT_NAME,
+    from runtime.board.cosyvoice3 import (CHAIN_INPUT_NAMES, DEFAULT_STEPS, HIDDEN_NAME, INPUT_NAMES, OUTPUT_NAME,
                                      UNCONDITIONAL_ZEROED)
 
     mel, heads, dim_head = model.mel_dim, model.heads, model.dim_head
@@ -94,7 +94,7 @@ def contract_fields(model, cfm: dict, length: int, batch: int, ln_form: str, blo
 def make_inputs(model, length: int, frames: int, seed: int, t: float = CHECK_T, batch: int = 1) -> dict:
     """Graph feeds (float32) for one call at rung `length` with `frames` real frames (mask 1) and the rest
     zero-padded (mask 0): noise x, a mu, a cond holding a prompt over its first third, a speaker vector."""
-    from runtime.flow_ladder import rope_tables, time_sinusoid
+    from runtime.board.cosyvoice3 import rope_tables, time_sinusoid
 
     rng = np.random.default_rng(seed)
     mel = model.mel_dim
@@ -140,7 +140,7 @@ def export_onnx(model, length: int, onnx_path: Path, batch: int = 1, ln_form: st
     import torch
 
     from converters.families.cosyvoice3.engine_graph import EstimatorGraph
-    from runtime.flow_ladder import HIDDEN_NAME
+    from runtime.board.cosyvoice3 import HIDDEN_NAME
     from surgery.graph.fold import fold_fixed
 
     graph = EstimatorGraph(model, ln_form=ln_form, blocks=blocks, **planted).eval()
@@ -214,7 +214,7 @@ def rung_verdicts(model, model64, onnx_path, length: int, seed: int, batch: int 
     self-check feeds)."""
     from gates.snr import snr_db, snr_verdict
     from gates.verdict import at_most
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     backend = OnnxBackend(onnx_path) if isinstance(onnx_path, (str, Path)) else onnx_path
     full = make_inputs(model, length, length, seed, batch=batch)
@@ -262,8 +262,8 @@ def ode_verdict(onnx_paths: dict, contract: dict, model64, inputs: dict, steps: 
     """The ladder runtime's ODE over onnxruntime (its CFG from `contract`) vs upstream's solver over the float64
     reference (CFG rate `cfg_rate`, default the contract's)."""
     from gates.snr import snr_verdict
-    from runtime.backends import OnnxBackend
-    from runtime.flow_ladder import FlowLadder
+    from runtime.host.backends import OnnxBackend
+    from runtime.board.cosyvoice3 import FlowLadder
 
     ladder = FlowLadder({length: OnnxBackend(path) if isinstance(path, (str, Path)) else path
                          for length, path in onnx_paths.items()}, contract)
@@ -306,8 +306,8 @@ def export(model, cfm: dict, lengths: list[int], out_dir: Path, target: str | No
     from converters.families.cosyvoice3.engine_graph import split_blocks
     from core.contract import make_contract
     from gates import opscan
-    from runtime.backends import OnnxBackend
-    from runtime.flow_ladder import HIDDEN_NAME, Chain
+    from runtime.host.backends import OnnxBackend
+    from runtime.board.cosyvoice3 import HIDDEN_NAME, Chain
 
     lengths = sorted(set(int(s) for s in lengths))
     if not lengths or lengths[0] < 4:

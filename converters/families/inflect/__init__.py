@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
+from converters.cli.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
 from core.errors import GateFailure, SetupError
 from core.paths import work_dir
 from toolkit.versions import DEFAULT_TOOLKIT
@@ -65,7 +65,7 @@ def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window:
     import onnx
 
     from converters.families.inflect import decoder as D
-    from converters.pipeline import record_export
+    from converters.family.pipeline import record_export
     from core.contract import get_contract
 
     model, info = D.describe(decode_path, duration_path)
@@ -90,7 +90,7 @@ def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window:
     return with_end_to_end([record], duration, info, window)
 
 
-GOLDEN_LOOP = "runtime.inflect_synth:golden_loop"
+GOLDEN_LOOP = "runtime.board.inflect:golden_loop"
 GOLDEN_TAIL_SLICES = 47  # one of the gated tail lengths (decoder.TAIL_LENGTHS): well short of any usual window
 GOLDEN_SEED = 4747
 
@@ -98,8 +98,8 @@ GOLDEN_SEED = 4747
 def with_end_to_end(exported: list, duration, model, window: int) -> list:
     """The family's end-to-end golden: a short latent's tail window, the model's own prior sample of
     GOLDEN_TAIL_SLICES slices (duration.onnx, a backend, when given; white noise otherwise) through
-    `runtime.inflect_synth.golden_loop`: one zero-padded window with its mask, one engine call."""
-    from converters import pipeline
+    `runtime.board.inflect.golden_loop`: one zero-padded window with its mask, one engine call."""
+    from converters.family import pipeline
     from converters.families.inflect import decoder as D
 
     slices = max(1, min(GOLDEN_TAIL_SLICES, window - 1))
@@ -118,7 +118,7 @@ def _rechecked(onnx_path: Path, decode_path: Path, duration_path: Path | None, t
     thresholds given now apply)."""
     from dataclasses import replace
 
-    from converters.pipeline import Exported
+    from converters.family.pipeline import Exported
 
     record = Exported.from_onnx(onnx_path, FAMILY)
     verdicts = _export_verdicts(record.onnx, decode_path, duration_path, target, min_tail_db, min_interior_db)
@@ -144,7 +144,7 @@ def convert_inflect(
 ) -> None:
     """Slice the official Inflect v2 decode.onnx at the pre-flow latent, fold it at a fixed window, gate the
     windowed decode against a full-length one, and compile it (the engine has no noise input)."""
-    from converters import pipeline
+    from converters.family import pipeline
 
     def records() -> list:
         # Reached with --onnx only when --decode-onnx is given too: the self-check is then run again.
@@ -171,7 +171,7 @@ def check_inflect(
     config: Annotated[Optional[Path], typer.Option("--config", help="The model's config.json (hop, sample rate); "
                                                    "default: beside the onnx/ folder of --duration-onnx.")] = None,
     decode_onnx: DecodeOnnx = None,
-    # 0.667 is runtime.inflect_synth.DEFAULT_VARIATION, spelled out so that `--help` does not import numpy.
+    # 0.667 is runtime.board.inflect.DEFAULT_VARIATION, spelled out so that `--help` does not import numpy.
     variation: Annotated[float, typer.Option("--variation", help="Scale of the prior noise the runtime draws "
                                              "(decode.onnx's noise_scale; 0 = the prior mean).")] = 0.667,
     length_scale: Annotated[float, typer.Option("--length-scale", help="Duration scale (larger = slower).")] = 1.0,
@@ -179,8 +179,8 @@ def check_inflect(
 ) -> None:
     """Render tokens end to end: duration.onnx -> noise head (CPU) -> windowed decoder engine -> WAV. With
     --decode-onnx, also the full-length decode of the same latent and the SNR between the two."""
-    from runtime.audio import write_wav
-    from runtime.inflect_synth import InflectSynth, config_beside, load_engine, runtime_model
+    from runtime.host.audio import write_wav
+    from runtime.board.inflect import InflectSynth, config_beside, load_engine, runtime_model
 
     try:
         ids = [int(t) for t in tokens.replace(" ", "").split(",") if t]
@@ -198,7 +198,7 @@ def check_inflect(
     if decode_onnx is not None:
         from converters.families.inflect.decoder import full_decode
         from gates.snr import snr_db
-        from runtime.backends import OnnxBackend
+        from runtime.host.backends import OnnxBackend
 
         reference = full_decode(OnnxBackend(decode_onnx), latent).reshape(-1)
         full_out = out.with_name(out.stem + ".full.wav")
@@ -216,7 +216,7 @@ def recipe_sources(recipe: dict) -> list[Path]:
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """One engine per recipe: the official files from `source.dir` or the huggingface_hub cache of `source.repo`."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.inflect.source import resolve_source
 
     decode_path, duration_path = resolve_source(recipe["source"])

@@ -11,7 +11,7 @@ import numpy as np
 
 from converters.families.inflect import FAMILY, MIN_INTERIOR_DB, MIN_TAIL_DB
 from core.errors import SetupError
-from runtime.inflect_synth import (
+from runtime.board.inflect import (
     DEFAULT_VARIATION,
     OFFICIAL_HINT,
     InflectModel,
@@ -65,7 +65,7 @@ def full_decode(decode, latent: np.ndarray) -> np.ndarray:
 
 def describe(decode_path: Path, duration_path: Path | None) -> tuple["onnx.ModelProto", InflectModel]:
     """Load and cross-check the official files; the hop is measured by decoding a short latent."""
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     model, channels = load_decode(decode_path)
     if duration_path is not None:
@@ -90,7 +90,7 @@ def slice_decoder(decode_model, model: InflectModel, window: int, context: int, 
     """decode.onnx -> fixed-window engine graph z [1,C,W], y_mask [1,1,W] -> waveform, folded, with its contract."""
     from core.contract import make_contract
     from surgery.graph.conv_pad import cap_conv_padding
-    from runtime.window_walk import WindowContract
+    from runtime.board.window_walk import WindowContract
     from surgery.graph.flip_fold import FlipFoldError, fold_flips
     from surgery.graph.fold import fold_fixed
     from surgery.graph.mask import mask_decoder
@@ -144,7 +144,7 @@ def prior_latent(duration, slices: int, variation: float = DEFAULT_VARIATION, se
 
 def windowed_decode(backend, latent: np.ndarray, window: int, context: int, hop: int):
     """The runtime's walk of `latent` over a fixed-window backend at `context` (emitted = window - 2*context)."""
-    from runtime.window_walk import WindowContract, walk
+    from runtime.board.window_walk import WindowContract, walk
 
     contract = WindowContract(window=window, context=context, emitted=window - 2 * context, hop=hop,
                               latent_input=LATENT_INPUT, output=DECODE_OUTPUT, mask_input=MASK_INPUT)
@@ -199,7 +199,7 @@ def context_table(backend, decode, latent: np.ndarray, window: int, contexts, ho
 
 def optional_backend(path: Path | None):
     """onnxruntime over an official file, or None when it was not given."""
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     return None if path is None else OnnxBackend(path)
 
@@ -221,8 +221,8 @@ def selfcheck_verdicts(onnx_path: Path, decode_path: Path | None, duration_path:
     from core.contract import get_contract
     from gates.snr import snr_verdict
     from gates.verdict import at_least
-    from runtime.backends import OnnxBackend
-    from runtime.window_walk import WindowContract
+    from runtime.host.backends import OnnxBackend
+    from runtime.board.window_walk import WindowContract
 
     contract = get_contract(onnx_path)
     walk = WindowContract.from_contract(contract)

@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from converters.families.kokoro.graph import check_frames, sine_form
-from converters.options import (FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target,
+from converters.cli.options import (FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target,
                                 Toolkit)
 from core.paths import work_dir
 from toolkit.versions import DEFAULT_TOOLKIT
@@ -57,7 +57,7 @@ def convert_kokoro(
     min_snr_db: MinSnrDb = 35.0,
 ) -> None:
     """Export (and compile) the Kokoro generator for one fixed window of --frames latent frames."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.kokoro.export import export
     from converters.families.kokoro.sources import load_generator
 
@@ -94,7 +94,7 @@ def recipe_sources(recipe: dict) -> list[Path]:
 
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """The recipe's engine from `source.checkpoint` / `source.model_onnx`, else the embedded int8 model."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.kokoro.export import export
     from converters.families.kokoro.sources import load_generator
 

@@ -3,7 +3,7 @@
 The full kokoro-onnx model (tokens, style[1,256], speed -> audio) runs in onnxruntime with its generator's
 inputs and output tapped: the latent x (the decoder's last block), the harmonic conditioning har (its own
 source synthesis and STFT), the style half the decoder uses, and conv_post (spec_phase). The engine graph then
-walks the same x / har / style window by window (runtime.kokoro_walk), and both spec_phase streams go through
+walks the same x / har / style window by window (runtime.board.kokoro), and both spec_phase streams go through
 the same numpy iSTFT head into WAVs. Utterances of W-56 latent frames or fewer are one exact window."""
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def tap_model(model_onnx: Path):
 
 def generator_taps(model_onnx: Path, feeds: dict) -> dict:
     """Run the full model with the generator seam tensors added as outputs: {x, har, style, spec_phase, audio}."""
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     values = OnnxBackend(tap_model(model_onnx), extra_outputs=tuple(TAPS.values())).run(feeds, ["audio", *TAPS.values()])
     return {"audio": values["audio"], **{key: values[name] for key, name in TAPS.items()}}
@@ -112,10 +112,10 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
     from core.onnx_graph import load_model
     from converters.families.kokoro.verdicts import SPEC_PHASE_FULL_SCALE
     from gates.snr import degenerate_reference, snr_db
-    from runtime.audio import write_wav
-    from runtime.backends import OnnxBackend
-    from runtime.kokoro_walk import KokoroWindow, spec_phase_to_audio, walk
-    from runtime.window_walk import plan_windows
+    from runtime.host.audio import write_wav
+    from runtime.host.backends import OnnxBackend
+    from runtime.board.kokoro import KokoroWindow, spec_phase_to_audio, walk
+    from runtime.board.window_walk import plan_windows
     from core.contract import get_contract
 
     engine = load_model(engine_onnx, "Kokoro engine ONNX")

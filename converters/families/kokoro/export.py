@@ -77,17 +77,17 @@ def golden_utterance(config, frames: int, taps_model: Path | None) -> tuple[dict
 
 
 def with_end_to_end(exported: list, contract: dict, utterance: dict, label: str) -> list:
-    """The family's end-to-end golden: the utterance walked through the engine (runtime.kokoro_walk:golden_loop)
+    """The family's end-to-end golden: the utterance walked through the engine (runtime.board.kokoro:golden_loop)
     at the contract's exec params (`gain` is off there), returning the audio."""
-    from converters import pipeline
-    from runtime.kokoro_walk import KokoroWindow
-    from runtime.window_walk import plan_windows
+    from converters.family import pipeline
+    from runtime.board.kokoro import KokoroWindow
+    from runtime.board.window_walk import plan_windows
 
     layout = KokoroWindow.from_contract(contract)
     frames = utterance["x"].shape[-1]
     windows = plan_windows(frames, layout.window, layout.context, layout.emitted - layout.overlap)
     return pipeline.record_end_to_end(
-        f"kokoro_walk_w{layout.window}", "runtime.kokoro_walk:golden_loop", exported, utterance,
+        f"kokoro_walk_w{layout.window}", "runtime.board.kokoro:golden_loop", exported, utterance,
         dict(contract["exec_params"]),
         f"{len(windows)} walk windows of {label}, {frames} latent frames, then the iSTFT head: the audio")
 
@@ -109,10 +109,10 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
     from converters.families.kokoro.verdicts import (MIN_EXPORT_DB, RANDOM_WINDOW_EXPORT_DB, Decodes,
                                                      export_verdict, padded_verdict, reference_verdict,
                                                      refuse_degenerate, rows_verdict, walk_verdict)
-    from converters.pipeline import record_export
+    from converters.family.pipeline import record_export
     from core.contract import make_contract
     from core.paths import reference_path
-    from runtime.kokoro_walk import KokoroWindow, window_feeds
+    from runtime.board.kokoro import KokoroWindow, window_feeds
     from surgery.graph.round_shift import fp16_round_shift
 
     layout = fine_layout(frames, layout)

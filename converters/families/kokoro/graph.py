@@ -119,7 +119,7 @@ def interior(config, frames: int, array):
 
 def module_feeds(module, feeds: dict) -> dict:
     """One window's feeds in the layout `module` takes: har and mask_fine as rows for a row-form module."""
-    from runtime.kokoro_walk import to_rows
+    from runtime.board.kokoro import to_rows
 
     rows = getattr(module, "rows", None)
     if rows is None or feeds["har"].ndim == 4:
@@ -133,7 +133,7 @@ def run_torch(module, feeds: dict):
     import numpy as np
     import torch
 
-    from runtime.kokoro_walk import from_rows
+    from runtime.board.kokoro import from_rows
 
     dtype = next(module.parameters()).dtype
     feeds = module_feeds(module, feeds)

@@ -3,7 +3,7 @@
 
 What changes against the plain graph (same weights, the same prepared modules):
 - `har` and `mask_fine` come in as rows [1, 22, R, L] / [1, 1, R, L] and `spec_phase` goes out as rows
-  [1, 22, R, L] (the runtime pads and reshapes on the CPU: runtime.kokoro_walk.to_rows / from_rows); samples
+  [1, 22, R, L] (the runtime pads and reshapes on the CPU: runtime.board.kokoro.to_rows / from_rows); samples
   past 60W+1 in the last row are zero with mask 0, exactly the plain convs' zero padding;
 - every fine-rate conv reads its row with a two-sided halo from the neighbouring rows (row_conv);
 - the strided noise conv (fine -> coarse) runs on the rows too, and its coarse rows are flattened and cut to 10W;

@@ -68,8 +68,8 @@ def refuse_degenerate(verdicts: list, context: str = "kokoro generator export") 
 
 
 def window_layout(config, frames: int, overlap: int = 0):
-    """The runtime's window layout (`runtime.kokoro_walk.KokoroWindow`) of a `frames`-frame engine of `config`."""
-    from runtime.kokoro_walk import KokoroWindow
+    """The runtime's window layout (`runtime.board.kokoro.KokoroWindow`) of a `frames`-frame engine of `config`."""
+    from runtime.board.kokoro import KokoroWindow
 
     coarse, fine = config.rates(frames)
     return KokoroWindow(frames, CONTEXT, frames - 2 * CONTEXT, (fine - 1) // frames, coarse // frames,
@@ -80,7 +80,7 @@ def onnx_outputs(path: Path, feeds: dict):
     """spec_phase of the ONNX at `path` in onnxruntime fp32, as float64."""
     import numpy as np
 
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     return OnnxBackend(path).run(feeds, [OUTPUT])[OUTPUT].astype(np.float64)
 
@@ -114,11 +114,11 @@ def reference_verdict(config, state, module, frames: int):
 
 
 def padded_verdict(config, module, frames: int, real_frames: int, unpadded=None):
-    """An utterance of `real_frames` frames fed as the runtime feeds a short one (`runtime.kokoro_walk.
+    """An utterance of `real_frames` frames fed as the runtime feeds a short one (`runtime.board.kokoro.
     window_feeds`: one `frames`-frame window, zero padding with mask 0) vs the same frames decoded unpadded
     (masks 1) by `unpadded` (default `module`; the plain graph for a row-form module, which has one window's
     shape), both in float64: the graph's masking and the runtime's masks together."""
-    from runtime import kokoro_walk
+    from runtime.board import kokoro as kokoro_walk
 
     utterance = window_inputs(config, real_frames, seed=2)
     x, har, style = utterance["x"], utterance["har"], utterance["style"]
@@ -137,7 +137,7 @@ def rows_verdict(rows_graph, plain_graph, feeds: dict, decodes: "Decodes | None"
     rows_out = decodes.torch64(feeds) if decodes is not None else run_torch(float64(rows_graph), feeds)
     plain_feeds = {name: value for name, value in feeds.items()}
     if plain_feeds["har"].ndim == 4:
-        from runtime.kokoro_walk import from_rows
+        from runtime.board.kokoro import from_rows
 
         plain_feeds.update({name: np.ascontiguousarray(from_rows(feeds[name], rows_graph.fine))
                             for name in ("har", "mask_fine")})
@@ -150,7 +150,7 @@ def rows_verdict(rows_graph, plain_graph, feeds: dict, decodes: "Decodes | None"
 class Decodes:
     """The float64 torch graph and the exported fp32 ONNX, each run once per distinct window's feeds: the export
     gate's window is also the walk's first, and the walks at two overlaps share all their windows. `run` makes
-    it a backend (the ONNX side) for `runtime.kokoro_walk.walk`."""
+    it a backend (the ONNX side) for `runtime.board.kokoro.walk`."""
 
     def __init__(self, graph, onnx_path: Path):
         self._graph, self._onnx_path = float64(graph), Path(onnx_path)
@@ -179,13 +179,13 @@ class Decodes:
         """spec_phase of the exported ONNX in onnxruntime fp32, as float64."""
         import numpy as np
 
-        from runtime.backends import OnnxBackend
+        from runtime.host.backends import OnnxBackend
 
         key = self._key(feeds)
         if key not in self._onnx:
             if self._backend is None:
                 self._backend = OnnxBackend(self._onnx_path)
-            from runtime.kokoro_walk import from_rows
+            from runtime.board.kokoro import from_rows
 
             columns = getattr(self._graph, "fine", None)
             out = self._backend.run(module_feeds(self._graph, feeds), [OUTPUT])[OUTPUT].astype(np.float64)
@@ -212,7 +212,7 @@ def stitched(decoded: dict, frames: int, layout):
     next `tail` frames, where it falls 1 -> 0 along a raised cosine and the next window rises 0 -> 1."""
     import numpy as np
 
-    from runtime.window_walk import plan_windows
+    from runtime.board.window_walk import plan_windows
 
     hop = layout.hop
     windows = plan_windows(frames, layout.window, layout.context, layout.emitted - layout.overlap)
@@ -242,14 +242,14 @@ def stitched(decoded: dict, frames: int, layout):
 
 def walk_verdict(graph, onnx_path: Path, utterance: dict, contract: dict, inputs_label: str, min_db: float,
                  decodes: Decodes | None = None):
-    """The runtime's walk (`runtime.kokoro_walk.walk`, what the board runs) of `utterance` {x, har, style} over
+    """The runtime's walk (`runtime.board.kokoro.walk`, what the board runs) of `utterance` {x, har, style} over
     the exported fp32 ONNX, at overlap 0 and at the widest overlap the engine allows, vs the same planned
     windows decoded by the torch graph in float64 (sliced from the utterance here, masks 1) and `stitched`:
     catches a walk that reads, places or blends a window's columns one hop off. Worst of the two."""
     import numpy as np
 
-    from runtime import kokoro_walk
-    from runtime.window_walk import plan_windows
+    from runtime.board import kokoro as kokoro_walk
+    from runtime.board.window_walk import plan_windows
 
     x, har, style = (np.asarray(utterance[name], np.float32) for name in ("x", "har", "style"))
     base = kokoro_walk.KokoroWindow.from_contract(contract, {"overlap": 0, "gain": WALK_GAIN})

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.options import (FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target,
+from converters.cli.options import (FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target,
                                 Toolkit)
 from core import paths
 from core.errors import SetupError
@@ -73,7 +73,7 @@ def convert_piper(
                     skip_rknn=skip_rknn, onnx=from_onnx, max_regtask_lines=max_regtask_lines,
                     fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db, max_drift_pct=max_drift_pct)
         return
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.piper import decoder
 
     if from_onnx is not None:
@@ -139,7 +139,7 @@ def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> lis
     if component != decoder.COMPONENT:
         raise SetupError(f"recipe {recipe.get('path')}: Piper has no component {component!r}; its engines are "
                          f"{decoder.COMPONENT!r} and {encoder.COMPONENT!r}")
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.piper.voice import recipe_voice
 
     options = recipe["options"]

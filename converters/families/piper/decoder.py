@@ -1,5 +1,5 @@
 """Piper decoder engine export: slice the voice at the reverse-flow input, fix one window and self-check the
-windowed decode (runtime.window_walk) against a full-length decode."""
+windowed decode (runtime.board.window_walk) against a full-length decode."""
 from __future__ import annotations
 
 import math
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.pipeline import Exported, record_export
+from converters.family.pipeline import Exported, record_export
 from core.errors import GateFailure, SetupError
 from gates.verdict import Verdict
-from runtime.backends import OnnxBackend
+from runtime.host.backends import OnnxBackend
 
 FAMILY = "piper"
 COMPONENT = "decoder"
@@ -136,7 +136,7 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     """The engine graph: flips folded, optional decoder mask, optional polyphase last level, shapes
     pinned at `window`, contract set."""
     from core.contract import make_contract
-    from runtime.window_walk import WindowContract
+    from runtime.board.window_walk import WindowContract
     from surgery.graph.flip_fold import fold_flips
     from surgery.graph.fold import fold_fixed
     from surgery.graph.mask import mask_decoder
@@ -305,7 +305,7 @@ def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_leng
     full-length decode on the voice's latents, a white-noise latent and a short (padded) latent; no op
     the NPU rejects or runs on the CPU (problem-op scan)."""
     from gates import opscan
-    from runtime.window_walk import WindowContract, walk
+    from runtime.board.window_walk import WindowContract, walk
     from core.contract import get_contract
 
     contract_fields = get_contract(engine_model)
@@ -356,14 +356,14 @@ def end_to_end_latent(voice_model, piece: DecoderSlice, config: dict, latents: l
 
 
 def with_end_to_end(records: list[Exported], item: dict, window: int, context: int) -> list[Exported]:
-    """The decoder's end-to-end golden: `item`'s latent walked through the engine (runtime.vits_decoder)."""
-    from converters.pipeline import record_end_to_end
-    from runtime.window_walk import plan_windows
+    """The decoder's end-to-end golden: `item`'s latent walked through the engine (runtime.board.piper)."""
+    from converters.family.pipeline import record_end_to_end
+    from runtime.board.window_walk import plan_windows
 
     inputs = {"z": item["z"], **({"g": item["g"]} if item["g"] is not None else {})}
     windows = len(plan_windows(item["z"].shape[2], window, context, window - 2 * context))
     name = f"{records[0].onnx.stem}_walk"  # one per engine: exports for two windows may share a folder
-    return record_end_to_end(name, "runtime.vits_decoder:golden_loop", records, inputs, {},
+    return record_end_to_end(name, "runtime.board.piper:golden_loop", records, inputs, {},
                              f"a real sentence's latent ({item['z'].shape[2]} slices) over {windows} windows of the "
                              "decoder walk")
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from converters.families.piper.decoder import refuse_degenerate
-from converters.pipeline import Exported, record_export
+from converters.family.pipeline import Exported, record_export
 from core.errors import GateFailure, SetupError
 from core.paths import engine_name
 from gates.verdict import Verdict, at_least, at_most
-from runtime.backends import OnnxBackend, SimulatorBackend
+from runtime.host.backends import OnnxBackend, SimulatorBackend
 from toolkit.versions import DEFAULT_TOOLKIT
 
 # Seam tensors of a Piper (VITS) voice ONNX, and the names the engine gives them.
@@ -230,12 +230,12 @@ def selfcheck_ids(voice: Voice, width: int) -> list[int]:
 
 def with_end_to_end(voice: Voice, records: list[Exported], widths: list[int]) -> list[Exported]:
     """The encoder's end-to-end golden: each width's self-check sequence as one chunk, unpadded, through the
-    runtime's width ladder (runtime.ladder.golden_loop pads x_emb and x_mask with zeros to the width that fits)."""
-    from converters.pipeline import record_end_to_end
+    runtime's width ladder (runtime.board.ladder.golden_loop pads x_emb and x_mask with zeros to the width that fits)."""
+    from converters.family.pipeline import record_end_to_end
 
     inputs = {f"{name}@{k}": value for k, width in enumerate(widths)
               for name, value in voice.feeds(selfcheck_ids(voice, width)).items()}
-    return record_end_to_end("piper_encoder_ladder", "runtime.ladder:golden_loop", records, inputs,
+    return record_end_to_end("piper_encoder_ladder", "runtime.board.ladder:golden_loop", records, inputs,
                              {"width_key": "frames", "axis": -1},
                              "one real token sequence per width (3 short of it), right-padded, through the ladder")
 
@@ -335,7 +335,7 @@ def run_encoder(*, voice_onnx: Path | None, frames: list[int], target: str, tool
                 min_snr_db: float, max_drift_pct: float | None = None) -> list:
     """`convert piper --encoder --frames 128,192`: one engine per width kept by the drift check at export
     (`--onnx`: the width it was exported at, with the drift verdict recorded then)."""
-    from converters import pipeline
+    from converters.family import pipeline
     from core.contract import get_contract
 
     if onnx is not None and Path(onnx).is_file() and get_contract(onnx).get("ladder_key") is None:
@@ -352,7 +352,7 @@ def run_encoder(*, voice_onnx: Path | None, frames: list[int], target: str, tool
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
     """The recipe component `duration_encoder`: `options.frames` is the ladder, `gates.max_drift_pct` the drift
     threshold above which a width is refused at export; `source.voice_onnx` (optional) names the voice."""
-    from converters import pipeline
+    from converters.family import pipeline
     from converters.families.piper.voice import recipe_voice
 
     frames = recipe["options"].get("frames", [])

@@ -11,9 +11,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters import pipeline
+from converters.family import pipeline
 from converters.families.qwen3_vocoder.step_export import FAMILY, describe
-from converters.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
+from converters.cli.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
 from core.errors import SetupError
 from core import paths
 from toolkit.versions import DEFAULT_TOOLKIT
@@ -76,20 +76,20 @@ def export(model_dir: str | Path, engines: list[tuple[str, int, Path]], sine_for
     return with_end_to_end(exported, step.dims["codebook_size"])
 
 
-GOLDEN_LOOP = "runtime.stream:golden_loop"
+GOLDEN_LOOP = "runtime.board.qwen3_vocoder:golden_loop"
 GOLDEN_SEED = 0
 
 
 def with_end_to_end(exported: list[pipeline.Exported], codebook_size: int, seed: int = GOLDEN_SEED,
                     say=print) -> list[pipeline.Exported]:
     """The family's end-to-end golden, declared over its stateful steps (`first`, `main`; the window role is
-    stateless and left out): the stateful stream (runtime.stream.golden_loop) on seeded random codes, one group
+    stateless and left out): the stateful stream (runtime.board.qwen3_vocoder.golden_loop) on seeded random codes, one group
     on B=16 `first`, then two on B=64 `main`, the cache carried from call to call (two groups on a lone step).
     More than one step of a role: the golden runs the smallest of each."""
     import numpy as np
 
     from core.contract import get_contract
-    from runtime.stream import golden_codes_length
+    from runtime.board.qwen3_vocoder import golden_codes_length
 
     steps: dict[str, tuple[pipeline.Exported, dict]] = {}
     for record in exported:
@@ -153,7 +153,7 @@ def register(app: typer.Typer, check_app: typer.Typer | None = None) -> None:
 def _recipe_snapshot(recipe: dict) -> str:
     """The snapshot a recipe names (`source.dir`, else the huggingface_hub cache of `source.repo`); MissingSource."""
     from converters.families.qwen3_vocoder import snapshot
-    from converters.pipeline import recipe_snapshot
+    from converters.family.pipeline import recipe_snapshot
 
     return recipe_snapshot(recipe["source"], snapshot.resolve, snapshot.REPO_ID)
 

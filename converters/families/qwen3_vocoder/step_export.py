@@ -1,5 +1,5 @@
 """Export one fixed-shape step (or a stateless window decode) to ONNX with its contract, its exact fp32 twin,
-self-check inputs and export-stage verdicts (recorded by converters.pipeline.record_export)."""
+self-check inputs and export-stage verdicts (recorded by converters.family.pipeline.record_export)."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from converters.pipeline import Exported, record_export
+from converters.family.pipeline import Exported, record_export
 from core.errors import GateFailure
 from core.paths import reference_path
 from gates.verdict import Verdict, at_least, at_most
@@ -205,7 +205,7 @@ def _onnx_verdicts(model, feeds: dict, names_out: list[str], expected: list, wha
     """onnxruntime fp32 against the traced torch step, per output; the pcm judged whole at audio full scale, the
     cache by its activations (`cache_activations`) at CACHE_FULL_SCALE."""
     from gates.snr import degenerate_reference, snr_db, snr_verdict
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     got = OnnxBackend(model).run({name: value.numpy() for name, value in feeds.items()}, names_out)
     verdicts = []

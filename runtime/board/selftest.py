@@ -32,11 +32,11 @@ from typing import Callable, Dict, List, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from gates.manifest import json_safe, sha256_file  # noqa: E402
+from core.manifest import json_safe, sha256_file  # noqa: E402
 from gates.snr import degenerate_reference, max_abs, snr_db  # noqa: E402
-from runtime import board  # noqa: E402
+from runtime.board import rknnlite as board  # noqa: E402
 from core.paths import KIT_DIR, SUMS_NAME  # noqa: E402
-from runtime.golden import ArrayReader, CallLog, EnginePool, digest, read_index, run_loop  # noqa: E402
+from runtime.board.golden import ArrayReader, CallLog, EnginePool, digest, read_index, run_loop  # noqa: E402
 
 REPORT_NAME = "selftest-report.json"
 REPORT_SCHEMA = "rkaudio-selftest/1"

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from converters.package import write_file
+from converters.release.package import write_file
 from core.errors import PackageError, SetupError
 from core.paths import KIT_DIR, REPO_ROOT, SUMS_NAME, end_to_end_inputs, engine_name, manifest_name
 
 KIT_SCRIPT = "selftest.py"
-KIT_ENTRY_MODULE = "runtime.selftest"
+KIT_ENTRY_MODULE = "runtime.board.selftest"
 SHIPPABLE_PACKAGES = ("runtime", "core", "gates")  # numpy and the stdlib at module level (tests/structure checks)
 MAX_KIT_BYTES, MIN_KIT_BUDGET_BYTES, KIT_SHARE = 20_000_000, 1_000_000, 0.05
 SIMULATORS_OPEN = 4  # converter children alive at once in a host replay (each holds a compiled graph)
@@ -47,8 +47,8 @@ def record_end_to_end(exported: list, say: Callable[[str], None] = print) -> lis
     import numpy as np
 
     from core.contract import get_contract
-    from runtime.backends import OnnxBackend
-    from runtime.golden import CallLog, EnginePool, run_loop
+    from runtime.host.backends import OnnxBackend
+    from runtime.board.golden import CallLog, EnginePool, run_loop
 
     by_name = {engine_name(r.onnx): r for r in exported}
     recordings = []
@@ -101,10 +101,10 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
     the loop (the loop replayed over the simulator outputs of its fp32-fed calls)."""
     import numpy as np
 
-    from gates.manifest import json_safe
+    from core.manifest import json_safe
     from gates.snr import max_abs, snr_db
-    from runtime.golden import GOLDEN_FILE, SCHEMA_VERSION, ArrayWriter, EnginePool, as_stored, digest, run_loop
-    from runtime.golden import write_index
+    from runtime.board.golden import GOLDEN_FILE, SCHEMA_VERSION, ArrayWriter, EnginePool, as_stored, digest, run_loop
+    from runtime.board.golden import write_index
 
     kit_dir = Path(out_dir) / KIT_DIR
     shutil.rmtree(kit_dir, ignore_errors=True)
@@ -164,7 +164,7 @@ def merge_goldens(kits: list[Path], into: Path) -> Path:
     The component kits are removed."""
     import numpy as np
 
-    from runtime.golden import GOLDEN_FILE, SCHEMA_VERSION, ArrayWriter, read_index, write_index
+    from runtime.board.golden import GOLDEN_FILE, SCHEMA_VERSION, ArrayWriter, read_index, write_index
 
     writer = ArrayWriter()
     merged = {"schema": SCHEMA_VERSION, "file": GOLDEN_FILE, "engines": [], "end_to_end": []}
@@ -211,9 +211,9 @@ def _module_level_imports(path: Path) -> list[str]:
 
 
 def kit_modules(loops: list[str]) -> list[str]:
-    """Every rkaudio module the kit imports at module level, from `runtime.selftest` and the end-to-end loops'
+    """Every rkaudio module the kit imports at module level, from `runtime.board.selftest` and the end-to-end loops'
     modules, with their packages; a shipped module importing a non-shippable one is a PackageError."""
-    pending = [KIT_ENTRY_MODULE, "runtime.golden"] + [loop.partition(":")[0] for loop in loops]
+    pending = [KIT_ENTRY_MODULE, "runtime.board.golden"] + [loop.partition(":")[0] for loop in loops]
     seen: set[str] = set()
     while pending:
         module = pending.pop()
@@ -263,7 +263,7 @@ def package_files(package_dir: Path) -> list[str]:
 
 
 def write_sums(package_dir: Path) -> Path:
-    from gates.manifest import sha256_file
+    from core.manifest import sha256_file
 
     lines = [f"{sha256_file(package_dir / name)}  {name}" for name in package_files(package_dir)]
     return write_file(package_dir / SUMS_NAME, text="\n".join(lines) + "\n")
@@ -273,9 +273,9 @@ def verify(package_dir: Path) -> list[str]:
     """Every problem of a package: a file missing, changed or not listed in SHA256SUMS, an engine whose manifest
     is missing or disagrees with it (bytes, sha256), an exec_plan the consumer would refuse (runtime/exec_plan.py)
     or one naming an absent engine. Empty: intact."""
-    from gates.manifest import sha256_file
-    from runtime.exec_plan import plan_problems
-    from runtime.selftest import SetupProblem, read_sums
+    from core.manifest import sha256_file
+    from runtime.host.exec_plan import plan_problems
+    from runtime.board.selftest import SetupProblem, read_sums
 
     package_dir = Path(package_dir)
     try:
@@ -321,8 +321,8 @@ def rebuild_problems(package_dir: Path, onnx_dir: Path, say: Callable[[str], Non
     whose digest differs from the manifest's `normalized_sha256`."""
     import tempfile
 
-    from converters.engine import BuildOptions, compile_only
-    from gates.manifest import sha256_file
+    from converters.build.engine import BuildOptions, compile_only
+    from core.manifest import sha256_file
 
     problems = []
     for manifest_path in sorted(Path(package_dir).glob("*.manifest.json")):
@@ -347,7 +347,7 @@ def add_to_package(package_dir: Path, work_dir: Path) -> dict:
     every file. PackageError when the kit exceeds its budget. Returns {kit_bytes, package_bytes, budget_bytes}."""
     source = Path(work_dir) / KIT_DIR
     if not (source / "index.json").is_file():
-        raise PackageError(f"no self-test goldens in {source}: the engines were not built through converters.pipeline")
+        raise PackageError(f"no self-test goldens in {source}: the engines were not built through converters.family.pipeline")
     (package_dir / KIT_DIR).mkdir()
     for path in sorted(source.iterdir()):
         write_file(package_dir / KIT_DIR / path.name, path)
@@ -385,7 +385,7 @@ class HostOpener:
         return None
 
     def onnx_path(self, engine: str) -> Path:
-        from runtime.selftest import SetupProblem
+        from runtime.board.selftest import SetupProblem
 
         manifest = json.loads((self.package_dir / manifest_name(Path(engine))).read_text())
         recorded = Path(manifest["onnx"]["path"])
@@ -400,7 +400,7 @@ class HostOpener:
     def open(self, engine: str, core_mask: str):
         """The engine's backend, kept open across the kit's phases: a simulator compile takes seconds to minutes,
         so the end-to-end goldens reuse what the per-engine runs compiled (at most `max_open` at once)."""
-        from runtime.backends import OnnxBackend, SimulatorBackend
+        from runtime.host.backends import OnnxBackend, SimulatorBackend
 
         if engine not in self._open:
             while self.max_open is not None and len(self._open) >= self.max_open:

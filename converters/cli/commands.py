@@ -11,9 +11,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.diagnose import diagnose
-from converters.recipes import DIST_DIR, RECIPES_DIR
-from converters.options import FailOnCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, Target, Toolkit
+from converters.build.diagnose import diagnose
+from converters.release.recipes import DIST_DIR, RECIPES_DIR
+from converters.cli.options import FailOnCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, Target, Toolkit
 from core.errors import SetupError
 from toolkit.versions import DEFAULT_TOOLKIT, FP16_TARGETS
 
@@ -72,10 +72,10 @@ def build(
 
     import numpy as np
 
-    from converters.engine import BuildOptions, build_engine
+    from converters.build.engine import BuildOptions, build_engine
     from toolkit.session import graph_io, random_feeds
     from toolkit.versions import check_target
-    from gates.manifest import summary_lines
+    from core.manifest import summary_lines
 
     from core.onnx_graph import load_model
 
@@ -102,7 +102,7 @@ def inspect(
     """Print an engine's manifest summary: target, toolkit, I/O, bytes, REGTASK, op placement, gates, exec_plan."""
     import json
 
-    from gates.manifest import read_manifest, summary_lines
+    from core.manifest import read_manifest, summary_lines
 
     data = read_manifest(path)
     typer.echo(json.dumps(data, indent=2) if as_json else "\n".join(summary_lines(data)))
@@ -132,8 +132,8 @@ def engines(
 
     A recipe whose checkpoint is missing is skipped with one line saying how to supply it.
     The exit code is 3 if any built recipe failed; the others are still built."""
-    from converters import recipes
-    from converters.package import format_table
+    from converters.release import recipes
+    from converters.release.package import format_table
 
     if matrix_json:
         import json
@@ -177,8 +177,8 @@ def selftest(
 ) -> None:
     """Replay a package's board self-test on the host: the same kit (`selftest.py`) and gates, with the engines
     compiled from their ONNX in the simulator (or run in onnxruntime). Exit 0 pass, 3 a gate failed, 2 setup."""
-    from converters.kit import HostOpener
-    from runtime.selftest import selftest as run_selftest
+    from converters.release.kit import HostOpener
+    from runtime.board.selftest import selftest as run_selftest
 
     if not package_dir.is_dir():
         raise SetupError(f"no package directory {package_dir}")
@@ -196,7 +196,7 @@ def verify(
 ) -> None:
     """Check every file of a package against its SHA256SUMS and its manifests: each missing, extra or changed
     file is named. Exit 0 when intact, 3 otherwise."""
-    from converters.kit import rebuild_problems, verify as verify_package
+    from converters.release.kit import rebuild_problems, verify as verify_package
 
     if not package_dir.is_dir():
         raise SetupError(f"no package directory {package_dir}")
@@ -225,7 +225,7 @@ def publish(
     """Publish a release to the Hugging Face Hub: each package is checked first (SHA256SUMS and manifests, the
     host replay of its self-test; one failure refuses the whole release), then only the files whose remote
     hashes differ are uploaded, and the revision is tagged. Needs a token (`huggingface-cli login`)."""
-    from converters.publish import publish as run_publish
+    from converters.release.publish import publish as run_publish
 
     if replay not in ("simulator", "onnx", "none"):
         raise SetupError(f"--replay {replay!r}: expected simulator, onnx or none")

@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from runtime.golden import by_role
+from runtime.board.golden import by_role
 
 INPUT_NAMES = ["x", "mask", "mu", "t_freq", "spks", "cond", "rope_cos", "rope_sin"]
 OUTPUT_NAME = "dphi_dt"
@@ -122,7 +122,7 @@ class FlowLadder:
 
     @classmethod
     def from_engines(cls, engines: List[object]) -> "FlowLadder":
-        """From engines that carry their contract (runtime.golden.Engine): one rung per contract `length`; the
+        """From engines that carry their contract (runtime.board.golden.Engine): one rung per contract `length`; the
         parts of a depth-split rung (contract `chain`: part, parts) chained in part order."""
         if not engines:
             raise ValueError("no flow estimator engines")

@@ -1,6 +1,6 @@
 """`convert`: one sub-command per family plus build / check / inspect / engines.
 
-Families are discovered from `converters.families` (converters.commands.register): each family's
+Families are discovered from `converters.families` (converters.cli.commands.register): each family's
 `register(app, check_app)` adds its commands. Heavy imports (torch, onnx, the model packages) happen inside
 the commands, so `--help` is fast. Errors a user can hit end in one clean line with the exit code that
 `core.errors` assigns them (2 setup, 3 gate, 4 dead build child)."""
@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from converters import commands
+from converters.cli import commands
 from core.errors import exit_code
 
 app = typer.Typer(

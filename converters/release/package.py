@@ -19,7 +19,7 @@ from typing import Iterator
 from core.errors import PackageError
 
 
-KEY_NAME = "build-key.json"  # what determined the package (converters.recipes.package_key)
+KEY_NAME = "build-key.json"  # what determined the package (converters.release.recipes.package_key)
 
 
 def package_name(package: str, target: str) -> str:
@@ -107,15 +107,15 @@ def staged_package(dist_target_dir: Path, name: str, keep_work_at: Path | None =
 def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
              onnx_home: tuple[Path, Path] | None = None, recipe: dict | None = None,
              target: str | None = None, build_key: dict | None = None) -> list[dict]:
-    """Copy each engine (`converters.engine.EngineResult`), its manifest and build log, and the files its
+    """Copy each engine (`converters.build.engine.EngineResult`), its manifest and build log, and the files its
     contract lists under `package_files`, into `package_dir`; write the merged `exec_plan.json`; add the
     self-test kit from `work_dir` (where the engines were built: its `selftest/`) with SHA256SUMS.
     `onnx_home` = (final ONNX folder, final package folder): each manifest then names its ONNX relatively.
     With `recipe` and `target`, the model card (README.md, converters/publish.py) is written too; `build_key`
-    (converters.recipes.package_key) goes into build-key.json.
+    (converters.release.recipes.package_key) goes into build-key.json.
     Returns the manifests as written."""
-    from converters import kit
-    from runtime.exec_plan import plan_problems
+    from converters.release import kit
+    from runtime.host.exec_plan import plan_problems
 
     seen: set[str] = set()
     manifests, engines = [], []
@@ -153,7 +153,7 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
                            + "; ".join(refused))
     write_file(package_dir / "exec_plan.json", text=json.dumps(plan, indent=2) + "\n")
     if recipe is not None:
-        from converters.publish import CARD_NAME, model_card
+        from converters.release.publish import CARD_NAME, model_card
 
         write_file(package_dir / CARD_NAME, text=model_card(recipe, target, manifests, plan,
                                                                 (build_key or {}).get("sources")))
@@ -168,8 +168,8 @@ def summary_row(package: str, status: str, manifests: list[dict] = (), gate_resu
                 package_dir: Path | None = None, components: str | None = None) -> dict:
     """One line of the `make engines` table from the package's manifests (or, for a failed build, from the
     verdicts of the failure); with `package_dir`, the package's and its self-test kit's bytes; `components`:
-    what a several-component package holds on this target (converters.recipes.components_cell)."""
-    from converters.kit import kit_size, tree_bytes
+    what a several-component package holds on this target (converters.release.recipes.components_cell)."""
+    from converters.release.kit import kit_size, tree_bytes
     from gates.verdict import worst_snr_db
 
     gates = [g for m in manifests for g in m.get("gates", [])] + list(gate_results)

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from converters.package import KEY_NAME, assemble, onnx_dir, package_name, staged_package, summary_row
+from converters.release.package import KEY_NAME, assemble, onnx_dir, package_name, staged_package, summary_row
 from core.errors import BuildError, GateFailure, MissingSource, PackageError, SetupError
 from core.paths import REPO_ROOT
 from toolkit.versions import DEFAULT_TOOLKIT, FP16_TARGETS, check_target, check_toolkit
@@ -151,7 +151,7 @@ def package_key(recipe: dict, target: str, toolkit: str, sources: list[Path] | N
     import hashlib
     import json
 
-    from gates.manifest import sha256_file
+    from core.manifest import sha256_file
 
     if sources is None:
         return None
@@ -170,7 +170,7 @@ def up_to_date(package_dir: Path, key: dict | None) -> bool:
     """The package in dist was built from the same key and is intact (SHA256SUMS, manifests)."""
     import json
 
-    from converters.kit import verify
+    from converters.release.kit import verify
 
     path = Path(package_dir) / KEY_NAME
     if key is None or not path.is_file():
@@ -228,8 +228,8 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build
 
 def build_components(recipe: dict, target: str, toolkit: str, work_dir: Path, build: BuildRecipe) -> list:
     """Every component of `recipe` for `target` built into the one `work_dir`, in recipe order; each build's
-    self-test goldens are set aside and merged into one kit (`converters.kit.merge_goldens`)."""
-    from converters.kit import merge_goldens
+    self-test goldens are set aside and merged into one kit (`converters.release.kit.merge_goldens`)."""
+    from converters.release.kit import merge_goldens
     from core.paths import KIT_DIR
 
     parts = recipes_for(recipe, target)

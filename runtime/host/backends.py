@@ -1,7 +1,7 @@
 """Host backends with one interface, `run(feeds) -> outputs` (dicts keyed by tensor name) plus `input_names` /
 `output_names`: onnxruntime, the rknn-toolkit2 simulator (converter-venv child) and rknnlite on a board.
 The window walks, streams and bucket loops in runtime/ run over any of them. The board's backend
-(rknnlite) is `runtime.board.RknnLiteBackend`: it ships in the self-test kit, numpy and rknnlite alone."""
+(rknnlite) is `runtime.board.rknnlite.RknnLiteBackend`: it ships in the self-test kit, numpy and rknnlite alone."""
 from __future__ import annotations
 
 from pathlib import Path

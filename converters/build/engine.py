@@ -80,7 +80,7 @@ def host_references(model, reference_onnx: Path, feeds: dict) -> tuple[dict, dic
     """onnxruntime fp32 of `reference_onnx` and of the fp16 floor graph of `model` (the engine graph) on `feeds`,
     one session at a time (the floor costs one more host run of the graph: seconds on the default engines)."""
     from gates.fp16_floor import fp16_rounded
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     with OnnxBackend(Path(reference_onnx)) as reference_graph:
         reference = reference_graph.run(feeds)
@@ -124,7 +124,8 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     import numpy as np
 
     from core.contract import get_contract
-    from gates import fp16_range, layer_table, manifest, regtask
+    from core import manifest
+    from gates import fp16_range, layer_table, regtask
     from core.onnx_graph import load_model
     from toolkit.session import graph_io
 
@@ -218,7 +219,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
 def _layer_culprits(child, feeds: dict, model, fp16_maths: bool) -> tuple[list[str], str]:
     """The top rows of the per-layer analysis (`convert diagnose`) in the build's own child session, as
     (short names for the message, the printed table); an analysis that fails is said, never raised."""
-    from converters.diagnose import analyse_in_child
+    from converters.build.diagnose import analyse_in_child
     from core.contract import get_contract
     from gates.layer_error import TOP_ROWS, culprits, format_rows, ranked
 
@@ -256,7 +257,7 @@ def differing_bytes(first: Path, second: Path) -> int:
 
 def reproduce_verdict(onnx_path: Path, options: BuildOptions, engine: Path, out_dir: Path) -> Verdict:
     """Compile again and compare: 0 differing bytes passes."""
-    from gates.manifest import sha256_file
+    from core.manifest import sha256_file
     from gates.verdict import at_most
 
     again = compile_only(onnx_path, options, Path(out_dir) / f".{Path(engine).name}.again")

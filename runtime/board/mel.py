@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime.dsp import stft
+from runtime.board.dsp import stft
 
 SAMPLE_RATE = 16_000
 N_FFT = 400

@@ -1,6 +1,6 @@
 """The windowed VITS (Piper) decoder of one voice over any backend, and the contract an engine file carries.
 
-A decoder engine is compiled for one latent window (runtime.window_walk); this walks it along a voice's latent
+A decoder engine is compiled for one latent window (runtime.board.window_walk); this walks it along a voice's latent
 with the speaker embedding `g` fed to every window, after checking the engine was built for this voice."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import SetupError
-from runtime.golden import by_role, only_engine
-from runtime.window_walk import WindowContract, walk
+from runtime.board.golden import by_role, only_engine
+from runtime.board.window_walk import WindowContract, walk
 
 
 class VoiceDecoder:
@@ -48,6 +48,6 @@ def engine_contract(engine_path: Path) -> dict:
         from core.contract import get_contract
 
         return get_contract(engine_path)
-    from gates.manifest import read_manifest
+    from core.manifest import read_manifest
 
     return read_manifest(engine_path).get("contract", {})

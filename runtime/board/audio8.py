@@ -15,7 +15,7 @@ decoding continues at the same token and RoPE position. The embedding table is s
 fp32 row by row. Graphs load on first use; the frontend graphs are released after prefill.
 
 `golden_loop` is the family's end-to-end golden for the board self-test kit: the same runtime over the kit's
-engines (`runtime.golden.Engine`, each known by its contract) instead of a plan directory."""
+engines (`runtime.board.golden.Engine`, each known by its contract) instead of a plan directory."""
 from __future__ import annotations
 
 import json
@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from core.errors import SetupError
-from runtime.mel import log_mel
+from runtime.board.mel import log_mel
 
 PLAN_FILE = "audio8_plan.json"
 
@@ -107,7 +107,7 @@ class Audio8Runtime:
     """Everything after the mel features. `backend_for(path)` opens one graph (an `.onnx` or `.rknn` path
     from the plan directory); the default is onnxruntime. Use as a context manager to release backends.
 
-    Or, without a plan directory, over `engines` (`runtime.golden.Engine`s: each runs one graph, known by its
+    Or, without a plan directory, over `engines` (`runtime.board.golden.Engine`s: each runs one graph, known by its
     contract's component/role/ladder_key, and opens its backend itself) with `embed_table` (indexable like the
     [vocab, hidden] table: `table[ids]`, `table[id]`)."""
 
@@ -344,7 +344,7 @@ def _ms_since(start: float) -> float:
 
 
 def _onnx_backend(path: Path):
-    from runtime.backends import OnnxBackend
+    from runtime.host.backends import OnnxBackend
 
     return OnnxBackend(path)
 

@@ -146,7 +146,7 @@ class InflectSynth:
 
     def __init__(self, duration_path: Path | None, backend, contract: dict, model: InflectModel,
                  engine_name: str = "engine"):
-        from runtime.window_walk import WindowContract
+        from runtime.board.window_walk import WindowContract
 
         check_engine_matches(contract, model, engine_name)
         self.model = model
@@ -154,7 +154,7 @@ class InflectSynth:
         self.backend = backend
         self.duration = None
         if duration_path is not None:
-            from runtime.backends import OnnxBackend
+            from runtime.host.backends import OnnxBackend
 
             self.duration = OnnxBackend(duration_path)
 
@@ -168,7 +168,7 @@ class InflectSynth:
 
     def decode(self, latent: np.ndarray) -> np.ndarray:
         """Mono float32 waveform of a finished latent, walked window by window over the engine."""
-        from runtime.window_walk import walk
+        from runtime.board.window_walk import walk
 
         return walk(self.backend, latent, self.window).output.reshape(-1)
 
@@ -182,7 +182,7 @@ def load_engine(path: Path):
     if path.suffix == ".onnx":
         from core.contract import get_contract
         from core.onnx_graph import load_model
-        from runtime.backends import OnnxBackend
+        from runtime.host.backends import OnnxBackend
 
         model = load_model(path, "decoder slice")
         contract = get_contract(model)
@@ -190,7 +190,7 @@ def load_engine(path: Path):
             raise SetupError(f"{path} carries no rkaudio contract: give the slice written by `convert inflect`")
         return OnnxBackend(model), contract
     from core.paths import manifest_name
-    from runtime.board import RknnLiteBackend
+    from runtime.board.rknnlite import RknnLiteBackend
 
     manifest = path.with_name(manifest_name(path))
     if not manifest.is_file():
@@ -209,7 +209,7 @@ def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     case: one zero-padded window whose mask is 0 over the padding. The model the engine must match is
     `params["hop"]` / `params["sample_rate"]` (as loaded at export) with the latent's channels.
     Returns {"waveform": the mono waveform}."""
-    from runtime.golden import only_engine
+    from runtime.board.golden import only_engine
 
     engine = only_engine(engines)
     latent = np.asarray(inputs["latent"], dtype=np.float32)

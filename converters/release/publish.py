@@ -32,7 +32,7 @@ def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict, sou
         front.append(f"pipeline_tag: {card['pipeline_tag']}")
     front.append("---")
     source_lines = [f"- {card.get('source', 'see the recipe')}"]
-    # The checkpoint's files as the build key hashed them (converters.recipes.package_key: the family's
+    # The checkpoint's files as the build key hashed them (converters.release.recipes.package_key: the family's
     # recipe_sources), so the card names exactly what the engines were built from.
     source_lines += [f"- checkpoint file `{Path(path).name}`: sha256 `{digest}`"
                      for path, digest in sorted((sources or {}).items())]
@@ -87,7 +87,7 @@ def remote_hashes(api, repo_id: str, revision: str | None) -> dict[str, tuple[st
 
 
 def _same(local: Path, remote: tuple[str, str] | None) -> bool:
-    from gates.manifest import sha256_file
+    from core.manifest import sha256_file
 
     if remote is None:
         return False
@@ -105,8 +105,8 @@ def packages_in(dist_target_dir: Path) -> list[Path]:
 
 def check_packages(packages: list[Path], replay: str, say: Callable[[str], None]) -> None:
     """Refuse the whole release, before any upload, when a package fails `convert verify` or its host replay."""
-    from converters.kit import HostOpener, verify
-    from runtime.selftest import selftest
+    from converters.release.kit import HostOpener, verify
+    from runtime.board.selftest import selftest
 
     for package in packages:
         problems = verify(package)
@@ -127,7 +127,7 @@ def publish(dist_target_dir: Path, repo_id: str, revision: str | None = None, dr
             replay: str = "simulator", api=None, say: Callable[[str], None] = print) -> list[tuple[str, str]]:
     """Check every package, then upload what differs into `repo_id` (a folder per package) and tag `revision`.
     Returns the operations as (verb, path in repo); with `dry_run` nothing is sent."""
-    from converters.kit import package_files
+    from converters.release.kit import package_files
 
     packages = packages_in(dist_target_dir)
     check_packages(packages, replay, say)

@@ -4,7 +4,7 @@ The engine maps one window of W latent frames (x [1,512,W], har [1,22,60W+1], st
 fine 60W+1 rates) to spec_phase [1,22,60W+1]; a row-form engine (contract `fine_rows`, `fine_row_length`) takes
 har and mask_fine and gives spec_phase as rows [1, C, R, L] of that fine axis, zero past its end. Around it, on the CPU: the harmonic-plus-noise source (F0 ->
 sine harmonics -> linear + tanh), its STFT (`har` = magnitude and phase), and the iSTFT head (exp of the
-log-magnitude rows, sin of the phase rows). The windows come from `runtime.window_walk.plan_windows` (context
+log-magnitude rows, sin of the phase rows). The windows come from `runtime.board.window_walk.plan_windows` (context
 frames each side, emitted frames per step, the last window aligned to the end, a short utterance one padded
 window). Two parameters of the exec plan:
 - `overlap` (frames): the walk advances by emitted - overlap and the shared columns are blended with a raised
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.dsp import istft, stft
-from runtime.golden import only_engine
-from runtime.window_walk import WindowSpan, plan_windows, read_contract
+from runtime.board.dsp import istft, stft
+from runtime.board.golden import only_engine
+from runtime.board.window_walk import WindowSpan, plan_windows, read_contract
 
 NYQUIST_ROWS = 5  # top log-magnitude rows capped by `gain`
 

@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.options import Target, Toolkit
+from converters.cli.options import Target, Toolkit
 from core.errors import SetupError
 from toolkit.versions import DEFAULT_TOOLKIT
 
@@ -136,7 +136,7 @@ def diagnose_source(source: EngineSource, target: str, toolkit: str, out_dir: Pa
 
     import numpy as np
 
-    from converters.engine import _checked_feeds
+    from converters.build.engine import _checked_feeds
     from core.contract import get_contract
     from core.onnx_graph import load_model
     from gates.layer_error import output_row, ranked

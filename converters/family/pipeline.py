@@ -1,6 +1,6 @@
 """The one family pipeline. A family's `export(...)` writes its fixed-shape ONNX files and returns one
 `Exported` record per engine; `build` gates the records' export verdicts, compiles each through
-`converters.engine.build_engine` and reports. The family's `convert <name>` command (`convert`) and its
+`converters.build.engine.build_engine` and reports. The family's `convert <name>` command (`convert`) and its
 `build_recipe` (`build_recipe`) are thin adapters over the same call, so `--onnx`, `--skip-rknn` and
 `make engines` behave alike for every family.
 
@@ -62,7 +62,7 @@ def record_export(onnx_path: Path, verdicts, *, feeds: dict | None = None, refer
     import onnx
 
     from core.contract import set_contract
-    from runtime.golden import as_stored
+    from runtime.board.golden import as_stored
 
     onnx_path = Path(onnx_path)
     if reference is not None and Path(reference) != reference_path(onnx_path):
@@ -88,7 +88,7 @@ def record_end_to_end(name: str, loop: str, records: list[Exported], inputs: dic
     build records every engine call of the loop (fp32) and the board kit replays it (converters/kit.py)."""
     import numpy as np
 
-    from runtime.golden import as_stored, load_loop
+    from runtime.board.golden import as_stored, load_loop
 
     load_loop(loop)  # a typo fails at export, not on the board
     spec = end_to_end_spec(records[0].onnx.parent, name)
@@ -102,11 +102,11 @@ def record_end_to_end(name: str, loop: str, records: list[Exported], inputs: dic
 def build(exported: list[Exported], out_dir: Path, options, *, context: str, advice: str = "",
           say: Callable[[str], None] = print) -> list:
     """Print and gate every export verdict, then (unless `options` is None: --skip-rknn) compile each record
-    with `options` (`converters.engine.BuildOptions`), printing the build's own verdicts and what it wrote,
+    with `options` (`converters.build.engine.BuildOptions`), printing the build's own verdicts and what it wrote,
     and write the self-test kit's golden I/O (`selftest/`) beside the engines.
     Returns the `EngineResult`s in the records' order (what packaging assembles)."""
-    from converters import kit
-    from converters.engine import build_engine
+    from converters.release import kit
+    from converters.build.engine import build_engine
 
     # Records of one export often share verdicts (one gate over many graphs): each is shown once.
     verdicts = list(dict.fromkeys(verdict for record in exported for verdict in record.verdicts))
@@ -138,7 +138,7 @@ def convert(family: str, export: Callable[[], list[Exported]], *, from_onnx: Pat
             min_snr_db: float, context: str, advice: str = "", say: Callable[[str], None] = print) -> list:
     """What every `convert <family>` command does: check the target first (an export can take minutes), take
     the records of `--onnx` or of a fresh `export()`, then `build` them into `out` (no engine with --skip-rknn)."""
-    from converters.engine import BuildOptions
+    from converters.build.engine import BuildOptions
     from toolkit.versions import check_target, check_toolkit
 
     target = check_target(target)  # exports depend on it too (the problem-op scan, per-target graph forms)
@@ -154,7 +154,7 @@ def convert(family: str, export: Callable[[], list[Exported]], *, from_onnx: Pat
 def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path, exported: list[Exported],
                  advice: str = "", say: Callable[[str], None] = print) -> list:
     """What every family's `build_recipe` does with its export: build it with the recipe's `[gates]`."""
-    from converters.engine import BuildOptions
+    from converters.build.engine import BuildOptions
 
     return build(exported, work_dir, BuildOptions.from_recipe(recipe, target, toolkit), context=recipe["package"],
                  advice=advice, say=say)

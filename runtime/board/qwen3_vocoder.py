@@ -9,14 +9,14 @@ main engine. Every part of the decoder is causal, which gives two simple rules u
   as the CPU streaming decoder does (a short window is right-padded the same way).
 
 Contracts (frames, cache_numel, samples_per_frame, window/context/emitted) come from the ONNX metadata;
-backends are anything with `run(feeds) -> outputs` (runtime.backends)."""
+backends are anything with `run(feeds) -> outputs` (runtime.host.backends)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.window_walk import WindowSpan, read_contract
+from runtime.board.window_walk import WindowSpan, read_contract
 
 CODES, CACHE_IN, PCM, CACHE_OUT = "codes", "cache_in", "pcm", "cache_out"
 
@@ -32,7 +32,7 @@ class StepContract:
 
     @classmethod
     def from_contract(cls, contract: dict) -> "StepContract":
-        """Read the keys written by the exporter (see `runtime.window_walk.read_contract`)."""
+        """Read the keys written by the exporter (see `runtime.board.window_walk.read_contract`)."""
         return read_contract(cls, contract)
 
 
@@ -142,7 +142,7 @@ def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     (default 1, as a talker emits them) at a time through `stream_decode`: the first group on the `first` engine
     (B=16) when there is one, every later group on `main` (B=64), the cache carried from call to call. Engines are
     chosen by contract role; a lone `first` engine plays `main`. Returns {"pcm": the stream's audio}."""
-    from runtime.golden import by_role, only_engine
+    from runtime.board.golden import by_role, only_engine
 
     mains, firsts = by_role(engines, "main"), by_role(engines, "first")
     if not mains:
