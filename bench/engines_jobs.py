@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from converters.release import recipes
-from converters.cli.commands import recipe_builder
+from converters.cli.families import declaration
 from core.paths import REPO_ROOT
 
 TARGET = "rk3588"
@@ -30,7 +30,7 @@ def main() -> list[dict]:
         for jobs in (1, 2):
             dist = Path(scratch) / f"jobs{jobs}" / "dist"
             started = time.perf_counter()
-            built = recipes.build_all(TARGET, recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, jobs=jobs,
+            built = recipes.build_all(TARGET, declaration, recipes_dir=recipes_dir, dist_dir=dist, jobs=jobs,
                                       say=lambda _: None)
             wall = time.perf_counter() - started
             digests[jobs] = {p.name: json.loads(p.read_text())["rknn"]["sha256"]

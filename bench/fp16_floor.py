@@ -18,8 +18,8 @@ from core.contract import get_contract
 from core.onnx_graph import load_model
 from core.paths import selfcheck_path
 from gates.fp16_floor import FLOOR_MARGIN_DB, floor_gap
-from core.manifest import sha256_file
-from gates.snr import snr_db
+from runtime.board.files import sha256_file
+from runtime.board.numeric import snr_db
 
 TARGET = os.environ.get("BENCH_TARGET", "rk3588")
 WORK_DIST = Path(os.environ.get("BENCH_WORK_DIST", Path("work") / "dist" / TARGET))

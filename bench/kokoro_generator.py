@@ -22,7 +22,7 @@ ARGUMENT_RANGE = 20.5  # |alpha*x| reached on real decodes (measured-facts: 19.6
 
 
 def sine_snr_db(form: str) -> float:
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
     from surgery.modules.snake import half_turn_sin2_reference
 
     w = np.linspace(-ARGUMENT_RANGE, ARGUMENT_RANGE, 200001) / math.pi
@@ -35,7 +35,7 @@ def main() -> list[dict]:
     from converters.families.kokoro.graph import OUTPUT, interior
     from converters.families.kokoro.sources import load_generator
     from converters.families.kokoro.verdicts import onnx_outputs
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
 
     work = Path(os.environ.get("KOKORO_BENCH_WORK", tempfile.gettempdir())) / "bench-kokoro-generator"
     config, state, label, _ = load_generator(None, None, work, use_cache=False)

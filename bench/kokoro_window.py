@@ -111,7 +111,7 @@ def fidelity(manifest: dict, engine_folder: Path, utterance: dict, plain64, full
     simulator figures."""
     from converters.families.kokoro.graph import run_torch
     from converters.families.kokoro.verdicts import stitched
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
     from runtime.board import kokoro as kokoro_walk
     from runtime.host.backends import OnnxBackend
     from runtime.board.window_walk import plan_windows

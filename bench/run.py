@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core.contract import producer_info
 from converters.release.package import format_table
-from core.manifest import json_safe
+from runtime.board.numeric import json_safe
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"

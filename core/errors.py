@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-class SetupError(RuntimeError):
-    """A problem the user fixes before anything is built (bad target, missing venv, bad input)."""
+from runtime.board.errors import SetupError  # defined with the board modules, which raise it too
 
 
 class MissingSource(Exception):
@@ -21,7 +19,7 @@ class PackageError(ValueError):
 
 @dataclass
 class GateFailure(Exception):
-    """A gate failed: carries the failing verdicts (`gates.verdict.Verdict`) and what the user should do."""
+    """A gate failed: carries the failing verdicts (`runtime.board.verdict.Verdict`) and what the user should do."""
 
     verdicts: list
     advice: str = ""

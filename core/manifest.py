@@ -4,23 +4,13 @@ Everything comes from the ONNX contract (core/contract.py) and the build's own m
 nothing here is family-specific."""
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 from pathlib import Path
 
 from core.contract import producer_info
 from core.errors import SetupError
-
-MANIFEST_SUFFIX = ".manifest.json"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from runtime.board.files import MANIFEST_SUFFIX, sha256_file
+from runtime.board.numeric import json_safe
 
 
 def file_entry(path: Path, manifest_dir: Path) -> dict:
@@ -48,17 +38,6 @@ def exec_plan_fragment(contract: dict, rknn_name: str) -> dict:
     if contract.get("exec_params") is not None:
         entry["params"] = contract["exec_params"]
     return {option: {component: entry}}
-
-
-def json_safe(value):
-    """JSON has no inf/nan: write them as strings ('inf' for an exact simulator match)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(item) for item in value]
-    return value
 
 
 def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs, onnx_path: Path,

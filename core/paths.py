@@ -1,9 +1,12 @@
 """Where things are: the repository, the venvs, and the names of every artifact beside an exported ONNX.
-Each name is defined here once; the exporters, the build and the packaging step all use these."""
+Each name is defined here once; the exporters, the build and the packaging step all use these. The names the
+board reads too (the kit folder, SHA256SUMS, the manifest suffix) are in runtime/board/files.py."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from runtime.board.files import MANIFEST_SUFFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORK_ROOT = Path("work")  # default output root of `convert <family>`: work/<family>
@@ -34,7 +37,7 @@ def engine_name(onnx_path: Path) -> str:
 
 
 def manifest_name(onnx_path: Path) -> str:
-    return Path(onnx_path).stem + ".manifest.json"
+    return Path(onnx_path).stem + MANIFEST_SUFFIX
 
 
 def build_log_name(onnx_path: Path) -> str:
@@ -49,10 +52,6 @@ def end_to_end_spec(out_dir: Path, name: str) -> Path:
 
 def end_to_end_inputs(spec_path: Path) -> Path:
     return Path(spec_path).with_name(Path(spec_path).name[: -len(".json")] + ".npz")
-
-
-KIT_DIR = "selftest"  # the board self-test kit's golden I/O, beside the engines
-SUMS_NAME = "SHA256SUMS"  # every file of a package, `sha256sum -c` format
 
 
 def snapshot_files(directory: Path) -> list[Path]:

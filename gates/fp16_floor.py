@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from gates.verdict import Verdict, at_most
+from runtime.board.verdict import Verdict, at_most
 
 # The simulator may sit this far below the host fp16 floor before the conversion is blamed. The floor rounds
 # after every ONNX node while the NPU fuses (Conv+Add+Relu round once), uses its own exp/sigmoid tables and

@@ -9,7 +9,7 @@ import onnx
 from onnx import numpy_helper
 
 from core.onnx_graph import constant_tensors
-from gates.verdict import Verdict, at_most
+from runtime.board.verdict import Verdict, at_most
 
 FP16_MAX = 65504.0
 ADVICE = ("a constant beyond the fp16 range (|x| > 65504) is inf in the engine: rescale it where the graph is "

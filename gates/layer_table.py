@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gates.verdict import Verdict, at_most
+from runtime.board.verdict import Verdict, at_most
 
 LOG_PREFIX = re.compile(r"^[DIWE] RKNN: \[[^\]]*\]\s?")
 MEMORY_LINE = re.compile(r"Total (?P<kind>Internal|Weight) Memory Size: (?P<size>[0-9.]+)\s*(?P<unit>[KMG]?B)")

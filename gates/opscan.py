@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from core.onnx_graph import constant_values
-from gates.verdict import Verdict, at_most
+from runtime.board.verdict import Verdict, at_most
 
 # Shape glue: only legal while something is dynamic; with every input pinned it is constant.
 _SHAPE_GLUE = "shape glue that is constant once every input is pinned: fold it (surgery.graph.fold.fold_fixed)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gates.verdict import Verdict, at_most
+from runtime.board.verdict import Verdict, at_most
 
 REGTASK_LINE = re.compile(
     r"REGTASK: The bit width of field value exceeds the limit, target: (?P<target>\w+), "

@@ -21,7 +21,8 @@ from pathlib import Path
 from core.contract import get_contract
 from core.errors import BuildError, SetupError
 from core.paths import REPO_ROOT
-from toolkit.versions import check_target, check_toolkit, converter_python
+from runtime.board.soc import check_target
+from toolkit.versions import check_toolkit, converter_python
 
 # Newest ONNX IR version / default-domain opset each toolkit's bundled onnx can read
 # (2.3.2 runs with onnx 1.16.1, 2.5.0 with onnx 1.18.0).

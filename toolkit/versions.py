@@ -1,4 +1,4 @@
-"""Which toolkit builds, for which target, from which converter venv. Stdlib only."""
+"""Which toolkit builds, from which converter venv (the targets are `runtime.board.soc`). Stdlib only."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,23 +10,6 @@ from core.paths import venv_root
 # ("Invalid RKNN model version"), and the spec's boards run api 2.3.2.
 DEFAULT_TOOLKIT = "2.3.2"
 SUPPORTED_TOOLKITS = ("2.3.2", "2.5.0")
-
-# Targets that build fp16 (w16a16) with both toolkits (measured on this machine kind).
-FP16_TARGETS = ("rk3588", "rk3576", "rk3566", "rk3568", "rk3562")
-REFUSED_TARGETS = {
-    "rv1106": "rv1106 has no fp16 build (the toolkit says 'not support do_quantization = False'); "
-    "rkaudio builds fp16 engines only, because Snake activations make int8 audibly noisy",
-    "rv1103": "rv1103 has no fp16 build (same NPU generation as rv1106); rkaudio builds fp16 engines only",
-}
-
-
-def check_target(target: str) -> str:
-    target = target.lower()
-    if target in REFUSED_TARGETS:
-        raise SetupError(f"target {target} refused: {REFUSED_TARGETS[target]}")
-    if target not in FP16_TARGETS:
-        raise SetupError(f"unknown target {target!r}; supported: {', '.join(FP16_TARGETS)}")
-    return target
 
 
 def check_toolkit(version: str) -> str:

@@ -1,8 +1,8 @@
-"""`convert diagnose`: where along the graph an engine loses fidelity. rknn-toolkit2's accuracy_analysis runs
-in the converter-venv child (simulator, no device; the child reduces its tensor dumps to per-layer energies and
-deletes them), `gates.layer_error` ranks the layers by the noise they add, and a PNG plots the error along the
-graph's depth. The same analysis runs inside `build_engine` when the simulator gate fails (`analyse_in_child`),
-in the child session that built the engine.
+"""Where along the graph an engine loses fidelity (what `convert diagnose`, converters/cli/diagnose.py, runs).
+rknn-toolkit2's accuracy_analysis runs in the converter-venv child (simulator, no device; the child reduces its
+tensor dumps to per-layer energies and deletes them), `gates.layer_error` ranks the layers by the noise they add,
+and a PNG plots the error along the graph's depth. The same analysis (`converters.build.analysis`) runs inside
+`build_engine` when the simulator gate fails, in the child session that built the engine.
 
 The toolkit's golden is the engine graph run in fp32: for a graph that relies on fp16 arithmetic (an fp32 twin,
 `reference_onnx`, exists; e.g. the round-form Snake sine) that golden is not the model, and the table says so.
@@ -13,13 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
-
-from converters.cli.options import Target, Toolkit
+from converters.build.analysis import analyse_in_child, checked_feeds
 from core.errors import SetupError
-from toolkit.versions import DEFAULT_TOOLKIT
 
 FP16_MATHS_CAVEAT = ("caveat: this graph relies on fp16 arithmetic (its fp32 twin {twin} is the reference the "
                      "build gates against); the toolkit's golden is the engine graph in fp32, so the per-layer "
@@ -45,13 +41,6 @@ class Diagnosis:
     png: Path | None = None
     table_json: Path | None = None
     caveat: str | None = None
-
-
-def analyse_in_child(child, feeds: dict, model, stages: dict | None = None) -> list:
-    """The per-layer table of the engine `child` built (a ready ConverterChild with the simulator)."""
-    from gates.layer_error import layer_table
-
-    return layer_table(child.analyse(feeds), model, stages)
 
 
 def _source_for(onnx_path: Path, manifest: dict | None = None, selfcheck: Path | None = None) -> EngineSource:
@@ -136,7 +125,6 @@ def diagnose_source(source: EngineSource, target: str, toolkit: str, out_dir: Pa
 
     import numpy as np
 
-    from converters.build.engine import _checked_feeds
     from core.contract import get_contract
     from core.onnx_graph import load_model
     from gates.layer_error import output_row, ranked
@@ -149,7 +137,7 @@ def diagnose_source(source: EngineSource, target: str, toolkit: str, out_dir: Pa
             feeds = {name: data[name] for name in data.files}
     else:
         feeds = random_feeds(specs)
-    feeds = _checked_feeds(specs, feeds, f"self-check {source.selfcheck}")
+    feeds = checked_feeds(specs, feeds, f"self-check {source.selfcheck}")
     stages = get_contract(model).get("stages")
     with ConverterChild(source.onnx, target, toolkit, None, rknn_path=None, simulate=True,
                         timeout_s=timeout_s) as child:
@@ -195,28 +183,3 @@ def report_lines(diagnosis: Diagnosis, top: int = 10) -> list[str]:
         lines.append("  " + diagnosis.caveat)
     lines.append(f"  wrote {diagnosis.png} and {diagnosis.table_json.name}")
     return lines
-
-
-def diagnose(
-    path: Annotated[Path, typer.Argument(metavar="ONNX_OR_ENGINE_DIR", help="A fixed-shape ONNX, or a directory "
-                    "of engines with their ONNX (work/dist/<target>/<package>/ as `convert engines` keeps it, or a "
-                    "package whose manifests name their ONNX).")],
-    target: Target,
-    toolkit: Toolkit = DEFAULT_TOOLKIT,
-    selfcheck: Annotated[Optional[Path], typer.Option("--selfcheck", help="Inputs for the analysis: an .npz keyed "
-                         "by the ONNX input names. Default: the <stem>.selfcheck.npz beside the ONNX, else "
-                         "standard-normal inputs (seed 0).")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the PNG and the table JSON go "
-                   "(default: beside the ONNX).")] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="Rows to print.")] = 10,
-) -> None:
-    """Per-layer error table of an engine: rknn-toolkit2's accuracy_analysis in the simulator (no device), layers
-    mapped back to ONNX nodes and stages, ranked by the noise each adds; writes a PNG of the error along depth."""
-    from toolkit.versions import check_target, check_toolkit
-
-    check_target(target)
-    check_toolkit(toolkit)
-    for source in resolve(path, selfcheck):
-        typer.echo(f"analysing {source.onnx.name} for {target} with rknn-toolkit2 {toolkit} ...", err=True)
-        diagnosis = diagnose_source(source, target, toolkit, out or source.onnx.parent, top)
-        typer.echo("\n".join(report_lines(diagnosis, top)))

@@ -10,11 +10,13 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from core.errors import BuildError, GateFailure, SetupError
+from converters.build.analysis import analyse_in_child, checked_feeds
+from core.errors import BuildError, GateFailure
 from core.paths import build_log_name, engine_name, manifest_name
-from gates.verdict import Verdict
+from runtime.board.verdict import Verdict
 from toolkit.session import ConverterChild, log_tail
-from toolkit.versions import DEFAULT_TOOLKIT, check_target, check_toolkit
+from runtime.board.soc import check_target
+from toolkit.versions import DEFAULT_TOOLKIT, check_toolkit
 
 
 @dataclass
@@ -28,12 +30,11 @@ class BuildOptions:
     reproduce: bool = False  # compile a second time and fail unless both engines are byte-identical
     layer_table_on_failure: bool = True  # a failing simulator gate runs accuracy_analysis for its top layers
 
-    @classmethod
-    def from_recipe(cls, recipe: dict, target: str, toolkit: str) -> "BuildOptions":
-        """A recipe's options: its `[gates]` keys that name BuildOptions fields override the defaults
-        (the other `[gates]` keys are the family's own thresholds)."""
-        names = {f.name for f in fields(cls)} - {"target", "toolkit"}
-        return cls(target=target, toolkit=toolkit, **{k: v for k, v in recipe["gates"].items() if k in names})
+    def __post_init__(self) -> None:
+        # The API boundary of every build: the target is normalised here (and by the CLI and the recipe schema
+        # before), so the manifest and the child see "rk3588" for "RK3588".
+        self.target = check_target(self.target)
+        self.toolkit = check_toolkit(self.toolkit)
 
 
 @dataclass
@@ -55,7 +56,8 @@ def simulator_verdicts(reference: dict, simulated: dict, min_snr_db: float,
     With `floor` (the fp16 floor graph's outputs, `gates.fp16_floor`): its SNR against the same reference and
     the gap to the simulator are recorded, and the gap is gated (`fp16_floor_gap[<output>]`)."""
     from gates.fp16_floor import floor_gap, floor_gap_verdict
-    from gates.snr import degenerate_reference, max_abs, snr_db, snr_verdict
+    from gates.snr import snr_verdict
+    from runtime.board.numeric import degenerate_reference, max_abs, snr_db
 
     verdicts, figures = [], {}
     for name, ref in reference.items():
@@ -94,7 +96,7 @@ def simulator_advice(verdicts: list[Verdict], figures: dict, min_snr_db: float, 
     """Verdict name -> advice for the simulator gates: which of "the conversion lost fidelity" and "these
     weights are fp16-sensitive" the figures say, with the layers where the error grows when known."""
     from gates.fp16_floor import simulator_advice as floor_advice
-    from gates.snr import DEGENERATE_ADVICE
+    from runtime.board.numeric import DEGENERATE_ADVICE
 
     advice = {}
     gap_passed = {v.name[len("fp16_floor_gap["):-1]: v.passed for v in verdicts if v.name.startswith("fp16_floor_gap[")}
@@ -129,8 +131,6 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     from core.onnx_graph import load_model
     from toolkit.session import graph_io
 
-    check_target(options.target)
-    check_toolkit(options.toolkit)
     onnx_path, out_dir = Path(onnx_path), Path(out_dir)
     model = load_model(onnx_path)  # missing, unreadable, truncated or NaN-carrying: one SetupError line
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -149,7 +149,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     if selfcheck is not None:
         with np.load(selfcheck) as data:
             feeds = {name: data[name] for name in data.files}
-        feeds = _checked_feeds(graph_io(model)[0], feeds, f"self-check {selfcheck} (keys: the ONNX input names)")
+        feeds = checked_feeds(graph_io(model)[0], feeds, f"self-check {selfcheck} (keys: the ONNX input names)")
         # The host figures first (fp32 reference and fp16 floor), so the child's session can stay open for a
         # per-layer analysis when the simulator gates fail.
         reference, floor = host_references(model, Path(reference_onnx or onnx_path), feeds)
@@ -161,7 +161,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
             child.wait_ready()
             if feeds is not None:
                 simulated = child.run(feeds)
-                golden_simulated = [child.run(_checked_feeds(child.inputs, extra, "an end-to-end golden call"))
+                golden_simulated = [child.run(checked_feeds(child.inputs, extra, "an end-to-end golden call"))
                                     for extra in golden_feeds]
                 sim_verdicts, simulator_figures = simulator_verdicts(reference, simulated, options.min_simulator_snr_db,
                                                                      floor)
@@ -219,7 +219,6 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
 def _layer_culprits(child, feeds: dict, model, fp16_maths: bool) -> tuple[list[str], str]:
     """The top rows of the per-layer analysis (`convert diagnose`) in the build's own child session, as
     (short names for the message, the printed table); an analysis that fails is said, never raised."""
-    from converters.build.diagnose import analyse_in_child
     from core.contract import get_contract
     from gates.layer_error import TOP_ROWS, culprits, format_rows, ranked
 
@@ -257,8 +256,8 @@ def differing_bytes(first: Path, second: Path) -> int:
 
 def reproduce_verdict(onnx_path: Path, options: BuildOptions, engine: Path, out_dir: Path) -> Verdict:
     """Compile again and compare: 0 differing bytes passes."""
-    from core.manifest import sha256_file
-    from gates.verdict import at_most
+    from runtime.board.files import sha256_file
+    from runtime.board.verdict import at_most
 
     again = compile_only(onnx_path, options, Path(out_dir) / f".{Path(engine).name}.again")
     try:
@@ -267,14 +266,3 @@ def reproduce_verdict(onnx_path: Path, options: BuildOptions, engine: Path, out_
     finally:
         again.unlink(missing_ok=True)
     return at_most("reproducible", changed, 0, "bytes", detail)
-
-
-def _checked_feeds(specs, feeds: dict, what: str) -> dict:
-    """`feeds` in the engine's input order and dtypes; SetupError for a missing input or a wrong shape."""
-    import numpy as np
-
-    wrong = [f"{s.name} {None if s.name not in feeds else feeds[s.name].shape} (ONNX {s.shape})" for s in specs
-             if s.name not in feeds or tuple(feeds[s.name].shape) != tuple(s.shape)]
-    if wrong:
-        raise SetupError(f"{what} does not fit the engine's inputs: {', '.join(wrong)}")
-    return {s.name: np.asarray(feeds[s.name], dtype=s.dtype) for s in specs}

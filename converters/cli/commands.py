@@ -3,53 +3,19 @@
 the lookup of the families themselves (`converters/families/<name>/`), which sit in this top layer."""
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from converters.build.diagnose import diagnose
+from converters.cli.diagnose import diagnose
 from converters.release.recipes import DIST_DIR, RECIPES_DIR
-from converters.cli.options import FailOnCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, Target, Toolkit
+from converters.cli.families import declaration, register as register_families
+from converters.cli.options import normalised_target, FailOnCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, Target, Toolkit
 from core.errors import SetupError
-from toolkit.versions import DEFAULT_TOOLKIT, FP16_TARGETS
-
-FAMILIES_PACKAGE = "converters.families"
-
-
-def family_names() -> list[str]:
-    """Every family package (or module) under converters/families/, by name."""
-    import converters.families as families
-
-    return sorted(info.name for info in pkgutil.iter_modules(families.__path__))
-
-
-def family_module(name: str):
-    """The family `name` (converters/families/<name>/), or a SetupError naming what was expected."""
-    try:
-        return importlib.import_module(f"{FAMILIES_PACKAGE}.{name}")
-    except ModuleNotFoundError as error:
-        if error.name != f"{FAMILIES_PACKAGE}.{name}":
-            raise
-        raise SetupError(f"no family '{name}' (expected converters/families/{name}/)") from None
-
-
-def recipe_builder(name: str):
-    """The `build_recipe(recipe, target, toolkit, work_dir)` of family `name`."""
-    module = family_module(name)
-    if not hasattr(module, "build_recipe"):
-        raise SetupError(f"family '{name}' has no build_recipe(recipe, target, toolkit, work_dir)")
-    return module.build_recipe
-
-
-def recipe_sources(name: str):
-    """The `recipe_sources(recipe) -> [files of the checkpoint]` of family `name`, or None when it has none
-    (its packages are then always rebuilt)."""
-    return getattr(family_module(name), "recipe_sources", None)
-
+from runtime.board.soc import FP16_TARGETS
+from toolkit.versions import DEFAULT_TOOLKIT
 
 def build(
     onnx_path: Annotated[Path, typer.Argument(metavar="ONNX", help="Fixed-shape ONNX to compile (every input "
@@ -74,12 +40,10 @@ def build(
 
     from converters.build.engine import BuildOptions, build_engine
     from toolkit.session import graph_io, random_feeds
-    from toolkit.versions import check_target
     from core.manifest import summary_lines
 
     from core.onnx_graph import load_model
 
-    check_target(target)
     model = load_model(onnx_path)  # a truncated, foreign or NaN-carrying file stops here, in one line
     options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
                            fail_on_cpu_ops=fail_on_cpu_ops, min_simulator_snr_db=min_snr_db, timeout_s=timeout)
@@ -109,7 +73,7 @@ def inspect(
 
 
 def engines(
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="SoC to build for; every recipe whose "
+    target: Annotated[Optional[str], typer.Option("--target", "-t", callback=normalised_target, help="SoC to build for; every recipe whose "
                       f"`targets` list it is built. One of: {', '.join(FP16_TARGETS)}. Required to build.")] = None,
     toolkit: Toolkit = DEFAULT_TOOLKIT,
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Build only this package (a recipe's "
@@ -138,7 +102,7 @@ def engines(
     if matrix_json:
         import json
 
-        pairs = [{"package": r["package"], "target": t, "family": r["family"]} for r in recipes.load_recipes(recipes_dir)
+        pairs = [{"package": r["package"], "target": t, "family": r["family"]} for r in recipes.load_recipes(recipes_dir, declaration)
                  for t in r["targets"] if target is None or t == target]
         print(json.dumps({"include": pairs}))
         return
@@ -147,13 +111,13 @@ def engines(
                  "components": ", ".join(f"{name} ({'/'.join(c['targets'])})" for name, c in r["components"].items())
                  or "-", "builds_for_target": target in r["targets"],
                  "source": ", ".join(f"{key}={value}" for key, value in r["source"].items()) or "-"}
-                for r in recipes.load_recipes(recipes_dir)]
+                for r in recipes.load_recipes(recipes_dir, declaration)]
         print(format_table(rows))
         return
     if target is None:
         raise SetupError(f"--target is required to build: one of {', '.join(FP16_TARGETS)}")
-    rows = recipes.build_all(target, recipe_builder, toolkit, recipes_dir, dist_dir, only, reproduce=reproduce,
-                             jobs=jobs, sources_for=recipe_sources, force=force)
+    rows = recipes.build_all(target, declaration, toolkit, recipes_dir, dist_dir, only, reproduce=reproduce,
+                             jobs=jobs, force=force)
     print()
     print(format_table(rows, recipes.SUMMARY_COLUMNS) if rows else f"no recipe in {recipes_dir} lists target {target}")
     if any(row["status"] == "FAILED" for row in rows):
@@ -237,11 +201,8 @@ SHARED_COMMANDS = {"build": build, "inspect": inspect, "engines": engines, "self
 
 
 def register(app: typer.Typer, check_app: typer.Typer) -> None:
-    """The shared commands, then every family's own (each family's register adds `convert <name>` and,
-    if it has one, `convert check <name>`)."""
+    """The shared commands, then every family's own (`convert <name>`, made from its declaration, and its
+    `convert check <name>` and extra commands)."""
     for name, command in SHARED_COMMANDS.items():
         app.command(name)(command)
-    for name in family_names():
-        family_register = getattr(family_module(name), "register", None)
-        if family_register is not None:
-            family_register(app, check_app)
+    register_families(app, check_app)

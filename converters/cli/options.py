@@ -1,4 +1,6 @@
-"""Command-line options every family shares, declared once so their help text reads the same."""
+"""Command-line options every command shares, declared once so their help text reads the same. The target is
+normalised here, at the boundary (`--target RK3588` is rk3588 everywhere after), and the shared gate options are
+made from `converters.family.declaration.BuildGates`, which also declares them as recipe `[gates]` keys."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,12 +8,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from toolkit.versions import FP16_TARGETS
+from runtime.board.soc import FP16_TARGETS, check_target
+
+
+def normalised_target(value: str | None) -> str | None:
+    """The lower-case target, or a clean error (exit 2) naming the supported ones."""
+    return None if value is None else check_target(value)
+
 
 Target = Annotated[
     str,
-    typer.Option("--target", "-t", help=f"SoC the engine is compiled for: {', '.join(FP16_TARGETS)}. "
-                 "rv1106 is refused (no fp16 build)."),
+    typer.Option("--target", "-t", callback=normalised_target,
+                 help=f"SoC the engine is compiled for: {', '.join(FP16_TARGETS)}. rv1106 is refused (no fp16 build)."),
 ]
 Toolkit = Annotated[
     str,
@@ -32,18 +40,17 @@ FromOnnx = Annotated[
     typer.Option("--onnx", help="Skip the export: compile this ONNX written earlier by the same command "
                  "with --skip-rknn. Its contract (shapes, window, cache) is read from the ONNX metadata."),
 ]
-MaxRegtaskLines = Annotated[
-    int,
-    typer.Option("--max-regtask-lines", help="Fail the build past this many REGTASK field-overflow lines "
-                 "(an axis longer than an op's register field; a few hundred are benign on some SoCs)."),
-]
-FailOnCpuOps = Annotated[
-    bool,
-    typer.Option("--fail-on-cpu-ops", help="Fail if the layer table places any compute op on the CPU "
-                 "(Input/OutputOperator and their rank-adapting Reshapes do not count)."),
-]
-MinSnrDb = Annotated[
-    float,
-    typer.Option("--min-snr-db", help="Fail when the simulator's output is below this SNR (dB) against "
-                 "onnxruntime fp32 (the exact fp32 twin where the engine graph has one)."),
-]
+
+
+def gate_option(name: str):
+    """The typer option of shared build gate `name` (a `BuildGates` field): its flag and help text."""
+    from converters.family.declaration import BuildGates, field_extra
+
+    info = BuildGates.model_fields[name]
+    flag = field_extra(BuildGates, name)["flag"] or "--" + name.replace("_", "-")
+    return Annotated[info.annotation, typer.Option(flag, help=info.description)]
+
+
+MaxRegtaskLines = gate_option("max_regtask_lines")
+FailOnCpuOps = gate_option("fail_on_cpu_ops")
+MinSnrDb = gate_option("min_simulator_snr_db")

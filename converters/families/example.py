@@ -1,32 +1,31 @@
 """`convert example`: a tiny built-in conv graph (Conv1d -> ReLU -> Conv1d, random weights from a seed).
 
 It needs no checkpoint, so it proves export -> build -> gates -> manifest -> package on a fresh machine,
-and it is the template of a family: one `export` writes the ONNX and returns its `Exported` records,
-`convert_example` and `build_recipe` are thin adapters over `converters.family.pipeline`, `register` adds the
-command to the CLI."""
+and it is the template of a family: one `export` writes the ONNX and returns its `Exported` records, and
+`FAMILY` declares the rest (source, options, the component's export), from which the `convert example` command and
+the recipe adapter are made."""
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Annotated
 
-import typer
+from converters.family.declaration import Component, Family, Table, option
 
-from converters.cli.options import (FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target,
-                                Toolkit)
-from core.errors import SetupError
-from core.paths import work_dir
-from toolkit.versions import DEFAULT_TOOLKIT
-
-FAMILY = "example"
+NAME = "example"
 COMPONENT = "conv"
 EXEC_PLAN_OPTION = "example.exec_plan"
 # fp32 torch against fp32 onnxruntime: only rounding-order noise (~140 dB); less means the export changed the graph.
 MIN_EXPORT_SNR_DB = 100.0
 
-Frames = Annotated[int, typer.Option("--frames", help="Fixed length of the time axis the engine is built for.")]
-Channels = Annotated[int, typer.Option("--channels", help="Channels of both convolutions.")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed of the random weights and of the self-check input.")]
+
+class Source(Table):
+    seed: int = option(0, "Seed of the random weights and of the self-check input.")
+
+
+class Options(Table):
+    frames: list[int] = option([128], "Fixed lengths of the time axis, comma-separated: one engine each (a ladder "
+                               "ordered by frames).", min_length=1)
+    channels: int = option(16, "Channels of both convolutions.", ge=1)
 
 
 def _model(channels: int, seed: int):
@@ -64,7 +63,7 @@ def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | N
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(model, (torch.from_numpy(x),), str(onnx_path), input_names=["x"], output_names=["y"],
                           opset_version=17, dynamo=False)
-    contract = make_contract(FAMILY, COMPONENT, "main", EXEC_PLAN_OPTION, ladder_key=frames,
+    contract = make_contract(NAME, COMPONENT, "main", EXEC_PLAN_OPTION, ladder_key=frames,
                              frames=frames, channels=channels)
     exported = set_contract(fold_fixed(onnx.load(str(onnx_path))), contract)
     onnx.save(exported, str(onnx_path))
@@ -95,51 +94,21 @@ def with_end_to_end(exported: list, channels: int, seed: int) -> list:
                                       "one chunk per rung (3/4 of its width), right-padded, through the ladder")
 
 
-def recipe_sources(recipe: dict) -> list:
-    """No checkpoint: the weights come from `source.seed`, which is part of the recipe itself."""
-    return []
-
-
-def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
-    """One engine per entry of `options.frames` (a ladder ordered by frames); `source.seed` gives the weights."""
-    from converters.family import pipeline
-
-    options = recipe["options"]
-    frames_list = options.get("frames", [])
-    frames_list = frames_list if isinstance(frames_list, list) else [frames_list]
-    if not frames_list or "channels" not in options or "seed" not in recipe["source"]:
-        raise SetupError(f"recipe {recipe['path']}: the example family needs options.frames, options.channels "
-                         "and source.seed")
+def export_ladder(job) -> list:
+    """One engine per `frames` entry (a ladder ordered by frames), the weights from `source.seed`."""
+    channels, seed = job.options.channels, job.source.seed
     exported = []
-    for frames in frames_list:
-        print(f"  export example c{options['channels']} t{frames}, build for {target}", flush=True)
-        exported += export(work_dir, options["channels"], frames, recipe["source"]["seed"], target)
-    exported = with_end_to_end(exported, options["channels"], recipe["source"]["seed"])
-    return pipeline.build_recipe(recipe, target, toolkit, work_dir, exported)
+    for frames in job.options.frames:
+        print(f"  export example c{channels} t{frames}, build for {job.target}", flush=True)
+        exported += export(job.out, channels, frames, seed, job.target)
+    return with_end_to_end(exported, channels, seed)
 
 
-def convert_example(
-    target: Target = "rk3588",
-    toolkit: Toolkit = DEFAULT_TOOLKIT,
-    out: OutDir = work_dir(FAMILY),
-    frames: Frames = 128,
-    channels: Channels = 16,
-    seed: Seed = 0,
-    skip_rknn: SkipRknn = False,
-    from_onnx: FromOnnx = None,
-    max_regtask_lines: MaxRegtaskLines = 100_000,
-    fail_on_cpu_ops: FailOnCpuOps = False,
-    min_snr_db: MinSnrDb = 35.0,
-) -> None:
-    """Export the built-in example conv graph and compile it: the smoke test of the whole path."""
-    from converters.family import pipeline
-
-    pipeline.convert(FAMILY, lambda: with_end_to_end(export(out, channels, frames, seed, target), channels, seed),
-                     from_onnx=from_onnx,
-                     skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit,
-                     max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db,
-                     context="example export")
-
-
-def register(app: typer.Typer, check_app: typer.Typer) -> None:
-    app.command("example")(convert_example)
+FAMILY = Family(
+    name=NAME,
+    help="Export the built-in example conv graph and compile it: the smoke test of the whole path.",
+    source=Source,
+    components=(Component(COMPONENT, export_ladder, Options, context="example export"),),
+    sources=lambda job: [],  # no checkpoint: the weights come from `source.seed`, part of the recipe itself
+    loops=("runtime.board.ladder:golden_loop",),
+)

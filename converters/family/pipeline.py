@@ -16,7 +16,8 @@ from typing import Callable
 from core.contract import get_contract
 from core.errors import SetupError
 from core.paths import end_to_end_inputs, end_to_end_spec, engine_name, reference_path, selfcheck_path
-from gates.verdict import Verdict, require
+from gates.verdict import require
+from runtime.board.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def build(exported: list[Exported], out_dir: Path, options, *, context: str, adv
     with `options` (`converters.build.engine.BuildOptions`), printing the build's own verdicts and what it wrote,
     and write the self-test kit's golden I/O (`selftest/`) beside the engines.
     Returns the `EngineResult`s in the records' order (what packaging assembles)."""
-    from converters.release import kit
+    from converters.build import goldens
     from converters.build.engine import build_engine
 
     # Records of one export often share verdicts (one gate over many graphs): each is shown once.
@@ -117,10 +118,10 @@ def build(exported: list[Exported], out_dir: Path, options, *, context: str, adv
         for record in exported:
             say(f"wrote {record.onnx} and {record.selfcheck.name}")
         return []
-    recordings = kit.record_end_to_end(exported, say)  # fp32 engine calls, run in the simulator at each build
+    recordings = goldens.record_end_to_end(exported, say)  # fp32 engine calls, run in the simulator at each build
     results = []
     for record in exported:
-        calls = kit.calls_of(recordings, engine_name(record.onnx))
+        calls = goldens.calls_of(recordings, engine_name(record.onnx))
         result = build_engine(record.onnx, out_dir, options, selfcheck=record.selfcheck,
                               export_verdicts=record.verdicts, reference_onnx=record.reference,
                               golden_feeds=[feeds for feeds, _ in calls])
@@ -128,36 +129,29 @@ def build(exported: list[Exported], out_dir: Path, options, *, context: str, adv
             say(verdict.line())
         say(f"wrote {result.rknn} and {result.manifest.name}")
         results.append(result)
-    kit_dir = kit.write_goldens(Path(out_dir), exported, results, recordings, options.min_simulator_snr_db)
-    say(f"wrote {kit_dir} (self-test golden I/O, {kit.tree_bytes(kit_dir):,} bytes)")
+    kit_dir = goldens.write_goldens(Path(out_dir), exported, results, recordings, options.min_simulator_snr_db)
+    say(f"wrote {kit_dir} (self-test golden I/O, {goldens.tree_bytes(kit_dir):,} bytes)")
     return results
 
 
-def convert(family: str, export: Callable[[], list[Exported]], *, from_onnx: Path | None, skip_rknn: bool,
-            out: Path, target: str, toolkit: str, max_regtask_lines: int, fail_on_cpu_ops: bool,
-            min_snr_db: float, context: str, advice: str = "", say: Callable[[str], None] = print) -> list:
-    """What every `convert <family>` command does: check the target first (an export can take minutes), take
-    the records of `--onnx` or of a fresh `export()`, then `build` them into `out` (no engine with --skip-rknn)."""
-    from converters.build.engine import BuildOptions
-    from toolkit.versions import check_target, check_toolkit
+def run(job, *, skip_rknn: bool = False, from_onnx: Path | None = None, reproduce: bool = False,
+        say: Callable[[str], None] = print) -> list:
+    """What a `convert <family>` command and a recipe both do with a `Job` (converters.family.declaration): take
+    the records of `--onnx` (the family's own read-back where it declares one) or of the component's export, then
+    `build` them into `job.out` with the job's gates (no engine with --skip-rknn), then the family's after-build."""
+    from converters.family.declaration import build_options
+    from toolkit.versions import check_toolkit
 
-    target = check_target(target)  # exports depend on it too (the problem-op scan, per-target graph forms)
-    options = None
-    if not skip_rknn:
-        options = BuildOptions(target=target, toolkit=check_toolkit(toolkit),
-                               max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
-                               min_simulator_snr_db=min_snr_db)
-    exported = [Exported.from_onnx(from_onnx, family)] if from_onnx is not None else export()
-    return build(exported, out, options, context=context, advice=advice, say=say)
-
-
-def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path, exported: list[Exported],
-                 advice: str = "", say: Callable[[str], None] = print) -> list:
-    """What every family's `build_recipe` does with its export: build it with the recipe's `[gates]`."""
-    from converters.build.engine import BuildOptions
-
-    return build(exported, work_dir, BuildOptions.from_recipe(recipe, target, toolkit), context=recipe["package"],
-                 advice=advice, say=say)
+    options = None if skip_rknn else build_options(job.gates, job.target, check_toolkit(job.toolkit), reproduce)
+    if from_onnx is not None:
+        exported = (job.family.from_onnx(job, Path(from_onnx)) if job.family.from_onnx is not None
+                    else [Exported.from_onnx(from_onnx, job.family.name)])
+    else:
+        exported = job.component.export(job)
+    results = build(exported, job.out, options, context=job.context, advice=job.component.advice, say=say)
+    if job.family.after_build is not None:
+        job.family.after_build(job, results)
+    return results
 
 
 def recipe_snapshot(source: dict, resolve: Callable[[str], object], repo_id: str) -> str:

@@ -1,245 +1,79 @@
-"""The board self-test kit, host side: record the golden I/O at build time, put the kit into a package
-(`selftest/`, `selftest.py`, the runtime modules it imports, copied unchanged, and `SHA256SUMS`), verify a
-package against its sums and manifests, and replay the kit on the host (`convert selftest`, `convert verify`).
+"""The board self-test kit, host side: put the kit into a package (the goldens `converters.build.goldens` wrote at
+build time in `selftest/`, `selftest.py`, the board runtime folder `runtime/board/` copied unchanged, and
+`SHA256SUMS`), verify a package against its sums and manifests, rebuild its engines, and replay the kit on the
+host (`convert selftest`, `convert verify`).
 
-The board side is `runtime/selftest.py` (run there as `python3 selftest.py`) over `runtime/golden.py`."""
+What ships is a folder, not a scan: `runtime/__init__.py` and every module of `runtime/board/` (closed: it
+imports only itself, numpy and the stdlib; tests/structure checks), with `runtime/board/selftest.py` at the
+package root as `selftest.py` (run there as `python3 selftest.py`)."""
 from __future__ import annotations
 
-import ast
 import json
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from converters.release.package import write_file
+from converters.build.goldens import tree_bytes
 from core.errors import PackageError, SetupError
-from core.paths import KIT_DIR, REPO_ROOT, SUMS_NAME, end_to_end_inputs, engine_name, manifest_name
+from core.paths import REPO_ROOT, manifest_name
+from runtime.board.files import KIT_DIR, SUMS_NAME
 
 KIT_SCRIPT = "selftest.py"
 KIT_ENTRY_MODULE = "runtime.board.selftest"
-SHIPPABLE_PACKAGES = ("runtime", "core", "gates")  # numpy and the stdlib at module level (tests/structure checks)
+BOARD_PACKAGE = "runtime.board"  # the folder that ships, with its parent package's __init__.py
+SHIPPED_FOLDERS = ("runtime",)  # the top-level folders a package's kit occupies (beside selftest/ and selftest.py)
 MAX_KIT_BYTES, MIN_KIT_BUDGET_BYTES, KIT_SHARE = 20_000_000, 1_000_000, 0.05
 SIMULATORS_OPEN = 4  # converter children alive at once in a host replay (each holds a compiled graph)
 
 
-@dataclass
-class Recording:
-    """One end-to-end golden run on the host in fp32: the loop's inputs, every engine call, its final outputs."""
-
-    spec: dict
-    inputs: dict
-    calls: list  # (engine file name, feeds, outputs), in call order
-    outputs: dict
-
-
-def tree_bytes(path: Path) -> int:
-    path = Path(path)
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
-
-
-# --- recording (build time) ----------------------------------------------------------------------------------
-
-def record_end_to_end(exported: list, say: Callable[[str], None] = print) -> list[Recording]:
-    """Run each end-to-end golden that the records declare over onnxruntime fp32 (on each engine's fp32 twin
-    where it has one), recording every engine call. A golden whose engines are not all among `exported` (an
-    `--onnx` build of one engine) is skipped with a line."""
-    import numpy as np
-
-    from core.contract import get_contract
-    from runtime.host.backends import OnnxBackend
-    from runtime.board.golden import CallLog, EnginePool, run_loop
-
-    by_name = {engine_name(r.onnx): r for r in exported}
-    recordings = []
-    for spec_path in dict.fromkeys(r.end_to_end for r in exported if r.end_to_end is not None):
-        spec = json.loads(Path(spec_path).read_text())
-        missing = [name for name in spec["engines"] if name not in by_name]
-        if missing:
-            say(f"end-to-end golden {spec['name']} skipped: it also needs {', '.join(missing)}")
-            continue
-        with np.load(end_to_end_inputs(spec_path)) as data:
-            inputs = {key: data[key] for key in data.files}
-        log = CallLog()
-        entries = [(name, get_contract(by_name[name].onnx)) for name in spec["engines"]]
-
-        def fp32(name: str):
-            record = by_name[name]
-            return OnnxBackend(record.reference or record.onnx)
-
-        with EnginePool(entries, fp32, None, log) as pool:
-            outputs = run_loop(spec["loop"], pool.engines, inputs, spec["params"])
-        recordings.append(Recording(spec, inputs, log.calls, outputs))
-    return recordings
-
-
-def calls_of(recordings: list[Recording], engine: str) -> list[tuple[dict, dict]]:
-    """(feeds, fp32 outputs) of every recorded call of `engine`, in order over all recordings."""
-    return [(feeds, outputs) for recording in recordings for name, feeds, outputs in recording.calls if name == engine]
-
-
-class ReplayBackend:
-    """Returns stored outputs in call order, whatever it is fed: the loop replayed with the simulator's
-    outputs of the fp32-fed calls (teacher forcing: each call's inputs are the fp32 loop's)."""
-
-    def __init__(self, outputs: list[dict], input_names: list[str], output_names: list[str]):
-        self._outputs, self.input_names, self.output_names = list(outputs), input_names, output_names
-
-    def run(self, feeds: dict) -> dict:
-        if not self._outputs:
-            raise RuntimeError("the replayed loop made more calls than were recorded")
-        return self._outputs.pop(0)
-
-    def close(self) -> None:
-        pass
-
-
-def write_goldens(out_dir: Path, exported: list, results: list, recordings: list[Recording], min_snr_db: float) -> Path:
-    """`out_dir/selftest/`: `golden.npz` (identical arrays once) and `index.json`. Per engine: the self-check
-    inputs, the fp32 outputs, the simulator outputs. Per end-to-end golden: the loop's inputs, every call's
-    engine, input digests and fp32 outputs, and the loop's final fp32 outputs, with the simulator's figure for
-    the loop (the loop replayed over the simulator outputs of its fp32-fed calls)."""
-    import numpy as np
-
-    from core.manifest import json_safe
-    from gates.snr import max_abs, snr_db
-    from runtime.board.golden import GOLDEN_FILE, SCHEMA_VERSION, ArrayWriter, EnginePool, as_stored, digest, run_loop
-    from runtime.board.golden import write_index
-
-    kit_dir = Path(out_dir) / KIT_DIR
-    shutil.rmtree(kit_dir, ignore_errors=True)
-    kit_dir.mkdir(parents=True)
-    writer = ArrayWriter()
-    index = {"schema": SCHEMA_VERSION, "file": GOLDEN_FILE, "engines": [], "end_to_end": []}
-    for record, result in zip(exported, results):
-        manifest = result.manifest_data
-        with np.load(record.selfcheck) as data:
-            feeds = {key: data[key] for key in data.files}
-        unstored = [name for name, value in feeds.items() if not np.array_equal(as_stored(value), value, equal_nan=True)]
-        if unstored:
-            raise PackageError(f"{record.selfcheck.name}: inputs {unstored} were not written by record_export in the "
-                               "kit's storage form; export the ONNX again with this rkaudio")
-        arrays = [writer.add("input", spec["name"], feeds[spec["name"]]) for spec in manifest["inputs"]]
-        arrays += [writer.add("fp32", tensor, value) for tensor, value in result.reference_outputs.items()]
-        arrays += [writer.add("simulator", tensor, value) for tensor, value in result.simulator_outputs.items()]
-        contract = manifest["contract"]
-        index["engines"].append({
-            "engine": Path(result.rknn).name, "manifest": Path(result.manifest).name, "arrays": arrays,
-            "reference": f"onnxruntime fp32 on {contract.get('reference_onnx') or manifest['onnx']['path']}",
-            "simulator": manifest["simulator"], "min_snr_db": min_snr_db})
-    simulated = {Path(r.rknn).name: list(r.golden_simulator_outputs) for r in results}
-    manifests = {Path(r.rknn).name: r.manifest_data for r in results}
-    for recording in recordings:
-        spec = recording.spec
-        arrays = [writer.add("input", tensor, value) for tensor, value in recording.inputs.items()]
-        calls = []
-        for number, (engine, feeds, outputs) in enumerate(recording.calls):
-            calls.append({"engine": engine, "inputs": [{"tensor": tensor, "dtype": str(np.asarray(value).dtype),
-                                                        "shape": list(np.shape(value)), "sha256": digest(value)}
-                                                       for tensor, value in feeds.items()]})
-            arrays += [writer.add("call_output", tensor, value, call=number, engine=engine)
-                       for tensor, value in outputs.items()]
-        arrays += [writer.add("output", tensor, value) for tensor, value in recording.outputs.items()]
-        replays = {name: ReplayBackend([simulated[name].pop(0) for _ in range(sum(c[0] == name for c in recording.calls))],
-                                       [t["name"] for t in manifests[name]["inputs"]],
-                                       [t["name"] for t in manifests[name]["outputs"]])
-                   for name in spec["engines"]}
-        with EnginePool([(name, manifests[name]["contract"]) for name in spec["engines"]], replays.__getitem__) as pool:
-            sim_outputs = run_loop(spec["loop"], pool.engines, recording.inputs, spec["params"])
-        figures = {tensor: {"snr_db": snr_db(value, sim_outputs[tensor]), "max_abs": max_abs(value, sim_outputs[tensor]),
-                            "method": "the loop replayed over the simulator outputs of its fp32-fed calls"}
-                   for tensor, value in recording.outputs.items() if value.dtype.kind == "f"}
-        index["end_to_end"].append({
-            "name": spec["name"], "loop": spec["loop"], "params": spec["params"], "description": spec["description"],
-            "engines": spec["engines"], "arrays": arrays, "calls": calls, "simulator": figures,
-            "min_snr_db": min_snr_db})
-    writer.save(kit_dir / GOLDEN_FILE)
-    write_index(kit_dir, json_safe(index))
-    return kit_dir
-
-
-def merge_goldens(kits: list[Path], into: Path) -> Path:
-    """One kit from the kits of a package's components (each written by `write_goldens`): their engines and
-    end-to-end goldens side by side in one index, every array keyed anew (identical arrays still stored once).
-    The component kits are removed."""
-    import numpy as np
-
-    from runtime.board.golden import GOLDEN_FILE, SCHEMA_VERSION, ArrayWriter, read_index, write_index
-
-    writer = ArrayWriter()
-    merged = {"schema": SCHEMA_VERSION, "file": GOLDEN_FILE, "engines": [], "end_to_end": []}
-    for kit_dir in kits:
-        index = read_index(kit_dir)
-        with np.load(Path(kit_dir) / index["file"]) as data:
-            for section in ("engines", "end_to_end"):
-                merged[section] += [{**entry, "arrays": [writer.adopt(array, data[array["key"]])
-                                                         for array in entry["arrays"]]} for entry in index[section]]
-    shutil.rmtree(into, ignore_errors=True)
-    Path(into).mkdir(parents=True)
-    writer.save(Path(into) / GOLDEN_FILE)
-    write_index(into, merged)
-    for kit_dir in kits:
-        shutil.rmtree(kit_dir)
-    return Path(into)
+def write_file(target: Path, source: Path | None = None, text: str | None = None) -> Path:
+    """Copy `source` (with its times) or write `text` to `target`; a failed write (disk full, a file-size limit,
+    permissions) is a PackageError naming the file, so the staged package is dropped with one clear line."""
+    try:
+        if source is not None:
+            shutil.copy2(source, target)
+        else:
+            Path(target).write_text(text)
+    except OSError as error:
+        raise PackageError(f"could not write {target}: {error.strerror or error}") from None
+    return Path(target)
 
 
 # --- the package (packaging time) ----------------------------------------------------------------------------
 
-def module_file(module: str) -> Path | None:
-    base = REPO_ROOT.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+def kit_files() -> dict[Path, str]:
+    """Source file in the repository -> its path in a package: `runtime/__init__.py`, every module of
+    `runtime/board/` (its own layout), and `runtime/board/selftest.py` as `selftest.py` at the root."""
+    board = REPO_ROOT.joinpath(*BOARD_PACKAGE.split("."))
+    entry = REPO_ROOT.joinpath(*KIT_ENTRY_MODULE.split(".")).with_suffix(".py")
+    sources = [REPO_ROOT / "runtime" / "__init__.py"]
+    sources += sorted(p for p in board.rglob("*.py") if "__pycache__" not in p.parts)
+    return {source: KIT_SCRIPT if source == entry else str(source.relative_to(REPO_ROOT)) for source in sources}
 
 
-def _module_level_imports(path: Path) -> list[str]:
-    """Modules imported at module level (not inside functions or classes: those are lazy, board-side unused)."""
-    found, pending = [], list(ast.parse(path.read_text()).body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.append(node.module)
-            found += [f"{node.module}.{alias.name}" for alias in node.names if module_file(f"{node.module}.{alias.name}")]
-        else:
-            pending += [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
-    return found
-
-
-def kit_modules(loops: list[str]) -> list[str]:
-    """Every rkaudio module the kit imports at module level, from `runtime.board.selftest` and the end-to-end loops'
-    modules, with their packages; a shipped module importing a non-shippable one is a PackageError."""
-    pending = [KIT_ENTRY_MODULE, "runtime.board.golden"] + [loop.partition(":")[0] for loop in loops]
-    seen: set[str] = set()
-    while pending:
-        module = pending.pop()
-        top = module.split(".")[0]
-        if module in seen or module_file(top) is None:  # third-party or stdlib
-            continue
-        if top not in SHIPPABLE_PACKAGES:
-            raise PackageError(f"the board kit would need {module}; only {', '.join(SHIPPABLE_PACKAGES)} ship "
-                               "(move what the board needs down into runtime/)")
-        seen.add(module)
-        parts = module.split(".")
-        pending += [".".join(parts[:i]) for i in range(1, len(parts))]
-        pending += _module_level_imports(module_file(module))
-    return sorted(seen)
+def kit_modules() -> list[str]:
+    """The dotted names of every module the kit ships (the listing of `runtime/board/`, with `runtime`)."""
+    names = []
+    for source in kit_files():
+        parts = list(source.relative_to(REPO_ROOT).with_suffix("").parts)
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return sorted(names)
 
 
 def install(package_dir: Path) -> int:
-    """Copy `selftest.py` and the modules it needs into the package (unchanged); their bytes."""
+    """Copy `selftest.py` and the board runtime folder into the package (unchanged); their bytes. An end-to-end
+    golden whose loop is not a module of that folder is a PackageError (the board could not run it)."""
+    package_dir = Path(package_dir)
     index = json.loads((package_dir / KIT_DIR / "index.json").read_text())
+    shipped = set(kit_modules())
+    for entry in index["end_to_end"]:
+        module = entry["loop"].partition(":")[0]
+        if module not in shipped or module == KIT_ENTRY_MODULE:
+            raise PackageError(f"the end-to-end golden {entry['name']} runs {entry['loop']}, which the board kit "
+                               f"does not ship: a loop is a module of {BOARD_PACKAGE.replace('.', '/')}/")
     written = 0
-    for module in kit_modules([entry["loop"] for entry in index["end_to_end"]]):
-        source = module_file(module)
-        if module == KIT_ENTRY_MODULE:
-            target = package_dir / KIT_SCRIPT
-        else:
-            target = package_dir / source.relative_to(REPO_ROOT)
+    for source, name in kit_files().items():
+        target = package_dir / name
         target.parent.mkdir(parents=True, exist_ok=True)
         write_file(target, source)
         written += target.stat().st_size
@@ -247,8 +81,8 @@ def install(package_dir: Path) -> int:
 
 
 def kit_size(package_dir: Path) -> int:
-    """Bytes of the kit in a package: the goldens, selftest.py and the shipped module folders."""
-    parts = [Path(package_dir) / name for name in (KIT_DIR, KIT_SCRIPT, *SHIPPABLE_PACKAGES)]
+    """Bytes of the kit in a package: the goldens, selftest.py and the shipped folders."""
+    parts = [Path(package_dir) / name for name in (KIT_DIR, KIT_SCRIPT, *SHIPPED_FOLDERS)]
     return sum(tree_bytes(part) for part in parts if part.exists())
 
 
@@ -343,7 +177,7 @@ def rebuild_problems(package_dir: Path, onnx_dir: Path, say: Callable[[str], Non
 
 
 def add_to_package(package_dir: Path, work_dir: Path) -> dict:
-    """Put the kit into an assembled package: the goldens, selftest.py and its modules, then SHA256SUMS over
+    """Put the kit into an assembled package: the goldens, selftest.py and the board runtime, then SHA256SUMS over
     every file. PackageError when the kit exceeds its budget. Returns {kit_bytes, package_bytes, budget_bytes}."""
     source = Path(work_dir) / KIT_DIR
     if not (source / "index.json").is_file():

@@ -1,7 +1,8 @@
 """Assemble a release package: `dist/<target>/<package>_<target>/` with every engine, its manifest and
-build log, one merged `exec_plan.json` and the board self-test kit (converters/kit.py: `selftest/`,
-`selftest.py`, `SHA256SUMS`); plus the summary table `make engines` prints. The ONNX files the engines were
-compiled from stay in `onnx_dir()` (beside dist/, named by each manifest relatively) for host replays.
+build log, one merged `exec_plan.json`, the model card (converters/release/card.py) and the board self-test
+kit (converters/release/kit.py: `selftest/`, `selftest.py`, `runtime/board/`, `SHA256SUMS`); plus the summary
+table `make engines` prints. The ONNX files the engines were compiled from stay in `onnx_dir()` (beside dist/,
+named by each manifest relatively) for host replays.
 
 The package is staged in a hidden directory beside its final place and renamed in one step, so a
 failed or interrupted build never leaves a half-written package behind."""
@@ -16,6 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from converters.release import kit
+from converters.release.card import CARD_NAME, model_card
+from converters.release.kit import write_file
 from core.errors import PackageError
 
 
@@ -24,19 +28,6 @@ KEY_NAME = "build-key.json"  # what determined the package (converters.release.r
 
 def package_name(package: str, target: str) -> str:
     return f"{package}_{target}"
-
-
-def write_file(target: Path, source: Path | None = None, text: str | None = None) -> Path:
-    """Copy `source` (with its times) or write `text` to `target`; a failed write (disk full, a file-size limit,
-    permissions) is a PackageError naming the file, so the staged package is dropped with one clear line."""
-    try:
-        if source is not None:
-            shutil.copy2(source, target)
-        else:
-            Path(target).write_text(text)
-    except OSError as error:
-        raise PackageError(f"could not write {target}: {error.strerror or error}") from None
-    return Path(target)
 
 
 def onnx_dir(dist_dir: Path, target: str, name: str) -> Path:
@@ -111,10 +102,9 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
     contract lists under `package_files`, into `package_dir`; write the merged `exec_plan.json`; add the
     self-test kit from `work_dir` (where the engines were built: its `selftest/`) with SHA256SUMS.
     `onnx_home` = (final ONNX folder, final package folder): each manifest then names its ONNX relatively.
-    With `recipe` and `target`, the model card (README.md, converters/publish.py) is written too; `build_key`
+    With `recipe` and `target`, the model card (README.md, converters/release/card.py) is written too; `build_key`
     (converters.release.recipes.package_key) goes into build-key.json.
     Returns the manifests as written."""
-    from converters.release import kit
     from runtime.host.exec_plan import plan_problems
 
     seen: set[str] = set()
@@ -153,8 +143,6 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
                            + "; ".join(refused))
     write_file(package_dir / "exec_plan.json", text=json.dumps(plan, indent=2) + "\n")
     if recipe is not None:
-        from converters.release.publish import CARD_NAME, model_card
-
         write_file(package_dir / CARD_NAME, text=model_card(recipe, target, manifests, plan,
                                                                 (build_key or {}).get("sources")))
     if build_key is not None:
@@ -169,8 +157,7 @@ def summary_row(package: str, status: str, manifests: list[dict] = (), gate_resu
     """One line of the `make engines` table from the package's manifests (or, for a failed build, from the
     verdicts of the failure); with `package_dir`, the package's and its self-test kit's bytes; `components`:
     what a several-component package holds on this target (converters.release.recipes.components_cell)."""
-    from converters.release.kit import kit_size, tree_bytes
-    from gates.verdict import worst_snr_db
+    from runtime.board.verdict import worst_snr_db
 
     gates = [g for m in manifests for g in m.get("gates", [])] + list(gate_results)
     return {
@@ -182,8 +169,8 @@ def summary_row(package: str, status: str, manifests: list[dict] = (), gate_resu
         "engine_bytes": sum(m["rknn"]["bytes"] for m in manifests) if manifests else None,
         "cpu_ops": sum(m["ops"]["cpu"] for m in manifests) if manifests else None,
         "regtask_lines": sum(m["regtask"]["lines"] for m in manifests) if manifests else None,
-        "kit_bytes": kit_size(package_dir) if package_dir is not None else None,
-        "package_bytes": tree_bytes(package_dir) if package_dir is not None else None,
+        "kit_bytes": kit.kit_size(package_dir) if package_dir is not None else None,
+        "package_bytes": kit.tree_bytes(package_dir) if package_dir is not None else None,
     }
 
 

@@ -1,64 +1,17 @@
-"""Publishing a release: the model card every package carries (`README.md`, written at packaging so SHA256SUMS
-covers it) and `convert publish`, which checks each package (SHA256SUMS and manifests, the host replay of its
+"""Publishing a release (`convert publish`): it checks each package (SHA256SUMS and manifests, the host replay of its
 self-test) before anything is uploaded, then uploads to one Hub repository, a folder per package, only the files
 whose remote hashes differ, and tags the revision. The live upload is exercised by release engineers only: tests
 run it against a stand-in for `huggingface_hub.HfApi` that records calls and models the remote files and tags."""
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from pathlib import Path
 from typing import Callable
 
+from converters.release.kit import HostOpener, package_files, verify
 from core.errors import SetupError
-from core.paths import SUMS_NAME
-from gates.verdict import worst_snr_db
-
-CARD_NAME = "README.md"
-
-
-def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict, sources: dict | None = None) -> str:
-    """The package's model card: Hub front matter, source (`sources`: checkpoint file -> sha256), toolkit (the
-    oldest board runtime that loads the engines), a table of engines with bytes, gates and figures, the
-    exec_plan snippet, the self-test line."""
-    card = recipe.get("card", {})
-    toolkits = sorted({m["toolkit_version"] for m in manifests})
-    producers = sorted({f"{m.get('producer_version')} ({m.get('producer_git')})" for m in manifests})
-    tags = ["rknn", "rockchip", target, "npu", recipe["family"], *card.get("tags", [])]
-    front = ["---", "library_name: rknn", f"license: {card.get('license', 'other')}", "tags:"]
-    front += [f"- {tag}" for tag in dict.fromkeys(tags)]
-    if card.get("pipeline_tag"):
-        front.append(f"pipeline_tag: {card['pipeline_tag']}")
-    front.append("---")
-    source_lines = [f"- {card.get('source', 'see the recipe')}"]
-    # The checkpoint's files as the build key hashed them (converters.release.recipes.package_key: the family's
-    # recipe_sources), so the card names exactly what the engines were built from.
-    source_lines += [f"- checkpoint file `{Path(path).name}`: sha256 `{digest}`"
-                     for path, digest in sorted((sources or {}).items())]
-    if not sources:
-        source_lines.append("- checkpoint files: none (the family builds from code, or names no files)")
-    rows = ["| engine | bytes | gates | worst SNR (dB) | CPU ops | REGTASK lines |", "|---|---:|---:|---:|---:|---:|"]
-    for m in manifests:
-        gates = m.get("gates", [])
-        worst = worst_snr_db(gates)
-        rows.append(f"| `{m['rknn']['path']}` | {m['rknn']['bytes']:,} | {sum(bool(g['passed']) for g in gates)}/"
-                    f"{len(gates)} | {'-' if worst is None else f'{worst:.1f}'} | {m['ops']['cpu']} | "
-                    f"{m['regtask']['lines']} |")
-    lines = front + [
-        f"# {recipe['package']} for {target.upper()}", "",
-        f"fp16 `.rknn` engines built by rkaudio {', '.join(producers)} with rknn-toolkit2 {', '.join(toolkits)}: "
-        f"the board needs `librknnrt.so` {toolkits[-1]} or newer (older runtimes refuse the engines).", "",
-        "## Source", *source_lines, "",
-        "## Engines", *rows, "",
-        "Every figure is measured on the host at build time (fp32 onnxruntime and the toolkit simulator); the "
-        "self-test below measures them again on the board.", "",
-        "## exec_plan", "```json", json.dumps(plan, indent=2), "```", "",
-        "## On the board", "Copy this folder to the board (Python 3.8+, numpy, rknn-toolkit-lite2), then in it:",
-        "```", "python3 selftest.py", "```",
-        f"It checks every file against {SUMS_NAME}, the runtime version, every engine and the end-to-end goldens; "
-        "exit 0 means every gate passed.", ""]
-    return "\n".join(lines)
+from runtime.board.files import SUMS_NAME
 
 
 def git_blob_sha1(path: Path) -> str:
@@ -87,7 +40,7 @@ def remote_hashes(api, repo_id: str, revision: str | None) -> dict[str, tuple[st
 
 
 def _same(local: Path, remote: tuple[str, str] | None) -> bool:
-    from core.manifest import sha256_file
+    from runtime.board.files import sha256_file
 
     if remote is None:
         return False
@@ -105,7 +58,6 @@ def packages_in(dist_target_dir: Path) -> list[Path]:
 
 def check_packages(packages: list[Path], replay: str, say: Callable[[str], None]) -> None:
     """Refuse the whole release, before any upload, when a package fails `convert verify` or its host replay."""
-    from converters.release.kit import HostOpener, verify
     from runtime.board.selftest import selftest
 
     for package in packages:
@@ -127,8 +79,6 @@ def publish(dist_target_dir: Path, repo_id: str, revision: str | None = None, dr
             replay: str = "simulator", api=None, say: Callable[[str], None] = print) -> list[tuple[str, str]]:
     """Check every package, then upload what differs into `repo_id` (a folder per package) and tag `revision`.
     Returns the operations as (verb, path in repo); with `dry_run` nothing is sent."""
-    from converters.release.kit import package_files
-
     packages = packages_in(dist_target_dir)
     check_packages(packages, replay, say)
     if api is None:

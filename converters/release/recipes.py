@@ -5,108 +5,72 @@ the summary rows.
 A recipe is a TOML table:
 
     package = "example_conv"            # dist name: <package>_<target>
-    family = "example"                  # converters/families/<family>/, whose build_recipe() builds it
+    family = "example"                  # converters/families/<family>/, whose declaration (FAMILY) builds it
     targets = ["rk3588", "rk3576"]
     [source]   # family-specific: where the checkpoint comes from (a path, a PyPI package name, ...)
     [options]  # family-specific export options (frames, window, ...)
-    [gates]    # thresholds; keys named like BuildOptions fields (min_simulator_snr_db, max_regtask_lines,
-               # fail_on_cpu_ops) reach build_engine through BuildOptions.from_recipe(), the rest are the family's
+    [gates]    # thresholds: the shared build gates (min_simulator_snr_db, max_regtask_lines, fail_on_cpu_ops)
+               # and the family's own
     [card]     # the model card (README.md): license of the source model, pipeline_tag, tags, source (one line)
     [components.<name>]  # optional: a model of several components (Piper: decoder + duration_encoder) is one
                          # package; each component table may hold `targets` (a subset; default all), `options`
-                         # and `gates` (merged over the recipe's own), and the family's build_recipe gets the
+                         # and `gates` (merged over the recipe's own), and the component's export gets the
                          # merged recipe with `component` = <name>. One exec_plan.json holds them all.
-    An option may be per target: a table keyed by SoC (`window = {rk3588 = 237, rk3566 = 173}`) gives the
+    An option or gate may be per target: a table keyed by SoC (`window = {rk3588 = 237, rk3566 = 173}`) gives the
     family the value for the target it builds.
+Every key is checked against the family's declaration when the recipe loads (converters/family/schema.py): an
+unknown key, a wrong type, an out-of-range value or a per-target table naming a target the recipe lacks is
+refused in one line naming the file, the table, the key and the closest valid key.
 
 Heavy modules are imported inside functions: `convert --help` must stay fast."""
 from __future__ import annotations
 
-import os
 import shutil
 import time
 import tomllib
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from converters.release.package import KEY_NAME, assemble, onnx_dir, package_name, staged_package, summary_row
+from converters.release.scheduler import available_memory, build_parallel, dist_lock, last_peak_rss
 from core.errors import BuildError, GateFailure, MissingSource, PackageError, SetupError
 from core.paths import REPO_ROOT
-from toolkit.versions import DEFAULT_TOOLKIT, FP16_TARGETS, check_target, check_toolkit
+from runtime.board.soc import check_target
+from toolkit.versions import DEFAULT_TOOLKIT, check_toolkit
 
-# A family's build_recipe(recipe, target, toolkit, work_dir) -> list[EngineResult].
-BuildRecipe = Callable[[dict, str, str, Path], list]
+# The declaration of a family by name (converters.cli.families.declaration: the families sit above this room).
+FamilyFor = Callable[[str], object]
 
-LOCK_NAME = ".lock"
 RECIPES_DIR = REPO_ROOT / "recipes"
 DIST_DIR = REPO_ROOT / "dist"
 SUMMARY_COLUMNS = ["package", "status", "components", "gates", "worst_snr_db", "engine_bytes", "cpu_ops",
                    "regtask_lines", "kit_bytes", "package_bytes"]
 
-def load_recipe(path: Path) -> dict:
-    """Parse and check one recipe; `source`, `options` and `gates` default to empty tables."""
+def load_recipe(path: Path, family_for: FamilyFor) -> dict:
+    """Parse one recipe and check it whole against the schema and its family's declaration (SetupError, one line
+    per problem); its tables default to empty, its targets are normalised."""
+    from converters.family.schema import load_recipe_table
+
     path = Path(path)
     try:
         recipe = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:
         raise SetupError(f"recipe {path} is not valid TOML: {error}") from None
-    for key, kind in (("package", str), ("family", str), ("targets", list)):
-        if not isinstance(recipe.get(key), kind):
-            raise SetupError(f"recipe {path} needs `{key}` ({kind.__name__}); see converters/recipes.py")
-    unknown_targets = [t for t in recipe["targets"] if t not in FP16_TARGETS]
-    if unknown_targets:
-        raise SetupError(f"recipe {path} lists targets {unknown_targets}; fp16 targets are {', '.join(FP16_TARGETS)}")
-    for table in ("source", "options", "gates", "card", "components"):
-        if not isinstance(recipe.setdefault(table, {}), dict):
-            raise SetupError(f"recipe {path}: `{table}` must be a table ([{table}])")
-    for name, component in recipe["components"].items():
-        where = f"recipe {path}: [components.{name}]"
-        if not isinstance(component, dict) or set(component) - set(COMPONENT_KEYS):
-            extra = sorted(set(component) - set(COMPONENT_KEYS)) if isinstance(component, dict) else component
-            raise SetupError(f"{where} may hold only {', '.join(COMPONENT_KEYS)}, not {extra!r}")
-        for table in ("options", "gates"):
-            if not isinstance(component.setdefault(table, {}), dict):
-                raise SetupError(f"{where}: `{table}` must be a table")
-        outside = sorted(set(component.setdefault("targets", list(recipe["targets"]))) - set(recipe["targets"]))
-        if outside:
-            raise SetupError(f"{where} lists targets {outside} that the recipe's `targets` do not")
-    if recipe["components"]:
-        empty = [t for t in recipe["targets"] if not any(t in c["targets"] for c in recipe["components"].values())]
-        if empty:
-            raise SetupError(f"recipe {path}: no component lists target(s) {empty}; drop them from `targets`")
-    recipe["path"] = str(path)
-    for target in recipe["targets"]:  # a per-target option lacking one of them fails here, before any build
-        recipes_for(recipe, target)
-    return recipe
-
-
-COMPONENT_KEYS = ("targets", "options", "gates")
+    return {**load_recipe_table(recipe, str(path), family_for), "path": str(path)}
 
 
 def recipes_for(recipe: dict, target: str) -> list[dict]:
-    """What the family's build_recipe gets for `target`: the recipe, or one recipe per component listing the target
-    (its options and gates over the recipe's, `component` = its name), with per-target options resolved."""
+    """What the component exports get for `target`: the recipe, or one recipe per component listing the target
+    (its options and gates over the recipe's, `component` = its name), with per-target values resolved."""
+    from converters.family.schema import resolve
+
     parts = ([(name, c) for name, c in recipe["components"].items() if target in c["targets"]]
              if recipe["components"] else [(None, {"options": {}, "gates": {}})])
     return [{**recipe, **({"component": name} if name else {}),
-             "options": per_target({**recipe["options"], **part["options"]}, target, recipe["path"]),
-             "gates": {**recipe["gates"], **part["gates"]}} for name, part in parts]
-
-
-def per_target(options: dict, target: str, where: str) -> dict:
-    """Options with each per-target value (a table keyed by SoC, e.g. `window = {rk3588 = 237, rk3566 = 173}`)
-    replaced by the value for `target`."""
-    resolved = {}
-    for key, value in options.items():
-        if isinstance(value, dict) and value and set(value) <= set(FP16_TARGETS):
-            if target not in value:
-                raise SetupError(f"recipe {where}: option `{key}` is per target ({', '.join(value)}) and names no "
-                                 f"value for {target}")
-            value = value[target]
-        resolved[key] = value
-    return resolved
+             "options": resolve({**recipe["options"], **part["options"]}, recipe["per_target"]["options"], target),
+             "gates": resolve({**recipe["gates"], **part["gates"]}, recipe["per_target"]["gates"], target)}
+            for name, part in parts]
 
 
 def components_cell(recipe: dict, target: str) -> str:
@@ -119,9 +83,10 @@ def components_cell(recipe: dict, target: str) -> str:
     return "+".join(held) + (f"; {', '.join(lacking)}" if lacking else "")
 
 
-def load_recipes(directory: Path = RECIPES_DIR) -> list[dict]:
+def load_recipes(directory: Path, family_for: FamilyFor) -> list[dict]:
     """Every `*.toml` in `directory`, by package name; two recipes may not share a package name."""
-    recipes = sorted((load_recipe(p) for p in sorted(Path(directory).glob("*.toml"))), key=lambda r: r["package"])
+    recipes = sorted((load_recipe(p, family_for) for p in sorted(Path(directory).glob("*.toml"))),
+                     key=lambda r: r["package"])
     names = [r["package"] for r in recipes]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -130,16 +95,19 @@ def load_recipes(directory: Path = RECIPES_DIR) -> list[dict]:
 
 
 SHARED_CODE = ("core", "gates", "toolkit", "runtime", "surgery")
+FAMILIES_DIR = REPO_ROOT / "converters" / "families"
 
 
 def code_files(family: str) -> list[Path]:
-    """The code that shapes a package of `family`: the shared layers, converters' own modules, the family's
-    folder (or module), and the venv pins and pyproject (the packages that run it). Not the commit: an
-    unrelated change rebuilds nothing."""
+    """The code that shapes a package of `family`: the shared layers, every module of converters outside
+    families/ (its rooms build/, family/, release/, cli/, and families/__init__.py), the family's folder (or
+    module), and the venv pins and pyproject (the packages that run it). Not the commit: an unrelated change,
+    another family's included, rebuilds nothing."""
     roots = [REPO_ROOT / name for name in SHARED_CODE]
-    family_path = REPO_ROOT / "converters" / "families" / family
+    family_path = FAMILIES_DIR / family
     files = [p for root in roots for p in root.rglob("*.py")]
-    files += sorted((REPO_ROOT / "converters").glob("*.py")) + [REPO_ROOT / "converters" / "families" / "__init__.py"]
+    files += [p for p in (REPO_ROOT / "converters").rglob("*.py") if FAMILIES_DIR not in p.parents]
+    files += [FAMILIES_DIR / "__init__.py"]
     files += sorted(family_path.rglob("*.py")) if family_path.is_dir() else [family_path.with_suffix(".py")]
     files += sorted((REPO_ROOT / "venvs").glob("*.txt")) + [REPO_ROOT / "pyproject.toml"]
     return sorted(set(p for p in files if p.is_file() and "__pycache__" not in p.parts))
@@ -151,7 +119,7 @@ def package_key(recipe: dict, target: str, toolkit: str, sources: list[Path] | N
     import hashlib
     import json
 
-    from core.manifest import sha256_file
+    from runtime.board.files import sha256_file
 
     if sources is None:
         return None
@@ -159,7 +127,8 @@ def package_key(recipe: dict, target: str, toolkit: str, sources: list[Path] | N
     for path in code_files(recipe["family"]):
         code.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + Path(path).read_bytes() + b"\0")
     # What this target's build reads of the recipe: another target's per-target value or component does not count.
-    built = [{k: v for k, v in part.items() if k not in ("path", "components")} for part in recipes_for(recipe, target)]
+    built = [{k: v for k, v in part.items() if k not in ("path", "components", "per_target")}
+             for part in recipes_for(recipe, target)]
     parts = {"recipe": built, "target": target, "toolkit": toolkit,
              "sources": {str(path): sha256_file(path) for path in sorted(set(map(Path, sources)))},
              "code_sha256": code.hexdigest()}
@@ -178,9 +147,8 @@ def up_to_date(package_dir: Path, key: dict | None) -> bool:
     return json.loads(path.read_text()).get("key") == key["key"] and not verify(package_dir)
 
 
-def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build: BuildRecipe,
-                  say: Callable[[str], None], sources: Callable[[dict], list] | None = None,
-                  force: bool = False) -> dict:
+def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, family, say: Callable[[str], None],
+                  force: bool = False, reproduce: bool = False) -> dict:
     """Build one recipe into `dist_dir/<target>/<package>_<target>/`; returns its summary row.
 
     A missing source is a skip; a failed gate, a dead build child or a family bug is a failure whose
@@ -189,7 +157,7 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build
     target_dir = Path(dist_dir) / target
     failed_dir = target_dir / f"{name}.failed"
     try:  # the family names its checkpoint's files (MissingSource when absent) without exporting anything
-        key = package_key(recipe, target, toolkit, sources(recipe) if sources is not None else None)
+        key = package_key(recipe, target, toolkit, recipe_sources(family, recipe, target, toolkit))
     except MissingSource as missing:
         say(f"skip {name}: {missing}")
         return summary_row(name, "missing source", components=cell)
@@ -203,7 +171,7 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build
     try:
         with staged_package(target_dir, name, keep_work_at=kept_onnx) as (work_dir, package_dir):
             try:
-                results = build_components(recipe, target, toolkit, work_dir, build)
+                results = build_components(recipe, target, toolkit, work_dir, family, reproduce)
                 manifests = assemble(results, package_dir, work_dir, (kept_onnx, target_dir.resolve() / name),
                                      recipe, target, build_key=key)
             except MissingSource:
@@ -226,43 +194,60 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, build
     return summary_row(name, "ok", manifests, package_dir=target_dir / name, components=cell)
 
 
-def build_components(recipe: dict, target: str, toolkit: str, work_dir: Path, build: BuildRecipe) -> list:
+def recipe_sources(family, recipe: dict, target: str, toolkit: str) -> list[Path] | None:
+    """The checkpoint files every part of `recipe` for `target` is built from (the family's `sources`; MissingSource
+    when absent), or None when the family cannot name them (its packages are then always rebuilt)."""
+    from converters.family.schema import recipe_job
+
+    if family.sources is None:
+        return None
+    return sorted({Path(path) for part in recipes_for(recipe, target)
+                   for path in family.sources(recipe_job(family, part, target, Path("."), toolkit))})
+
+
+def build_part(family, recipe: dict, target: str, toolkit: str, work_dir: Path, reproduce: bool = False) -> list:
+    """The recipe adapter made from the declaration: one part of a recipe (`recipes_for`'s) validated into a `Job`
+    and built by the same `pipeline.run` a `convert <family>` command calls."""
+    from converters.family import pipeline
+    from converters.family.schema import recipe_job
+
+    return pipeline.run(recipe_job(family, recipe, target, work_dir, toolkit), reproduce=reproduce)
+
+
+def build_components(recipe: dict, target: str, toolkit: str, work_dir: Path, family, reproduce: bool = False) -> list:
     """Every component of `recipe` for `target` built into the one `work_dir`, in recipe order; each build's
-    self-test goldens are set aside and merged into one kit (`converters.release.kit.merge_goldens`)."""
-    from converters.release.kit import merge_goldens
-    from core.paths import KIT_DIR
+    self-test goldens are set aside and merged into one kit (`converters.build.goldens.merge_goldens`)."""
+    from converters.build.goldens import merge_goldens
+    from runtime.board.files import KIT_DIR
 
     parts = recipes_for(recipe, target)
     if not recipe["components"]:
-        return build(parts[0], target, toolkit, work_dir)
+        return build_part(family, parts[0], target, toolkit, work_dir, reproduce)
     results, kits = [], []
     for component in parts:
-        results += build(component, target, toolkit, work_dir)
+        results += build_part(family, component, target, toolkit, work_dir, reproduce)
         kits.append((work_dir / KIT_DIR).rename(work_dir / f"{KIT_DIR}.{component['component']}"))
     merge_goldens(kits, work_dir / KIT_DIR)
     return results
 
 
-def build_all(target: str, builder_for: Callable[[str], BuildRecipe], toolkit: str = DEFAULT_TOOLKIT,
-              recipes_dir: Path = RECIPES_DIR, dist_dir: Path = DIST_DIR, only: list[str] | None = None,
-              say: Callable[[str], None] = print, reproduce: bool = False, jobs: int = 1,
-              sources_for: Callable[[str], Callable | None] | None = None, force: bool = False) -> list[dict]:
+def build_all(target: str, family_for: FamilyFor, toolkit: str = DEFAULT_TOOLKIT, recipes_dir: Path = RECIPES_DIR,
+              dist_dir: Path = DIST_DIR, only: list[str] | None = None, say: Callable[[str], None] = print,
+              reproduce: bool = False, jobs: int = 1, force: bool = False) -> list[dict]:
     """Build every recipe listing `target` (restricted to `only` packages); one summary row per recipe, in
-    recipe order. `builder_for(family)` is that family's `build_recipe` (the CLI looks the families up: they sit
-    above). `jobs` > 1 builds independent packages in parallel processes, bounded by memory (`build_parallel`).
-    `sources_for(family)` is the family's `recipe_sources(recipe) -> [files]` (or None): a package whose key
-    (`package_key`) matches the one in dist is not rebuilt, unless `force`."""
+    recipe order. `family_for(name)` is that family's declaration (the CLI looks the families up: they sit above).
+    `jobs` > 1 builds independent packages in parallel processes, bounded by memory
+    (`converters.release.scheduler.build_parallel`). A package whose key (`package_key`: recipe, checkpoint files,
+    code, toolkit, target) matches the one in dist is not rebuilt, unless `force`; `reproduce` compiles every
+    engine twice and fails the package unless both compiles are byte-identical."""
     target, toolkit = check_target(target), check_toolkit(toolkit)
-    recipes = load_recipes(recipes_dir)
+    recipes = load_recipes(recipes_dir, family_for)
     unknown = sorted(set(only or ()) - {r["package"] for r in recipes})
     if unknown:
         raise SetupError(f"--only names no recipe: {unknown}; recipes: {[r['package'] for r in recipes]}")
     chosen = [r for r in recipes if target in r["targets"] and (not only or r["package"] in only)]
-    if reproduce:  # a [gates] key naming a BuildOptions field reaches every engine build (BuildOptions.from_recipe)
-        chosen = [{**r, "gates": {**r["gates"], "reproduce": True}} for r in chosen]
-    builders = {family: builder_for(family) for family in {r["family"] for r in chosen}}  # fail before building
     with dist_lock(Path(dist_dir) / target):
-        tasks = [(index, len(chosen), recipe, target, toolkit, dist_dir, builder_for, sources_for, force)
+        tasks = [(index, len(chosen), recipe, target, toolkit, dist_dir, family_for, force, reproduce)
                  for index, recipe in enumerate(chosen, 1)]
         if jobs <= 1 or len(chosen) <= 1:
             return [build_numbered(*task, say=say) for task in tasks]
@@ -272,114 +257,11 @@ def build_all(target: str, builder_for: Callable[[str], BuildRecipe], toolkit: s
 
 
 def build_numbered(index: int, count: int, recipe: dict, target: str, toolkit: str, dist_dir: Path,
-                   builder_for: Callable[[str], BuildRecipe], sources_for: Callable | None = None, force: bool = False,
+                   family_for: FamilyFor, force: bool = False, reproduce: bool = False,
                    say: Callable[[str], None] = print) -> dict:
     """`build_package` between its two progress lines ([i/n] ... and [i/n] status in seconds)."""
     say(f"[{index}/{count}] {recipe['package']} ({recipe['family']}) for {target}, toolkit {toolkit} ...")
     started = time.monotonic()
-    sources = sources_for(recipe["family"]) if sources_for is not None else None
-    row = build_package(recipe, target, toolkit, dist_dir, builder_for(recipe["family"]), say, sources, force)
+    row = build_package(recipe, target, toolkit, dist_dir, family_for(recipe["family"]), say, force, reproduce)
     say(f"[{index}/{count}] {recipe['package']}: {row['status']} in {time.monotonic() - started:.1f} s")
     return row
-
-
-DEFAULT_PEAK_RSS = 4 << 30  # a package never built here: assume 4 GiB
-
-
-def last_peak_rss(package_dir: Path) -> int:
-    """The largest compiler-child peak RSS the package's manifests recorded at its last build (DEFAULT_PEAK_RSS
-    when it was never built here)."""
-    import json
-
-    peaks = [json.loads(p.read_text()).get("build", {}).get("peak_rss_bytes") or 0
-             for p in Path(package_dir).glob("*.manifest.json")]
-    return max(peaks) if peaks and max(peaks) > 0 else DEFAULT_PEAK_RSS
-
-
-def available_memory() -> int:
-    """MemAvailable of /proc/meminfo, in bytes."""
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    raise SetupError("no MemAvailable in /proc/meminfo: --jobs needs Linux")
-
-
-def _run_task(connection, function: Callable, task: tuple, label: str) -> None:
-    import signal
-
-    # SIGTERM (the parent interrupted) unwinds like Ctrl-C here too: staging dirs and compiler children go.
-    signal.signal(signal.SIGTERM, lambda signum, _: (_ for _ in ()).throw(SystemExit(128 + signum)))
-    try:
-        connection.send(function(*task))
-    except BaseException as error:  # a bug outside build_package's own handling: a failed row
-        connection.send({"package": label, "status": "FAILED", "error": repr(error)})
-    finally:
-        connection.close()
-
-
-def build_parallel(tasks: list, function: Callable, jobs: int, estimates: list[int], memory: int,
-                   say: Callable[[str], None], labels: list[str] | None = None) -> list[dict]:
-    """Run `function(*task)` in fresh (spawned: a fork of a process holding torch's thread pools can deadlock)
-    processes, at most `jobs` at once and never more than `memory` bytes of estimated peak RSS at once (a task
-    alone over the budget still runs, by itself); rows in task order. `function` and tasks must pickle."""
-    import multiprocessing
-    from multiprocessing.connection import wait
-
-    context = multiprocessing.get_context("spawn")
-    labels = labels or [f"task {number + 1}" for number in range(len(tasks))]
-    rows: dict[int, dict] = {}
-    pending = list(range(len(tasks)))
-    running: dict = {}  # connection -> (task number, process)
-
-    try:
-        while pending or running:
-            used = sum(estimates[number] for number, _ in running.values())
-            while pending and len(running) < jobs and (not running or used + estimates[pending[0]] <= memory):
-                number = pending.pop(0)
-                parent_end, child_end = context.Pipe(duplex=False)
-                process = context.Process(target=_run_task, args=(child_end, function, tasks[number], labels[number]))
-                process.start()
-                child_end.close()
-                running[parent_end] = (number, process)
-                used += estimates[number]
-            for connection in wait(list(running)):
-                number, process = running.pop(connection)
-                try:
-                    rows[number] = connection.recv()
-                except EOFError:  # the worker died without a word (OOM killer, a signal)
-                    rows[number] = {"package": labels[number], "status": "FAILED"}
-                    say(f"FAIL {labels[number]}: its build process died (exit {process.exitcode})")
-                process.join()
-    finally:  # interrupted: each worker unwinds as on SIGTERM (its staging dir and compiler child go)
-        for _, process in running.values():
-            process.terminate()
-        for _, process in running.values():
-            process.join(timeout=30)
-            if process.exitcode is None:
-                process.kill()
-    return [rows[number] for number in range(len(tasks))]
-
-
-@contextmanager
-def dist_lock(target_dir: Path) -> Iterator[None]:
-    """One `convert engines` at a time per dist/<target>: a second run refuses at once, naming the first (the
-    lock is an flock on dist/<target>/.lock, released by the kernel however the holder ends)."""
-    import fcntl
-
-    target_dir.mkdir(parents=True, exist_ok=True)
-    with open(target_dir / LOCK_NAME, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise SetupError(f"another `convert engines` ({holder}) is building into {target_dir}; wait for it to "
-                             "finish, or build into another directory with --dist") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        try:
-            yield
-        finally:
-            handle.truncate(0)

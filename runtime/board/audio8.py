@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from core.errors import SetupError
+from runtime.board.errors import SetupError
 from runtime.board.mel import log_mel
 
 PLAN_FILE = "audio8_plan.json"
@@ -105,7 +105,8 @@ class Decoded:
 
 class Audio8Runtime:
     """Everything after the mel features. `backend_for(path)` opens one graph (an `.onnx` or `.rknn` path
-    from the plan directory); the default is onnxruntime. Use as a context manager to release backends.
+    from the plan directory): `runtime.host.backends.OnnxBackend` on the host, `runtime.board.rknnlite.
+    RknnLiteBackend` on a board. Use as a context manager to release backends.
 
     Or, without a plan directory, over `engines` (`runtime.board.golden.Engine`s: each runs one graph, known by its
     contract's component/role/ladder_key, and opens its backend itself) with `embed_table` (indexable like the
@@ -114,7 +115,7 @@ class Audio8Runtime:
     def __init__(self, plan_dir: Path | None = None, backend_for: Callable | None = None, artifact: str = "onnx",
                  engines: list | None = None, embed_table=None):
         self.artifact = artifact
-        self._backend_for = backend_for or _onnx_backend
+        self._backend_for = backend_for
         self._open: dict[tuple, object] = {}
         if engines is not None:
             if not engines or embed_table is None:
@@ -124,6 +125,10 @@ class Audio8Runtime:
             self._embed_table = embed_table
             self.graphs = {self._key(engine.contract): engine for engine in engines}
             return
+        if backend_for is None:
+            raise SetupError("an Audio8Runtime over a plan directory needs backend_for, what opens each graph "
+                             "(runtime.host.backends.OnnxBackend for .onnx, runtime.board.rknnlite.RknnLiteBackend "
+                             "for .rknn)")
         self.plan_dir = Path(plan_dir)
         plan_path = self.plan_dir / PLAN_FILE
         if not plan_path.is_file():
@@ -341,12 +346,6 @@ class Audio8Runtime:
 
 def _ms_since(start: float) -> float:
     return (time.perf_counter() - start) * 1000.0
-
-
-def _onnx_backend(path: Path):
-    from runtime.host.backends import OnnxBackend
-
-    return OnnxBackend(path)
 
 
 class EmbeddingRows:

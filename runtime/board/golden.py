@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 
 INDEX_NAME = "index.json"
 SCHEMA_VERSION = 1

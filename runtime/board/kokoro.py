@@ -13,14 +13,14 @@ window). Two parameters of the exec plan:
   frames, and the top five log-magnitude rows (near Nyquist) are capped at that decode's level per column (the
   NPU's fp16 accumulation leaves content-locked clicks there).
 
-`golden_loop` is the board self-test kit's end-to-end golden (runtime/golden.py): `walk`, then the iSTFT head."""
+`golden_loop` is the board self-test kit's end-to-end golden (runtime/board/golden.py): `walk`, then the iSTFT head."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.board.dsp import istft, stft
+from runtime.board.dsp import istft
 from runtime.board.golden import only_engine
 from runtime.board.window_walk import WindowSpan, plan_windows, read_contract
 
@@ -68,14 +68,6 @@ def source_signal(f0: np.ndarray, params: SourceParams, noise: np.ndarray) -> np
     noise_amp = voiced * params.noise_std + (1 - voiced) * params.sine_amp / 3
     waves = sines * voiced + noise_amp * noise
     return np.tanh(waves @ params.linear_weight.T.astype(np.float64) + params.linear_bias)[:, 0]
-
-
-def harmonic_conditioning(f0: np.ndarray, params: SourceParams, n_fft: int, hop: int,
-                          rng: np.random.Generator) -> np.ndarray:
-    """har [1, n_fft+2, 60N+1] for per-frame F0 [N]: the source's STFT magnitude and phase."""
-    noise = rng.standard_normal((len(f0) * params.samples_per_frame, params.harmonics))
-    magnitude, phase = stft(source_signal(f0, params, noise), n_fft, hop)
-    return np.concatenate([magnitude, phase])[None].astype(np.float32)
 
 
 def spec_phase_to_audio(spec_phase: np.ndarray, n_fft: int, hop: int) -> np.ndarray:

@@ -1,14 +1,13 @@
-"""The windowed VITS (Piper) decoder of one voice over any backend, and the contract an engine file carries.
+"""The windowed VITS (Piper) decoder of one voice over any backend (an engine file's contract is read on the host
+by runtime.host.piper.engine_contract).
 
 A decoder engine is compiled for one latent window (runtime.board.window_walk); this walks it along a voice's latent
 with the speaker embedding `g` fed to every window, after checking the engine was built for this voice."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from core.errors import SetupError
+from runtime.board.errors import SetupError
 from runtime.board.golden import by_role, only_engine
 from runtime.board.window_walk import WindowContract, walk
 
@@ -39,15 +38,3 @@ def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     engine = only_engine(by_role(engines, "main", "decoder"))
     z = np.asarray(inputs["z"], dtype=np.float32)
     return {"audio": VoiceDecoder(engine, engine.contract, z.shape[1]).decode(z, inputs.get("g")).output}
-
-
-def engine_contract(engine_path: Path) -> dict:
-    """The contract of an engine: from its ONNX metadata, or from the manifest beside a `.rknn`."""
-    engine_path = Path(engine_path)
-    if engine_path.suffix == ".onnx":
-        from core.contract import get_contract
-
-        return get_contract(engine_path)
-    from core.manifest import read_manifest
-
-    return read_manifest(engine_path).get("contract", {})

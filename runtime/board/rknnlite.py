@@ -12,10 +12,10 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-MANIFEST_SUFFIX = ".manifest.json"
+from runtime.board.files import MANIFEST_SUFFIX
+from runtime.board.soc import NPU_CORES
+
 CORE_MASKS = ("0", "1", "2", "0_1", "0_1_2")
-# NPU cores per SoC (device-tree compatible strings): RK3588 has 3, RK3576 2, RK3566/RK3568 1.
-SOC_CORES = {"rk3588": 3, "rk3588s": 3, "rk3576": 2, "rk3566": 1, "rk3568": 1, "rk3562": 1}
 RUNTIME_LIBRARY_PATHS = ("/usr/lib/librknnrt.so", "/usr/lib64/librknnrt.so", "/usr/lib/aarch64-linux-gnu/librknnrt.so",
                          "/usr/local/lib/librknnrt.so")
 DRIVER_VERSION_PATHS = ("/sys/kernel/debug/rknpu/version", "/proc/debug/rknpu/version", "/sys/module/rknpu/version")
@@ -73,13 +73,6 @@ class RknnLiteBackend:
         except Exception:  # some runtimes raise instead of returning -1 (a mask the SoC lacks, a model too new)
             return -1
 
-    def sdk_version(self) -> Optional[str]:
-        """The runtime's own version string after init (rknnlite's get_sdk_version), when it has one."""
-        try:
-            return str(self._lite.get_sdk_version())
-        except Exception:
-            return None
-
     def run(self, feeds: dict) -> dict:
         arrays = [np.ascontiguousarray(feeds[name]) for name in self.input_names]
         outputs = self._lite.inference(inputs=arrays, data_format=["nchw"] * len(arrays))
@@ -125,7 +118,7 @@ def soc_name(compatible: Optional[str]) -> Optional[str]:
     """The SoC named in /proc/device-tree/compatible (NUL-separated vendor,name pairs), e.g. "rk3588"."""
     for entry in re.split(r"[\x00\s]+", compatible or ""):
         name = entry.split(",")[-1].lower()
-        if name in SOC_CORES:
+        if name in NPU_CORES:
             return name
     return None
 
@@ -143,7 +136,7 @@ def board_info() -> Dict[str, object]:
     except Exception:
         lite = None
     return {"compatible": compatible.replace("\x00", " ").strip() if compatible else None,
-            "model": read_text("/proc/device-tree/model"), "soc": soc, "npu_cores": SOC_CORES.get(soc or ""),
+            "model": read_text("/proc/device-tree/model"), "soc": soc, "npu_cores": NPU_CORES.get(soc or ""),
             "kernel": platform.release(), "machine": platform.machine(), "python": platform.python_version(),
             "driver_version": driver, "runtime_version": runtime, "runtime_library": library,
             "rknn_toolkit_lite2": lite}

@@ -1,7 +1,7 @@
 """Self-test of one rkaudio package, on the board it was built for: `python3 selftest.py` in the package directory.
 
 Needs Python 3.8+, numpy and rknn-toolkit-lite2, nothing else (no rkaudio install, no torch, no onnx): it is
-copied unchanged from rkaudio's runtime/ into every package, with the modules it imports.
+copied unchanged from rkaudio's runtime/board/ into every package, with the folder it imports from.
 
 In order:
 1. every file against SHA256SUMS (a changed, missing or truncated file stops it: exit 2, each file named);
@@ -32,11 +32,11 @@ from typing import Callable, Dict, List, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from core.manifest import json_safe, sha256_file  # noqa: E402
-from gates.snr import degenerate_reference, max_abs, snr_db  # noqa: E402
 from runtime.board import rknnlite as board  # noqa: E402
-from core.paths import KIT_DIR, SUMS_NAME  # noqa: E402
+from runtime.board.files import KIT_DIR, SUMS_NAME, sha256_file  # noqa: E402
 from runtime.board.golden import ArrayReader, CallLog, EnginePool, digest, read_index, run_loop  # noqa: E402
+from runtime.board.numeric import json_safe, max_abs, snr_db  # noqa: E402
+from runtime.board.verdict import Verdict, at_least, at_most, judged  # noqa: E402
 
 REPORT_NAME = "selftest-report.json"
 REPORT_SCHEMA = "rkaudio-selftest/1"
@@ -86,11 +86,21 @@ def gate_threshold(simulator_snr: float, floor_db: float) -> float:
     return max(min(float(simulator_snr), SNR_CAP_DB) - SNR_SLACK_DB, float(floor_db))
 
 
-def refuse_degenerate(row: dict, reference) -> None:
-    """A golden that is all zeros, constant or non-finite proves nothing: the row fails, saying why."""
-    problem = degenerate_reference(reference, full_scale=None)
-    if problem is not None:
-        row.update(passed=False, detail=problem)
+def snr_gate(name: str, reference, got, threshold: float) -> Verdict:
+    """SNR against fp32 >= `threshold`; a golden that is all zeros, constant or non-finite proves nothing, so the
+    gate then fails as degenerate, saying why (no full scale is known here: the RMS rule is skipped)."""
+    return judged(at_least(f"snr_vs_fp32[{name}]", snr_db(reference, got), threshold, "dB"), reference, None)
+
+
+def gated_row(name: str, gates: List[Verdict], **figures) -> dict:
+    """A report row: the output's figures, `passed` (every gate passed), the failed gates' details as `detail`,
+    and the gates themselves (`Verdict.to_json`)."""
+    row = {"name": name, **figures, "passed": all(g.passed for g in gates)}
+    details = [g.detail for g in gates if not g.passed and g.detail]
+    if details:
+        row["detail"] = "; ".join(details)
+    row["gates"] = [g.to_json() for g in gates]
+    return row
 
 
 def latency(times_ms: List[float]) -> Dict[str, Optional[float]]:
@@ -189,16 +199,17 @@ class SelfTest:
         for name, reference in fp32.items():
             got = run["outputs"][name].reshape(reference.shape)
             stored = float(entry["simulator"][name]["snr_db"])
-            row = {"name": name, "snr_db_vs_fp32": snr_db(reference, got), "max_abs_vs_fp32": max_abs(reference, got),
-                   "snr_db_vs_simulator": snr_db(simulated[name], got),
-                   "max_abs_vs_simulator": max_abs(simulated[name], got), "simulator_snr_db_at_build": stored,
-                   "threshold_db": gate_threshold(stored, entry["min_snr_db"])}
-            row["passed"] = bool(row["snr_db_vs_fp32"] >= row["threshold_db"])
-            refuse_degenerate(row, reference)
+            threshold = gate_threshold(stored, entry["min_snr_db"])
+            figures = {"snr_db_vs_fp32": snr_db(reference, got), "max_abs_vs_fp32": max_abs(reference, got),
+                       "snr_db_vs_simulator": snr_db(simulated[name], got),
+                       "max_abs_vs_simulator": max_abs(simulated[name], got), "simulator_snr_db_at_build": stored,
+                       "threshold_db": threshold}
+            gates = [snr_gate(name, reference, got, threshold)]
             if self.opener.replays_simulator:
-                row["bit_exact_vs_simulator"] = bool(np.array_equal(simulated[name], got))
-                row["passed"] = row["passed"] and bool(row["snr_db_vs_simulator"] >= REPLAY_MIN_DB)
-            rows.append(row)
+                figures["bit_exact_vs_simulator"] = bool(np.array_equal(simulated[name], got))
+                gates.append(at_least(f"replay_snr_vs_simulator[{name}]", figures["snr_db_vs_simulator"],
+                                      REPLAY_MIN_DB, "dB"))
+            rows.append(gated_row(name, gates, **figures))
         result = {"engine": entry["engine"], "init_ms": run["init_ms"], "latency_ms": run["latency_ms"],
                   "core_mask": run["core_mask"], "outputs": rows, "passed": all(r["passed"] for r in rows)}
         if self.core_masks:
@@ -247,8 +258,9 @@ class SelfTest:
         rows = [self.e2e_row(entry, name, expected, outputs) for name in expected if not name.endswith(".margin")]
         same_count = len(log.calls) == len(entry["calls"])
         if not same_count:
-            rows.append({"name": "calls", "passed": False,
-                         "detail": f"the loop made {len(log.calls)} engine calls, the host recorded {len(entry['calls'])}"})
+            rows.append(gated_row("calls", [Verdict(
+                "calls", float(len(log.calls)), float(len(entry["calls"])), "engine calls", False,
+                f"the loop made {len(log.calls)} engine calls, the host recorded {len(entry['calls'])}")]))
         call_snrs = [c["worst_snr_db_vs_fp32"] for c in calls if c["worst_snr_db_vs_fp32"] is not None]
         return {"name": entry["name"], "loop": entry["loop"], "calls": len(log.calls),
                 "recorded_calls": len(entry["calls"]), "elapsed_ms": elapsed_ms,
@@ -262,26 +274,29 @@ class SelfTest:
     def e2e_row(self, entry: dict, name: str, expected: dict, outputs: dict) -> dict:
         reference = expected[name]
         if name not in outputs:
-            return {"name": name, "passed": False, "detail": "the loop did not return this output"}
+            return gated_row(name, [Verdict(f"returned[{name}]", math.nan, 0.0, "", False,
+                                            "the loop did not return this output")])
         got = np.asarray(outputs[name])
         if reference.dtype.kind in "iub":
             same = got.shape == reference.shape and bool(np.array_equal(got, reference))
-            row = {"name": name, "identical": same, "passed": same}
             margins = expected.get(name + ".margin")
             tie = entry.get("params", {}).get("tie_margin")
             if not same and margins is not None and tie is not None and got.shape == reference.shape:
+                # a difference is an fp16 tie when the fp32 top-2 margin at its first step is within tie_margin
                 first = int(np.argmax(got.reshape(-1) != reference.reshape(-1)))
                 margin = float(margins.reshape(-1)[first])
-                row.update({"first_difference": first, "fp32_margin_there": margin, "tie_margin": float(tie),
-                            "passed": margin <= float(tie)})
-            return row
+                gate = at_most(f"fp16_tie[{name}]", margin, float(tie), "logit",
+                               f"first difference at {first}, fp32 top-2 margin there {margin:.4g}")
+                return gated_row(name, [gate], identical=same, first_difference=first, fp32_margin_there=margin,
+                                 tie_margin=float(tie))
+            differing = int(np.sum(got != reference)) if got.shape == reference.shape else math.inf
+            return gated_row(name, [at_most(f"identical[{name}]", differing, 0, "differing values")], identical=same)
         stored = float(entry["simulator"][name]["snr_db"])
         got = got.reshape(reference.shape)
-        row = {"name": name, "snr_db_vs_fp32": snr_db(reference, got), "max_abs_vs_fp32": max_abs(reference, got),
-               "simulator_snr_db_at_build": stored, "threshold_db": gate_threshold(stored, entry["min_snr_db"])}
-        row["passed"] = bool(row["snr_db_vs_fp32"] >= row["threshold_db"])
-        refuse_degenerate(row, reference)
-        return row
+        threshold = gate_threshold(stored, entry["min_snr_db"])
+        return gated_row(name, [snr_gate(name, reference, got, threshold)], snr_db_vs_fp32=snr_db(reference, got),
+                         max_abs_vs_fp32=max_abs(reference, got), simulator_snr_db_at_build=stored,
+                         threshold_db=threshold)
 
     # --- all --------------------------------------------------------------------------------------------------
     def run(self, only: Optional[List[str]] = None, end_to_end: bool = True) -> dict:

@@ -77,13 +77,6 @@ class WindowContract(WindowSpan):
             raise ValueError(f"window {self.window} cannot hold {self.emitted} emitted slices with "
                              f"{self.context} context slices on each side")
 
-    @classmethod
-    def from_onnx(cls, onnx_path) -> "WindowContract":
-        """The contract stored in an ONNX file's metadata."""
-        from core.contract import get_contract
-
-        return cls.from_contract(get_contract(onnx_path))
-
     def fields(self) -> dict:
         """The contract keys an exporter stores (inverse of `from_contract`)."""
         out = {"window": self.window, "context": self.context, "emitted": self.emitted, "hop": self.hop,

@@ -107,7 +107,7 @@ def test_a_checkpoint_with_zero_logits_fails_its_export_with_the_silent_message(
     from converters.families.audio8 import model as M
     from converters.families.audio8.export import export
     from core.errors import GateFailure
-    from gates.snr import DEGENERATE_ADVICE
+    from runtime.board.numeric import DEGENERATE_ADVICE
 
     silent = M.build_random(M.small_config(), seed=0)
     with torch.no_grad():

@@ -100,7 +100,7 @@ def test_padding_gates_fail_when_the_mask_is_not_wired(unmasked, tiny_model, tin
 
 def test_mask_one_over_padding_is_caught(tiny_export, tiny_model):
     """Padding marked 1 moves the real frames far below the padding bar (upstream, not only our graph)."""
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
 
     feeds = E.make_inputs(tiny_model, 24, 18, seed=5)
     unpadded = E.reference_call(tiny_model, feeds, 18)

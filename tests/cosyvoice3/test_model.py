@@ -126,7 +126,7 @@ def test_engine_graph_matches_the_reference_and_the_quirk_matters(tiny_model64):
     does not."""
     from converters.families.cosyvoice3.engine_graph import EstimatorGraph
     from converters.families.cosyvoice3.export import make_inputs, reference_call
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
     from runtime.board.cosyvoice3 import INPUT_NAMES
 
     feeds = make_inputs(tiny_model64, 20, 20, seed=3)
@@ -146,7 +146,7 @@ def test_scale_safe_layer_norm_holds_where_fp16_plain_overflows():
     the plain LayerNorm squares past 65504 and returns NaN/Inf; the scale-safe form stays within fp16 rounding
     of the float64 LayerNorm. At unit scale both are exact in float64."""
     from converters.families.cosyvoice3.engine_graph import layer_norm
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
 
     generator = torch.Generator().manual_seed(0)
     row = torch.randn(2, 7, 64, generator=generator, dtype=torch.float64)
@@ -170,7 +170,7 @@ def test_planted_overflow_plain_layer_norm_holds_on_the_rk3588_simulator(tmp_pat
 
     from converters.families.cosyvoice3 import export as E
     from converters.families.cosyvoice3.snapshot import TINY_CONFIG, random_estimator
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
     from runtime.host.backends import OnnxBackend, SimulatorBackend
 
     require_converter()

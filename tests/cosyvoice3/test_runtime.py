@@ -51,7 +51,7 @@ def test_b2_engine_gives_the_b1_result(tmp_path, tiny_model, ladder):
 
     from converters.families.cosyvoice3.export import contract_fields, export_onnx, ode_inputs
     from converters.families.cosyvoice3.snapshot import DEFAULT_CFM
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
     from runtime.host.backends import OnnxBackend
 
     path = tmp_path / "s24_b2.onnx"
@@ -92,10 +92,10 @@ def test_tables_and_schedule_match_upstream(tiny_model):
 
 def test_golden_loop_is_the_ladder_solve(tiny_export):
     """The declared golden, recorded over onnxruntime, is the runtime's solve: 20 calls on the S=24 rung."""
-    from converters.release import kit
+    from converters.build import goldens
     from runtime.host.backends import OnnxBackend
 
-    [recording] = kit.record_end_to_end(tiny_export, say=lambda _: None)
+    [recording] = goldens.record_end_to_end(tiny_export, say=lambda _: None)
     assert len(recording.calls) == 20 and {name for name, _, _ in recording.calls} == {"cosyvoice3_flow_s24.rknn"}
     inputs = recording.inputs
     direct = FlowLadder({24: OnnxBackend(tiny_export[0].onnx)}, get_contract(tiny_export[0].onnx)).solve(

@@ -55,7 +55,7 @@ def test_contract_names_the_chain_and_the_ladder_order(split_export):
 
 def test_chain_solve_equals_the_whole_rung(split_export, tiny_export, tiny_model):
     from converters.families.cosyvoice3.export import ode_inputs
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
     from runtime.host.backends import OnnxBackend
 
     contract = get_contract(tiny_export[0].onnx)
@@ -68,10 +68,10 @@ def test_chain_solve_equals_the_whole_rung(split_export, tiny_export, tiny_model
 
 
 def test_golden_loop_runs_the_parts_in_order(split_export):
-    from converters.release import kit
+    from converters.build import goldens
     from runtime.board import cosyvoice3 as flow_ladder
 
-    [recording] = kit.record_end_to_end(split_export, say=lambda _: None)
+    [recording] = goldens.record_end_to_end(split_export, say=lambda _: None)
     engines = [name for name, _, _ in recording.calls]
     assert len(engines) == 40 and engines[:2] == ["cosyvoice3_flow_s24_p1of2.rknn", "cosyvoice3_flow_s24_p2of2.rknn"]
     assert flow_ladder.calls_per_solve(get_contract(split_export[0].onnx)) == 40

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from gates.snr import degenerate_reference, snr_db, snr_verdict
+from gates.snr import snr_verdict
+from runtime.board.numeric import degenerate_reference, snr_db
 
 RNG = np.random.default_rng(0)
 SPEECH = 0.3 * RNG.standard_normal(24000)

@@ -5,16 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from converters.release import kit
+from converters.build import goldens
 from converters.families.inflect import GOLDEN_TAIL_SLICES, MIN_TAIL_DB
 from converters.families.inflect.decoder import full_decode
 from converters.family.pipeline import Exported
 from core.contract import get_contract
 from core.errors import SetupError
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from runtime.host.backends import OnnxBackend
 from runtime.board.golden import EnginePool, run_loop
-from runtime.board.inflect import InflectModel, InflectSynth, runtime_model
+from runtime.board.inflect import InflectModel, InflectSynth
+from runtime.host.inflect import runtime_model
 from runtime.board.window_walk import WindowContract, walk
 
 
@@ -25,7 +26,7 @@ def record(nano_record):
 
 @pytest.fixture(scope="module")
 def recording(record):
-    [recorded] = kit.record_end_to_end([record], say=lambda *_: None)
+    [recorded] = goldens.record_end_to_end([record], say=lambda *_: None)
     return recorded
 
 
@@ -65,7 +66,7 @@ def test_replay_makes_one_call_whatever_the_backend_returns(recording, record):
     spec = recording.spec
     [(engine, _, outputs)] = recording.calls
     for given in (outputs, {k: np.zeros_like(v) for k, v in outputs.items()}):
-        backend = kit.ReplayBackend([given], ["z", "y_mask"], ["waveform"])
+        backend = goldens.ReplayBackend([given], ["z", "y_mask"], ["waveform"])
         with EnginePool([(engine, get_contract(record.onnx))], lambda _: backend) as pool:
             replayed = run_loop(spec["loop"], pool.engines, recording.inputs, spec["params"])
         assert not backend._outputs  # the one recorded call made, none more (it would raise)

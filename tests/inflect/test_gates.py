@@ -23,10 +23,11 @@ import pytest
 from onnx import helper, numpy_helper
 
 from converters.families.inflect import MIN_TAIL_DB
-from converters.families.inflect.decoder import TAIL_LENGTHS, judged, load_decode, selfcheck_verdicts
+from converters.families.inflect.decoder import TAIL_LENGTHS, load_decode, selfcheck_verdicts
+from runtime.board.verdict import judged
 from core.errors import GateFailure, SetupError
 from core.paths import REPO_ROOT
-from gates.verdict import at_least
+from runtime.board.verdict import at_least
 
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
 TAILS = [f"tail_snr[{n}]" for n in TAIL_LENGTHS]

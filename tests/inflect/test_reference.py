@@ -7,7 +7,7 @@ import onnxruntime as ort
 import torch
 
 from converters.families.inflect.reference import build_models, one_torch_thread
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from surgery.graph.fold import op_histogram
 
 

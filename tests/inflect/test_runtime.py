@@ -9,10 +9,11 @@ from typer.testing import CliRunner
 from converters.families.inflect.decoder import full_decode
 from core.contract import get_contract
 from core.errors import SetupError
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from runtime.host.audio import read_wav
 from runtime.host.backends import OnnxBackend
-from runtime.board.inflect import InflectSynth, check_engine_matches, load_engine, runtime_model
+from runtime.board.inflect import InflectSynth, check_engine_matches
+from runtime.host.inflect import load_engine, runtime_model
 
 TOKENS = [0, 12, 0, 40, 0, 77, 0, 3, 0, 150, 0, 9, 0]
 

@@ -17,7 +17,7 @@ from converters.families.kokoro.verdicts import (MIN_PADDED_DB, RANDOM_WINDOW_EX
                                                  padded_verdict, reference_verdict, spec_verdict, walk_verdict)
 from core.contract import get_contract
 from core.errors import GateFailure, SetupError
-from gates.snr import DEGENERATE_ADVICE
+from runtime.board.numeric import DEGENERATE_ADVICE
 from runtime.board import kokoro as kokoro_walk
 
 from tests.kokoro.kokoro_small import SMALL, small_reference

@@ -17,7 +17,7 @@ from converters.families.kokoro.verdicts import (MIN_REFERENCE_DB, RANDOM_WINDOW
 from converters.families.kokoro.generator import KokoroGenerator, load_reference_state
 from converters.families.kokoro.reference import reference_spec_phase
 from core.errors import SetupError
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from surgery.modules.instance_norm import mask_instance_norm
 from surgery.modules.polyphase import polyphase_upsample
 from surgery.modules.snake import SINE_FORMS, half_turn_sin2, half_turn_sin2_reference, reduce_snake_sine
@@ -251,7 +251,7 @@ def test_end_to_end_golden_is_two_walk_windows_of_the_utterance_through_the_runt
     import json
 
     from converters.families.kokoro.export import golden_frames
-    from converters.release.kit import record_end_to_end
+    from converters.build.goldens import record_end_to_end
     from core.contract import get_contract
     from runtime.host.backends import OnnxBackend
     from runtime.board.kokoro import KokoroWindow, golden_loop, spec_phase_to_audio, walk

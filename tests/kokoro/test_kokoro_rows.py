@@ -15,7 +15,7 @@ from converters.families.kokoro.graph import (CONTEXT, build_module, check_frame
 from converters.families.kokoro.rows import RowGenerator
 from converters.families.kokoro.verdicts import MIN_ROWS_DB, rows_verdict
 from core.errors import SetupError
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from runtime.board.kokoro import from_rows, to_rows
 from surgery.modules import rows as surgery_rows
 from surgery.modules.rows import halo_rows, row_conv, row_layout

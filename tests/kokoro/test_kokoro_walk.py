@@ -8,7 +8,7 @@ import torch
 
 from converters.families.kokoro.graph import CONTEXT, build_module, prepare, run_torch, window_inputs
 from converters.families.kokoro.reference import istftnet_module
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from runtime.board import kokoro as kokoro_walk
 from runtime.board.kokoro import KokoroWindow
 

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from converters.release import kit
+from converters.build import goldens
 from converters.families.piper import decoder
 from converters.family.pipeline import Exported
 from core.contract import get_contract
@@ -19,7 +19,7 @@ from runtime.board.window_walk import WindowContract, plan_windows
 
 def test_golden_is_the_walk_over_three_windows(joe_exports):
     record = joe_exports[False]  # the default 109/45/32
-    (recording,) = kit.record_end_to_end([record])
+    (recording,) = goldens.record_end_to_end([record])
     spec = json.loads(record.end_to_end.read_text())
     assert spec["loop"] == "runtime.board.piper:golden_loop" and spec["onnx"] == [record.onnx.name]
     z = recording.inputs["z"]

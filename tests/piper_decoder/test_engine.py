@@ -7,7 +7,8 @@ import pytest
 from converters.build.engine import BuildOptions, build_engine
 from core.errors import SetupError
 from runtime.host.backends import OnnxBackend
-from runtime.board.piper import VoiceDecoder, engine_contract
+from runtime.board.piper import VoiceDecoder
+from runtime.host.piper import engine_contract
 
 
 def test_joe_engine_builds_clean_for_rk3588(joe_exports, tmp_path, require_converter):
@@ -62,7 +63,7 @@ def test_input_adapter_placed_late_is_glue_but_a_graph_reshape_is_not():
 
 def test_window_walk_through_the_simulator(joe, joe_exports, require_converter):
     """The same walk over the toolkit simulator (fp16): every window within the build's 35 dB gate."""
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
     from runtime.host.backends import SimulatorBackend
     from runtime.board.window_walk import WindowContract, walk
 

@@ -114,7 +114,7 @@ def test_dec_mask_lifts_a_47_slice_tail_and_leaves_interiors_unchanged(joe, joe_
     z = decoder.short_latent(joe.latents[0], 109, 47)
     reference = decoder.full_decode(joe.full, z, None)
     plain, masked = _walk(joe_exports[False], z), _walk(joe_exports[True], z)
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
 
     plain_db, masked_db = snr_db(reference, plain.output), snr_db(reference, masked.output)
     assert masked_db > 100.0 and plain_db < 60.0, (plain_db, masked_db)
@@ -177,7 +177,7 @@ def test_polyphase_joe_engine_is_the_same_map(joe):
     phased = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050, polyphase=True)
     assert get_contract(phased)["polyphase"] == 4
     feeds = {decoder.LATENT: joe.latents[0]["z"][:, :, :93], decoder.MASK: np.ones((1, 1, 93), np.float32)}
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
 
     assert snr_db(OnnxBackend(plain, threads=1).run(feeds)["output"],
                   OnnxBackend(phased, threads=1).run(feeds)["output"]) > 120.0

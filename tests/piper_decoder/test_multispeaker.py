@@ -6,7 +6,7 @@ import onnx
 import pytest
 
 from converters.families.piper import decoder
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from runtime.host.backends import OnnxBackend
 from runtime.board.window_walk import WindowContract, walk
 

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from converters.release import kit
+from converters.build import goldens
 from converters.families.piper import encoder
 from core.paths import engine_name
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from runtime.host.backends import OnnxBackend
 from runtime.board.ladder import WidthLadder
 
@@ -24,7 +24,7 @@ def test_golden_runs_each_width_once_on_its_self_check_sequence(ladder_export):
     spec = json.loads(ladder_export[0].end_to_end.read_text())
     assert spec["loop"] == "runtime.board.ladder:golden_loop" and spec["params"] == {"width_key": "frames", "axis": -1}
     assert all(r.end_to_end == ladder_export[0].end_to_end for r in ladder_export)
-    (recording,) = kit.record_end_to_end(ladder_export)
+    (recording,) = goldens.record_end_to_end(ladder_export)
     assert sorted(recording.inputs) == ["x_emb@0", "x_emb@1", "x_mask@0", "x_mask@1"]
     assert [recording.inputs[f"x_mask@{k}"].shape for k in (0, 1)] == [(1, 1, 29), (1, 1, 45)]
     assert [name for name, _, _ in recording.calls] == [engine_name(r.onnx) for r in ladder_export]
@@ -46,7 +46,7 @@ def test_golden_runs_each_width_once_on_its_self_check_sequence(ladder_export):
 
 
 def test_golden_loop_is_the_runtime_ladder(ladder_export):
-    (recording,) = kit.record_end_to_end(ladder_export)
+    (recording,) = goldens.record_end_to_end(ladder_export)
     ladder = WidthLadder({int(w): OnnxBackend(r.onnx) for w, r in zip((48, 32), ladder_export[::-1])})
     for k in (0, 1):
         feeds = {name: recording.inputs[f"{name}@{k}"] for name in ("x_emb", "x_mask")}

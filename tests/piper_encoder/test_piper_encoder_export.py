@@ -78,7 +78,7 @@ def test_a_width_past_the_drift_threshold_is_refused_before_the_build(tmp_path, 
         "piper_encoder_w32.rknn"
 
     from converters.build.engine import BuildOptions
-    from core.paths import KIT_DIR
+    from runtime.board.files import KIT_DIR
 
     results = pipeline.build(records, tmp_path, BuildOptions(target="rk3588"), context="piper encoder export")
     assert [r.rknn.name for r in results] == ["piper_encoder_w32.rknn"]
@@ -120,14 +120,16 @@ def test_engine_at_128_has_no_cpu_ops_and_measured_drift(require_converter, tmp_
 
 
 def test_a_degenerate_encoder_reference_fails_without_a_figure():
-    from gates.verdict import at_least
+    from gates.verdict import refuse_degenerate
+    from runtime.board.verdict import at_least
 
     real = np.random.default_rng(0).standard_normal((1, 4, 20)).astype(np.float32)
     verdict = at_least("padded_vs_exact[N=20]", 130.0, encoder.MIN_PADDED_DB, "dB")
-    assert encoder._judged(verdict, [({"stats": real, "dp_cond": real}, 17)]) == verdict
+    assert encoder._judged_per_output(verdict, [({"stats": real, "dp_cond": real}, 17)]) == verdict
     silent = [({"stats": real, "dp_cond": np.zeros_like(real)}, 17), ({"stats": real, "dp_cond": real * 0}, 20)]
-    judged = encoder._judged(verdict, silent)
+    judged = encoder._judged_per_output(verdict, silent)
     assert not judged.passed and np.isnan(judged.value) and judged.detail.startswith("dp_cond: the reference output "
                                                                                      "is silent")
+    assert judged.degenerate == judged.detail and judged.outcome == "degenerate"
     with pytest.raises(GateFailure, match="the comparison has nothing to judge"):
-        encoder.refuse_degenerate([judged], "piper encoder export")
+        refuse_degenerate([judged], "piper encoder export")

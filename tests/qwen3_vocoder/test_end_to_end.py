@@ -9,13 +9,13 @@ import onnx
 import pytest
 import torch
 
-from converters.release import kit
+from converters.build import goldens
 from converters.families.qwen3_vocoder import export, with_end_to_end
 from converters.families.qwen3_vocoder.random_model import TINY_CONFIG
 from converters.family.pipeline import Exported
 from core.contract import get_contract, set_contract
 from core.paths import engine_name, reference_path, selfcheck_path
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from runtime.host.backends import OnnxBackend
 from runtime.board.golden import EnginePool, run_loop
 from runtime.board.qwen3_vocoder import stream_decode
@@ -33,7 +33,7 @@ def steps(tmp_path_factory, tiny_snapshot):
 
 @pytest.fixture(scope="module")
 def recording(steps):
-    [recorded] = kit.record_end_to_end(list(steps), say=lambda *_: None)
+    [recorded] = goldens.record_end_to_end(list(steps), say=lambda *_: None)
     return recorded
 
 
@@ -78,7 +78,7 @@ def test_replay_makes_the_same_calls_whatever_the_backend_returns(recording, ste
     contracts = [(engine_name(record.onnx), get_contract(record.onnx)) for record in steps]
 
     def replay(outputs_of):
-        backends = {name: kit.ReplayBackend([outputs_of(o) for n, _, o in recording.calls if n == name],
+        backends = {name: goldens.ReplayBackend([outputs_of(o) for n, _, o in recording.calls if n == name],
                                             ["codes", "cache_in"], ["pcm", "cache_out"]) for name, _ in contracts}
         with EnginePool(contracts, backends.__getitem__) as pool:
             outputs = run_loop(spec["loop"], pool.engines, recording.inputs, spec["params"])
@@ -100,7 +100,7 @@ def test_a_lone_step_runs_two_groups_and_the_window_role_is_left_out(steps, tmp_
     declared_main, declared_window = with_end_to_end([lone, Exported(window, lone.selfcheck)],
                                                      TINY_CONFIG["codebook_size"], say=lambda *_: None)
     assert declared_window.end_to_end is None and declared_main.end_to_end.name == "qwen3_vocoder_stream_main64.e2e.json"
-    [recorded] = kit.record_end_to_end([declared_main], say=lambda *_: None)
+    [recorded] = goldens.record_end_to_end([declared_main], say=lambda *_: None)
     assert recorded.inputs["codes"].shape[1] == 128
     assert [name for name, _, _ in recorded.calls] == ["step_64.rknn", "step_64.rknn"]
     direct, _ = stream_decode(recorded.inputs["codes"], OnnxBackend(lone.reference), get_contract(lone.onnx))

@@ -9,7 +9,7 @@ import torch
 from converters.families.qwen3_vocoder import step_export as E
 from converters.family.pipeline import Exported
 from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 from runtime.host.backends import OnnxBackend
 from runtime.board.qwen3_vocoder import offline_decode, stream_decode, window_decode
 from core.contract import get_contract

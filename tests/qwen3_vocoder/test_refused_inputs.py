@@ -77,7 +77,7 @@ def test_silent_window_role_fails_before_anything_is_written(tiny_reference, tmp
 def test_cache_is_judged_by_its_activations(tiny_step):
     """The validity flags (1 for every filled slot, whatever the model computes) are left out of the cache's
     judgement: a cache of zero activations is degenerate although its flags are not zero."""
-    from gates.snr import degenerate_reference
+    from runtime.board.numeric import degenerate_reference
 
     cache = torch.zeros(tiny_step.cache_numel)
     [flags] = [e for e in tiny_step.layout.to_json() if e["name"] == E.VALIDITY_ENTRY]

@@ -8,7 +8,7 @@ import torch
 
 from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, random_reference, step_of
 from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
-from gates.snr import snr_db
+from runtime.board.numeric import snr_db
 
 MIN_MATCH_DB = 100.0
 
@@ -126,7 +126,7 @@ def test_rows_reproduce_the_package_decoder(tiny_reference):
 def test_row_length_keeps_every_axis_within_the_limit():
     """Real shape: rows of 4 code frames (7680 samples + the widest halo, 54, stays under 8191) for B=64 and
     B=16; a prime window (25 + 12 = 37 frames) falls back to rows of one frame."""
-    from converters.families.qwen3_vocoder.cache import ROW_SAMPLES_LIMIT
+    from runtime.board.soc import ROW_SAMPLES_LIMIT
     from converters.families.qwen3_vocoder.step import StreamingDecoder
 
     step = StreamingDecoder(REAL_SHAPE_DECODER_CONFIG)

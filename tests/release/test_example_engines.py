@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from converters import cli
 from converters.release import recipes
-from converters.cli.commands import recipe_builder
+from converters.cli.families import declaration
 from converters.families import example
 from core.paths import REPO_ROOT
 from core.errors import SetupError
@@ -22,14 +22,14 @@ def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publish
     recipes_dir, dist = tmp_path / "recipes", tmp_path / "dist"
     recipes_dir.mkdir()
     shutil.copy(REPO_ROOT / "recipes" / "example_conv.toml", recipes_dir)
-    shipped = recipes.load_recipe(recipes_dir / "example_conv.toml")
+    shipped = recipes.load_recipe(recipes_dir / "example_conv.toml", declaration)
     # The same graph under a simulator bar no fp16 engine can reach: the gate must fail it.
     strict = (recipes_dir / "example_conv.toml").read_text().replace('package = "example_conv"', 'package = "example_strict"')
     strict = strict.replace("frames = [64, 128]", "frames = [32]").replace("min_simulator_snr_db = 55.0", "min_simulator_snr_db = 200.0")
     (recipes_dir / "example_strict.toml").write_text(strict)
 
     lines = []
-    rows = recipes.build_all("rk3588", recipe_builder, "2.3.2", recipes_dir, dist, say=lines.append)
+    rows = recipes.build_all("rk3588", declaration, "2.3.2", recipes_dir, dist, say=lines.append)
 
     assert [(r["package"], r["status"]) for r in rows] == [("example_conv_rk3588", "ok"), ("example_strict_rk3588", "FAILED")]
     assert not (dist / "rk3588" / "example_strict_rk3588").exists()

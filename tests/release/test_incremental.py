@@ -7,14 +7,13 @@ import json
 import shutil
 
 from converters.release import recipes
-from converters.cli.commands import recipe_builder, recipe_sources
+from converters.cli.families import declaration
 from core.paths import REPO_ROOT
 
 
 def _build(recipes_dir, dist, **options):
     lines = []
-    rows = recipes.build_all("rk3588", recipe_builder, "2.3.2", recipes_dir, dist, say=lines.append,
-                             sources_for=recipe_sources, **options)
+    rows = recipes.build_all("rk3588", declaration, "2.3.2", recipes_dir, dist, say=lines.append, **options)
     return {r["package"]: r["status"] for r in rows}, lines
 
 
@@ -53,5 +52,8 @@ def test_the_key_follows_the_checkpoint_and_the_code(tmp_path):
     assert recipes.package_key(recipe, "rk3588", "2.3.2", [checkpoint])["key"] != first["key"]
     assert recipes.package_key(recipe, "rk3588", "2.3.2", None) is None  # a family that cannot name its sources
     files = recipes.code_files("example")
-    assert REPO_ROOT / "converters" / "families" / "example.py" in files and REPO_ROOT / "runtime" / "golden.py" in files
+    assert REPO_ROOT / "converters" / "families" / "example.py" in files and REPO_ROOT / "runtime" / "board" / "golden.py" in files
+    for room in ("build", "family", "release", "cli"):  # converters' own rooms, each a folder
+        assert any(p.parent == REPO_ROOT / "converters" / room for p in files), room
+    assert REPO_ROOT / "converters" / "families" / "__init__.py" in files
     assert not any("piper" in str(p.relative_to(REPO_ROOT)) for p in files)  # another family's change rebuilds nothing here

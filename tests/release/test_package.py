@@ -61,7 +61,7 @@ def test_staged_package_publishes_nothing_when_the_build_fails(tmp_path):
 
 
 def test_summary_row_sums_engines_and_takes_the_worst_snr():
-    from gates.verdict import Verdict, at_least, at_most
+    from runtime.board.verdict import Verdict, at_least, at_most
 
     # a verdict keeps its direction through JSON
     assert Verdict.from_json(at_most("x", 1, 2, "dB").to_json()).bound == "at_most"

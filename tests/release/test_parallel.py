@@ -6,8 +6,8 @@ import json
 import shutil
 import time
 
-from converters.release import recipes
-from converters.cli.commands import recipe_builder
+from converters.release import recipes, scheduler
+from converters.cli.families import declaration
 from core.paths import REPO_ROOT
 
 
@@ -25,7 +25,7 @@ def test_the_scheduler_never_runs_more_than_the_memory_budget_at_once(tmp_path):
     log = tmp_path / "log"
     tasks = [(str(log), i, f"p{i}") for i in range(1, 5)]
     # 3 GiB of budget, 2 GiB each: never two at once although 4 jobs are allowed; the 5 GiB one runs alone.
-    rows = recipes.build_parallel(tasks, logged_sleep, 4, [2 << 30, 2 << 30, 5 << 30, 1 << 30], 3 << 30, print)
+    rows = scheduler.build_parallel(tasks, logged_sleep, 4, [2 << 30, 2 << 30, 5 << 30, 1 << 30], 3 << 30, print)
     assert [r["package"] for r in rows] == ["p1", "p2", "p3", "p4"]
     events = sorted((float(t), kind) for kind, _, t in (line.split() for line in log.read_text().splitlines()))
     running = peak = 0
@@ -45,7 +45,7 @@ def test_two_jobs_give_the_same_packages_as_one(tmp_path, require_converter):
     digests = {}
     for jobs in (1, 2):
         dist = tmp_path / f"jobs{jobs}" / "dist"
-        rows = recipes.build_all("rk3588", recipe_builder, "2.3.2", recipes_dir, dist, jobs=jobs, say=lambda _: None)
+        rows = recipes.build_all("rk3588", declaration, "2.3.2", recipes_dir, dist, jobs=jobs, say=lambda _: None)
         assert [(r["package"], r["status"]) for r in rows] == [("example_b_rk3588", "ok"), ("example_conv_rk3588", "ok")]
         digests[jobs] = {p.name: json.loads(p.read_text())["rknn"]["sha256"]
                          for p in sorted((dist / "rk3588").glob("*/*.manifest.json"))}

@@ -11,12 +11,17 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from converters.release import kit, recipes
+from converters.build import goldens
+from converters.release import kit, recipes, scheduler
 from converters.family.pipeline import Exported
-from converters.cli.commands import engines, recipe_builder
-from converters.build.engine import BuildOptions, EngineResult
+from typing import Optional
+
+from converters.cli.commands import engines
+from converters.cli.families import declaration
+from converters.build.engine import EngineResult
+from converters.family.declaration import Component, Family, Table, option
 from core.errors import GateFailure, MissingSource, SetupError
-from gates.verdict import at_least
+from runtime.board.verdict import at_least
 
 
 def _write_recipe(directory: Path, package: str, family: str, targets=("rk3588",), extra: str = "") -> None:
@@ -44,14 +49,38 @@ def _fake_engine(work_dir: Path, stem: str, snr: float, component: str = "decode
     # What pipeline.build leaves beside the engines: the self-test goldens (none to record for a fake graph).
     selfcheck = work_dir / f"{stem}.selfcheck.npz"
     np.savez(selfcheck)
-    kit.write_goldens(work_dir, [Exported(work_dir / f"{stem}.onnx", selfcheck)], [result], [], 35.0)
+    goldens.write_goldens(work_dir, [Exported(work_dir / f"{stem}.onnx", selfcheck)], [result], [], 35.0)
     return result
 
 
-def _family(monkeypatch, name: str, build_recipe) -> None:
+class FakeSource(Table):
+    path: Optional[str] = option(None, "A checkpoint path.")
+
+
+class FakeOptions(Table):
+    window: int = option(109, "Latent slices.")
+    context: int = option(32, "Context slices.")
+    frames: list[int] = option([128], "Widths.")
+
+
+class FakeGates(Table):
+    max_drift_pct: Optional[float] = option(None, "Drift threshold.")
+
+
+FAKE_BUILDS: dict = {}
+
+
+def _family(monkeypatch, name: str, build_recipe, sources=None) -> None:
+    """A fake family: a declaration (two components, like a voice) whose recipe parts `build_recipe(recipe, target,
+    toolkit, work_dir)` turns into engine results without compiling anything."""
     module = types.ModuleType(f"converters.families.{name}")
-    module.build_recipe = build_recipe
+    module.FAMILY = Family(name, "A fake family.", tuple(Component(c, None, FakeOptions, FakeGates)
+                                                        for c in ("decoder", "duration_encoder")),
+                           source=FakeSource, sources=sources)
     monkeypatch.setitem(sys.modules, module.__name__, module)
+    FAKE_BUILDS[name] = build_recipe
+    monkeypatch.setattr(recipes, "build_part", lambda family, recipe, target, toolkit, work_dir, reproduce=False:
+                        FAKE_BUILDS[family.name](recipe, target, toolkit, work_dir))
 
 
 def _ok(recipe, target, toolkit, work_dir):
@@ -80,34 +109,42 @@ def fake_families(monkeypatch):
 
 def test_recipe_validation_names_the_file_and_the_problem(tmp_path):
     _write_recipe(tmp_path, "good", "example", extra="[gates]\nmin_simulator_snr_db = 50.0\n")
-    recipe = recipes.load_recipe(tmp_path / "good.toml")
+    recipe = recipes.load_recipe(tmp_path / "good.toml", declaration)
     assert recipe["source"] == {} and recipe["options"] == {} and recipe["gates"] == {"min_simulator_snr_db": 50.0}
     (tmp_path / "no_family.toml").write_text('package = "x"\ntargets = ["rk3588"]\n')
-    with pytest.raises(SetupError, match=r"no_family.toml needs `family`"):
-        recipes.load_recipe(tmp_path / "no_family.toml")
+    with pytest.raises(SetupError, match=r"no_family.toml: family: missing \(required\)"):
+        recipes.load_recipe(tmp_path / "no_family.toml", declaration)
     _write_recipe(tmp_path, "rv", "example", targets=("rv1106",))
     with pytest.raises(SetupError, match="rv1106"):
-        recipes.load_recipe(tmp_path / "rv.toml")
+        recipes.load_recipe(tmp_path / "rv.toml", declaration)
     (tmp_path / "broken.toml").write_text("package = \n")
     with pytest.raises(SetupError, match="not valid TOML"):
-        recipes.load_recipe(tmp_path / "broken.toml")
+        recipes.load_recipe(tmp_path / "broken.toml", declaration)
 
 
-def test_gates_table_reaches_build_options():
-    recipe = {"gates": {"min_simulator_snr_db": 55.0, "max_regtask_lines": 0, "min_export_snr_db": 90.0}}
-    options = BuildOptions.from_recipe(recipe, "rk3576", "2.5.0")
-    assert (options.target, options.toolkit, options.min_simulator_snr_db, options.max_regtask_lines) == (
-        "rk3576", "2.5.0", 55.0, 0)
+def test_gates_table_reaches_build_options(tmp_path):
+    from converters.family.declaration import build_options
+    from converters.family.schema import recipe_job
+
+    _write_recipe(tmp_path, "gated", "example", targets=("RK3576",),
+                  extra="[gates]\nmin_simulator_snr_db = 55.0\nmax_regtask_lines = 0\n")
+    recipe = recipes.load_recipe(tmp_path / "gated.toml", declaration)
+    assert recipe["targets"] == ["rk3576"]
+    [part] = recipes.recipes_for(recipe, "rk3576")
+    job = recipe_job(declaration("example"), part, "rk3576", tmp_path, "2.5.0")
+    options = build_options(job.gates, job.target, job.toolkit)
+    assert (options.target, options.toolkit, options.min_simulator_snr_db, options.max_regtask_lines,
+            options.fail_on_cpu_ops) == ("rk3576", "2.5.0", 55.0, 0, False)
 
 
 def test_missing_source_is_one_skip_line_and_no_package(tmp_path, fake_families):
     _write_recipe(tmp_path / "r", "voice", "fake_missing", extra='[source]\npath = "/nowhere/voice.pt"\n')
     lines = []
-    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=tmp_path / "r", dist_dir=tmp_path / "dist", say=lines.append)
+    rows = recipes.build_all("rk3588", declaration, recipes_dir=tmp_path / "r", dist_dir=tmp_path / "dist", say=lines.append)
     assert [r["status"] for r in rows] == ["missing source"]
     skips = [line for line in lines if line.startswith("skip")]
     assert skips == ["skip voice_rk3588: checkpoint /nowhere/voice.pt not found; download the voice there"]
-    assert [p.name for p in (tmp_path / "dist" / "rk3588").iterdir()] == [recipes.LOCK_NAME]
+    assert [p.name for p in (tmp_path / "dist" / "rk3588").iterdir()] == [scheduler.LOCK_NAME]
 
 
 def test_failures_leave_no_package_dir_and_the_other_recipes_still_build(tmp_path, fake_families):
@@ -117,14 +154,14 @@ def test_failures_leave_no_package_dir_and_the_other_recipes_still_build(tmp_pat
     _write_recipe(recipes_dir, "c_ok", "fake_ok", targets=("rk3566", "rk3588"))
     _write_recipe(recipes_dir, "d_other_target", "fake_ok", targets=("rk3576",))
     lines = []
-    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lines.append)
+    rows = recipes.build_all("rk3588", declaration, recipes_dir=recipes_dir, dist_dir=dist, say=lines.append)
     assert [(r["package"], r["status"]) for r in rows] == [
         ("a_gate_rk3588", "FAILED"), ("b_bug_rk3588", "FAILED"), ("c_ok_rk3588", "ok")]
     assert rows[0]["gates"] == "0/1" and rows[0]["worst_snr_db"] == 12.0
     assert rows[2]["gates"] == "1/1" and rows[2]["engine_bytes"] == 100
     text = "\n".join(lines)
     assert "look for fp16 overflow" in text and "ZeroDivisionError: a family bug" in text
-    published = sorted(p.name for p in (dist / "rk3588").iterdir() if p.name != recipes.LOCK_NAME)
+    published = sorted(p.name for p in (dist / "rk3588").iterdir() if p.name != scheduler.LOCK_NAME)
     # Failed recipes keep their work dir (ONNX, logs) beside, never under the package name.
     assert published == ["a_gate_rk3588.failed", "b_bug_rk3588.failed", "c_ok_rk3588"]
     assert (dist / "rk3588" / "a_gate_rk3588.failed" / "model.onnx").is_file()
@@ -140,11 +177,11 @@ def test_only_selects_packages_and_rejects_unknown_names(tmp_path, fake_families
     recipes_dir = tmp_path / "r"
     _write_recipe(recipes_dir, "one", "fake_ok")
     _write_recipe(recipes_dir, "two", "fake_ok")
-    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", only=["two"],
+    rows = recipes.build_all("rk3588", declaration, recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", only=["two"],
                              say=lambda line: None)
     assert [r["package"] for r in rows] == ["two_rk3588"]
     with pytest.raises(SetupError, match="three"):
-        recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", only=["three"])
+        recipes.build_all("rk3588", declaration, recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", only=["three"])
 
 
 def test_unknown_family_fails_before_anything_is_built(tmp_path, fake_families):
@@ -152,7 +189,7 @@ def test_unknown_family_fails_before_anything_is_built(tmp_path, fake_families):
     _write_recipe(recipes_dir, "a_ok", "fake_ok")
     _write_recipe(recipes_dir, "b_typo", "no_such_family_here")
     with pytest.raises(SetupError, match="no family 'no_such_family_here'"):
-        recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", say=lambda line: None)
+        recipes.build_all("rk3588", declaration, recipes_dir=recipes_dir, dist_dir=tmp_path / "dist", say=lambda line: None)
     assert not (tmp_path / "dist" / "rk3588" / "a_ok_rk3588").exists()
 
 
@@ -193,11 +230,11 @@ def test_a_write_failure_while_packaging_publishes_nothing_and_names_the_file(tm
     recipes_dir, dist = tmp_path / "r", tmp_path / "dist"
     _write_recipe(recipes_dir, "c_ok", "fake_ok")
     lines = []
-    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lines.append)
+    rows = recipes.build_all("rk3588", declaration, recipes_dir=recipes_dir, dist_dir=dist, say=lines.append)
     assert [r["status"] for r in rows] == ["FAILED"]
     failure = next(line for line in lines if line.startswith("FAIL"))
     assert "could not write" in failure and "c_ok_rk3588_engine.rknn" in failure and "File too large" in failure
-    assert sorted(p.name for p in (dist / "rk3588").iterdir()) == [recipes.LOCK_NAME, "c_ok_rk3588.failed"]
+    assert sorted(p.name for p in (dist / "rk3588").iterdir()) == [scheduler.LOCK_NAME, "c_ok_rk3588.failed"]
 
 
 def test_files_a_contract_names_reach_the_package_when_the_onnx_is_kept_beside_dist(tmp_path, monkeypatch):
@@ -210,7 +247,7 @@ def test_files_a_contract_names_reach_the_package_when_the_onnx_is_kept_beside_d
     _family(monkeypatch, "fake_files", with_plan)
     recipes_dir, dist = tmp_path / "r", tmp_path / "dist"
     _write_recipe(recipes_dir, "p", "fake_files")
-    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lambda _: None)
+    rows = recipes.build_all("rk3588", declaration, recipes_dir=recipes_dir, dist_dir=dist, say=lambda _: None)
     assert [r["status"] for r in rows] == ["ok"]
     package = dist / "rk3588" / "p_rk3588"
     assert (package / "plan.json").is_file()
@@ -243,7 +280,7 @@ def _voice(recipe, target, toolkit, work_dir):
     results = [_fake_engine(work_dir, f"voice_encoder_w{width}", 61.0, "duration_encoder",
                             {"shared": shared, f"hidden_{width}": np.full(8, width, np.float32)}, ladder_key=width)
                for width in recipe["options"]["frames"]]
-    kit.write_goldens(work_dir, [Exported(work_dir / f"voice_encoder_w{w}.onnx", work_dir / f"voice_encoder_w{w}.selfcheck.npz")
+    goldens.write_goldens(work_dir, [Exported(work_dir / f"voice_encoder_w{w}.onnx", work_dir / f"voice_encoder_w{w}.selfcheck.npz")
                                  for w in recipe["options"]["frames"]], results, [], 35.0)
     return results
 
@@ -257,8 +294,8 @@ def test_a_recipe_with_components_is_one_package_with_one_exec_plan_and_one_kit(
     _write_recipe(recipes_dir, "voice", "fake_voice", targets=("rk3588", "rk3576"), extra=VOICE)
     checkpoint = tmp_path / "voice.onnx"
     checkpoint.write_bytes(b"weights")
-    rows = recipes.build_all("rk3588", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lambda line: None,
-                             sources_for=lambda family: lambda recipe: [checkpoint])
+    _family(monkeypatch, "fake_voice", _voice, sources=lambda job: [checkpoint])
+    rows = recipes.build_all("rk3588", declaration, recipes_dir=recipes_dir, dist_dir=dist, say=lambda line: None)
     assert [(r["package"], r["status"], r["components"], r["gates"]) for r in rows] == [
         ("voice_rk3588", "ok", "decoder+duration_encoder", "3/3")]
     package = dist / "rk3588" / "voice_rk3588"
@@ -284,37 +321,38 @@ def test_a_recipe_with_components_is_one_package_with_one_exec_plan_and_one_kit(
     kept = onnx_dir(dist, "rk3588", "voice_rk3588")  # the work dir: the component kits were merged away
     assert (kept / "selftest").is_dir() and not list(kept.glob("selftest.*"))
 
-    rows = recipes.build_all("rk3576", recipe_builder, recipes_dir=recipes_dir, dist_dir=dist, say=lambda line: None)
+    rows = recipes.build_all("rk3576", declaration, recipes_dir=recipes_dir, dist_dir=dist, say=lambda line: None)
     assert [(r["package"], r["components"]) for r in rows] == [
         ("voice_rk3576", "decoder; no duration_encoder (rk3588 only)")]
     plan = json.loads((dist / "rk3576" / "voice_rk3576" / "exec_plan.json").read_text())
     assert list(plan["piper_tts.exec_plan"]) == ["decoder"]
 
 
-def test_component_tables_are_checked_when_the_recipe_loads(tmp_path):
+def test_component_tables_are_checked_when_the_recipe_loads(tmp_path, fake_families):
     cases = {
-        "typo": ('[components.decoder]\noptoins = {}\n', r"\[components.decoder\] may hold only targets, options, gates, not \['optoins'\]"),
-        "outside": ('[components.decoder]\ntargets = ["rk3566"]\n', r"lists targets \['rk3566'\] that the recipe's"),
-        "uncovered": ('[components.decoder]\ntargets = ["rk3588"]\n', r"no component lists target\(s\) \['rk3576'\]"),
-        "scalar": ('[components]\ndecoder = 3\n', r"\[components.decoder\] may hold only"),
+        "typo": ('[components.decoder]\noptoins = {}\n', r"components.decoder.optoins: unknown; did you mean options\?"),
+        "outside": ('[components.decoder]\ntargets = ["rk3566"]\n',
+                    r"components.decoder.targets.rk3566: not a target of this recipe"),
+        "uncovered": ('[components.decoder]\ntargets = ["rk3588"]\n', r"no component lists target rk3576"),
+        "scalar": ('[components]\ndecoder = 3\n', r"components.decoder: input should be"),
     }
     for name, (extra, message) in cases.items():
         _write_recipe(tmp_path, name, "fake_ok", targets=("rk3588", "rk3576"), extra=extra)
         with pytest.raises(SetupError, match=message):
-            recipes.load_recipe(tmp_path / f"{name}.toml")
+            recipes.load_recipe(tmp_path / f"{name}.toml", declaration)
 
 
-def test_an_option_may_be_per_target_and_only_its_own_target_rebuilds(tmp_path):
+def test_an_option_may_be_per_target_and_only_its_own_target_rebuilds(tmp_path, fake_families):
     extra = '[options]\nwindow = { rk3588 = 237, rk3576 = 173 }\ncontext = 32\n'
     _write_recipe(tmp_path, "voice", "fake_ok", targets=("rk3588", "rk3576"), extra=extra)
-    recipe = recipes.load_recipe(tmp_path / "voice.toml")
+    recipe = recipes.load_recipe(tmp_path / "voice.toml", declaration)
     assert [r["options"] for r in recipes.recipes_for(recipe, "rk3576")] == [{"window": 173, "context": 32}]
     key_3588 = recipes.package_key(recipe, "rk3588", "2.3.2", [])["key"]
     _write_recipe(tmp_path, "voice", "fake_ok", targets=("rk3588", "rk3576"),
                   extra=extra.replace("rk3576 = 173", "rk3576 = 205"))
-    changed = recipes.load_recipe(tmp_path / "voice.toml")
+    changed = recipes.load_recipe(tmp_path / "voice.toml", declaration)
     assert recipes.package_key(changed, "rk3588", "2.3.2", [])["key"] == key_3588
     assert recipes.package_key(changed, "rk3576", "2.3.2", [])["key"] != recipes.package_key(recipe, "rk3576", "2.3.2", [])["key"]
     _write_recipe(tmp_path, "short", "fake_ok", targets=("rk3588", "rk3566"), extra=extra)
-    with pytest.raises(SetupError, match=r"option `window` is per target \(rk3588, rk3576\) and names no value for rk3566"):
-        recipes.load_recipe(tmp_path / "short.toml")
+    with pytest.raises(SetupError, match=r"options.window: per target, and names no value for rk3566"):
+        recipes.load_recipe(tmp_path / "short.toml", declaration)

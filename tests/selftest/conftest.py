@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from converters.release import recipes
-from converters.cli.commands import recipe_builder
+from converters.cli.families import declaration
 from toolkit.versions import converter_python
 
 # The double: loads the package's golden index with numpy. For inputs equal to an engine's self-check it returns
@@ -103,7 +103,7 @@ def example_package(tmp_path_factory) -> Path:
     """dist/rk3588/example_conv_rk3588 built by the real recipe (about 20 s)."""
     converter_python("2.3.2")
     dist = tmp_path_factory.mktemp("kit") / "dist"
-    rows = recipes.build_all("rk3588", recipe_builder, "2.3.2", only=["example_conv"], dist_dir=dist, say=lambda _: None)
+    rows = recipes.build_all("rk3588", declaration, "2.3.2", only=["example_conv"], dist_dir=dist, say=lambda _: None)
     assert rows[0]["status"] == "ok", rows
     return dist / "rk3588" / "example_conv_rk3588"
 

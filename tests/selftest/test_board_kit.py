@@ -96,14 +96,15 @@ def test_every_module_the_kit_ships_parses_as_python_3_8(package):
 
 
 def test_shipped_modules_are_unchanged_copies(package):
-    from converters.release.kit import KIT_ENTRY_MODULE, kit_modules
+    from converters.release.kit import KIT_SCRIPT, kit_files
 
-    index = json.loads((package / "selftest" / "index.json").read_text())
-    for module in kit_modules([e["loop"] for e in index["end_to_end"]]):
-        source = REPO_ROOT.joinpath(*module.split("."))
-        source = source.with_suffix(".py") if source.with_suffix(".py").is_file() else source / "__init__.py"
-        shipped = package / "selftest.py" if module == KIT_ENTRY_MODULE else package / source.relative_to(REPO_ROOT)
-        assert shipped.read_bytes() == source.read_bytes(), module
+    shipped = kit_files()
+    assert KIT_SCRIPT in shipped.values() and "runtime/board/golden.py" in shipped.values()
+    for source, name in shipped.items():
+        assert (package / name).read_bytes() == source.read_bytes(), name
+    # the kit is the folder and nothing else: no core/ or gates/ beside it
+    in_package = {str(p.relative_to(package)) for p in package.rglob("*.py") if "selftest" not in p.parts[:1]}
+    assert in_package == set(shipped.values()), in_package ^ set(shipped.values())
 
 
 @pytest.mark.parametrize("masks, cores, ran, skipped", [
@@ -120,30 +121,28 @@ def test_core_masks_the_soc_lacks_are_skipped(masks, cores, ran, skipped):
 
 
 def _loops() -> list[str]:
-    """Every end-to-end loop the families can declare: `golden_loop` of a runtime module."""
+    """Every end-to-end loop the families can declare: `golden_loop` of a board runtime module."""
     found = []
-    for path in sorted((REPO_ROOT / "runtime").glob("*.py")):
+    for path in sorted((REPO_ROOT / "runtime" / "board").glob("*.py")):
         tree = ast.parse(path.read_text())
         if any(isinstance(node, ast.FunctionDef) and node.name == "golden_loop" for node in tree.body):
-            found.append(f"runtime.{path.stem}:golden_loop")
+            found.append(f"runtime.board.{path.stem}:golden_loop")
     return found
 
 
 def test_every_loop_a_family_can_ship_imports_on_the_board_with_numpy_alone(board_python, tmp_path):
-    import shutil
     import subprocess
 
-    from converters.release.kit import module_file, kit_modules
+    from converters.release.kit import kit_files, write_file
 
     loops = _loops()
     assert "runtime.board.ladder:golden_loop" in loops and len(loops) >= 2
-    for module in kit_modules(loops):
-        source = module_file(module)
-        target = tmp_path / source.relative_to(REPO_ROOT)
+    for source, name in kit_files().items():  # laid out as in a package
+        target = tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        write_file(target, source)
         ast.parse(source.read_text(), filename=str(source), feature_version=(3, 8))
-    probe = "; ".join(f"import {loop.partition(':')[0]}" for loop in loops) + "; import runtime.board.selftest"
+    probe = "; ".join(f"import {loop.partition(':')[0]}" for loop in loops) + "; import selftest"
     result = subprocess.run([str(board_python), "-E", "-s", "-c", probe], cwd=tmp_path, capture_output=True,
                             text=True, env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr

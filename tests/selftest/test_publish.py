@@ -9,11 +9,12 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from converters.cli.families import declaration
 from converters.release import recipes
 from converters.release.publish import git_blob_sha1, publish
 from core.errors import SetupError
 from core.paths import REPO_ROOT
-from core.manifest import sha256_file
+from runtime.board.files import sha256_file
 
 
 class StandInHub:
@@ -56,7 +57,7 @@ def test_the_package_carries_a_model_card_with_front_matter(package):
     card = (package / "README.md").read_text()
     front = yaml.safe_load(card.split("---")[1])
     assert front["library_name"] == "rknn" and "rk3588" in front["tags"] and "rknn" in front["tags"]
-    assert front["license"] == recipes.load_recipe(REPO_ROOT / "recipes" / "example_conv.toml")["card"]["license"]
+    assert front["license"] == recipes.load_recipe(REPO_ROOT / "recipes" / "example_conv.toml", declaration)["card"]["license"]
     assert "librknnrt.so` 2.3.2 or newer" in card and "python3 selftest.py" in card
     assert "`example_c16_t64.rknn`" in card and '"example.exec_plan"' in card
     listed = (package / "SHA256SUMS").read_text()
@@ -139,7 +140,7 @@ def test_the_ci_matrix_matches_the_recipes_and_the_workflow_uses_real_commands()
     result = CliRunner().invoke(cli.app, ["engines", "--matrix-json"])
     assert result.exit_code == 0, result.output
     matrix = json.loads(result.output)["include"]
-    expected = {(r["package"], t) for r in recipes.load_recipes() for t in r["targets"]}
+    expected = {(r["package"], t) for r in recipes.load_recipes(REPO_ROOT / "recipes", declaration) for t in r["targets"]}
     assert {(m["package"], m["target"]) for m in matrix} == expected and len(matrix) == len(expected)
 
     workflow = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "engines.yml").read_text())
@@ -156,12 +157,12 @@ def test_the_ci_matrix_matches_the_recipes_and_the_workflow_uses_real_commands()
 
 def test_the_card_row_of_an_engine_without_an_snr_gate_says_so():
     """An engine whose gates hold no SNR (only counts, or an at-most dB figure) gets '-' in the card, not an error."""
-    from converters.release.publish import model_card
-    from gates.verdict import at_most
+    from converters.release.card import model_card
+    from runtime.board.verdict import at_most
 
     manifest = {"rknn": {"path": "x.rknn", "bytes": 10}, "ops": {"cpu": 0}, "regtask": {"lines": 0},
                 "toolkit_version": "2.3.2", "producer_version": "0", "gates": [
                     at_most("regtask_lines", 0, 0, "lines").to_json(), at_most("leak", 37.0, 40.0, "dB").to_json()]}
-    recipe = recipes.load_recipe(REPO_ROOT / "recipes" / "example_conv.toml")
+    recipe = recipes.load_recipe(REPO_ROOT / "recipes" / "example_conv.toml", declaration)
     card = model_card(recipe, "rk3588", [manifest], {})
     assert "| `x.rknn` | 10 | 2/2 | - | 0 | 0 |" in card

@@ -10,7 +10,7 @@ import onnx
 from onnx import numpy_helper
 
 from converters.build.engine import BuildOptions, compile_only
-from core.manifest import sha256_file
+from runtime.board.files import sha256_file
 
 
 def _changed_weight(source, target) -> None:

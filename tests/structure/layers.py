@@ -89,7 +89,8 @@ def imported_names(tree: ast.AST, importer: str, is_package: bool):
 
 
 def violations(root: Path) -> list[Violation]:
-    """Every import against the order in the rooms under `root`."""
+    """Every import against the order in the rooms under `root`. A module with no rank (a bare parent package
+    such as `runtime` or `converters`, or a file outside every room) may import nothing of rkaudio."""
     found = []
     for room in ROOMS:
         for path in sorted((Path(root) / room).rglob("*.py")):
@@ -101,11 +102,19 @@ def violations(root: Path) -> list[Violation]:
                 if rank is None:
                     continue
                 where = str(path.relative_to(root))
-                if rank > own_rank:
+                if own_rank is None:
+                    found.append(Violation(where, line, importer, imported, "from a module in no room"))
+                elif rank > own_rank:
                     found.append(Violation(where, line, importer, imported, "upward"))
                 elif own_family and family_of(imported) not in (None, own_family):
                     found.append(Violation(where, line, importer, imported, "another family"))
     return found
+
+
+def unranked(root: Path) -> list[str]:
+    """The rkaudio modules under `root` that belong to no room (LAYERS), bare parent packages aside."""
+    parents = {".".join(room.split(".")[:-1]) for room in LAYERS if "." in room}
+    return sorted(m for m in module_files(root) if layer(m) is None and m not in parents)
 
 
 def module_files(root: Path) -> dict[str, Path]:

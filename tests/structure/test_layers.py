@@ -1,9 +1,11 @@
 """The layer rule holds in the repository, the checker catches what it is for (lazy imports and
-import_module strings included), the converter child imports nothing of rkaudio's world, and the board
-backend imports with numpy alone."""
+import_module strings included, in every room), no modules import each other in a circle, the board folder
+(what the kit ships) is closed, the converter child imports nothing of rkaudio's world, and the board backend
+imports with numpy alone."""
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import subprocess
 import sys
@@ -13,9 +15,13 @@ from pathlib import Path
 import pytest
 
 from core.paths import REPO_ROOT
-from tests.structure.layers import ROOMS, imported_names, layer, violations
+from tests.structure.layers import LAYERS, ROOMS, circles, imported_names, layer, module_name, unranked, violations
 
-LEAF_ROOMS = ("core", "gates", "toolkit", "runtime", "surgery")
+# Every room below the CLI, bottom up: an import of converters.cli from any of them is upward.
+LEAF_ROOMS = tuple(room for room in sorted(LAYERS, key=LAYERS.get) if room != "converters.cli")
+BOARD = REPO_ROOT / "runtime" / "board"
+# Standard-library modules newer than the board's Python 3.8 (sys.stdlib_module_names is the host's).
+AFTER_PY38 = {"zoneinfo", "graphlib", "tomllib"}
 
 
 def test_the_repository_imports_only_downward():
@@ -23,49 +29,139 @@ def test_the_repository_imports_only_downward():
     assert not found, "imports against the layer order (HACKING.md):\n" + "\n".join(map(str, found))
 
 
+def test_the_repository_has_no_circles():
+    found = circles(REPO_ROOT)
+    assert found == [], "modules importing each other in a circle:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_every_module_belongs_to_a_room():
+    assert unranked(REPO_ROOT) == []
+
+
 def _copy_rooms(destination: Path) -> None:
     for room in ROOMS:
         shutil.copytree(REPO_ROOT / room, destination / room, ignore=shutil.ignore_patterns("__pycache__"))
 
 
+@functools.lru_cache(maxsize=1)
+def _known() -> frozenset:
+    """What the tree holds already (not a planted test's business): a copy's violations, paths relative."""
+    return frozenset(violations(REPO_ROOT))
+
+
+def _leaf(root: Path, room: str) -> Path:
+    """The first module of `room` that is not a package's __init__."""
+    return sorted(p for p in root.joinpath(*room.split(".")).rglob("*.py") if p.name != "__init__.py")[0]
+
+
 UPWARD = {
-    "lazy import": "\n\ndef _planted():\n    from converters.build.engine import build_engine\n    return build_engine\n",
+    "module level": "\nfrom converters.cli import commands\n",
+    "lazy import": "\n\ndef _planted():\n    from converters.cli.commands import register\n    return register\n",
     "import_module string": "\n\ndef _planted(name):\n    import importlib\n"
-                            "    return importlib.import_module(f\"converters.families.{name}\")\n",
+                            "    return importlib.import_module(f\"converters.cli.{name}\")\n",
 }
 
 
 @pytest.mark.parametrize("form", sorted(UPWARD))
 @pytest.mark.parametrize("room", LEAF_ROOMS)
-def test_an_upward_import_planted_in_any_leaf_room_is_caught(tmp_path, room, form):
+def test_an_upward_import_planted_in_any_room_below_the_cli_is_caught(tmp_path, room, form):
     _copy_rooms(tmp_path)
-    leaf = sorted(p for p in (tmp_path / room).rglob("*.py") if p.name != "__init__.py")[0]
+    leaf = _leaf(tmp_path, room)
     leaf.write_text(leaf.read_text() + UPWARD[form])
-    found = violations(tmp_path)
+    found = [v for v in violations(tmp_path) if v not in _known()]
     assert [(v.path, v.reason) for v in found] == [(str(leaf.relative_to(tmp_path)), "upward")], found
+
+
+@pytest.mark.parametrize("lower, higher", list(zip(LEAF_ROOMS, LEAF_ROOMS[1:] + ("converters.cli",))))
+def test_an_import_one_room_up_is_caught(tmp_path, lower, higher):
+    _copy_rooms(tmp_path)
+    leaf, target = _leaf(tmp_path, lower), _leaf(tmp_path, higher)
+    leaf.write_text(leaf.read_text() + f"\n\ndef _planted():\n    import {module_name(tmp_path, target)}\n")
+    found = [v for v in violations(tmp_path) if v not in _known()]
+    assert [(v.importer, v.imported, v.reason) for v in found] == [
+        (module_name(tmp_path, leaf), module_name(tmp_path, target), "upward")]
 
 
 def test_one_family_importing_another_is_caught(tmp_path):
     _copy_rooms(tmp_path)
     piper = tmp_path / "converters" / "families" / "piper" / "__init__.py"
     piper.write_text(piper.read_text() + "\nfrom converters.families.kokoro import sources\n")
-    assert [v.reason for v in violations(tmp_path)] == ["another family"]
+    assert [v.reason for v in violations(tmp_path) if v not in _known()] == ["another family"]
+
+
+def test_a_module_in_no_room_may_import_nothing_of_rkaudio(tmp_path):
+    _copy_rooms(tmp_path)
+    stray = tmp_path / "runtime" / "stray.py"
+    stray.write_text("from core.errors import SetupError\n")
+    assert unranked(tmp_path) == ["runtime.stray"]
+    assert [(v.importer, v.reason) for v in violations(tmp_path) if v.importer == "runtime.stray"] == [
+        ("runtime.stray", "from a module in no room")]
+
+
+def _new_circles(root: Path) -> list[list[str]]:
+    known = circles(REPO_ROOT)
+    return [c for c in circles(root) if c not in known]
+
+
+def test_a_planted_back_edge_is_named_as_a_circle(tmp_path):
+    """converters.build.engine imports converters.build.analysis; a lazy import back (same room, so no layer
+    violation) closes a circle that only `circles` sees."""
+    _copy_rooms(tmp_path)
+    analysis = tmp_path / "converters" / "build" / "analysis.py"
+    analysis.write_text(analysis.read_text() + "\n\ndef _planted():\n    from converters.build import engine\n")
+    assert not [v for v in violations(tmp_path) if v.importer == "converters.build.analysis"]
+    assert _new_circles(tmp_path) == [["converters.build.analysis", "converters.build.engine"]]
+
+
+def test_two_new_modules_importing_each_other_are_named(tmp_path):
+    _copy_rooms(tmp_path)
+    release = tmp_path / "converters" / "release"
+    (release / "planted_a.py").write_text("from converters.release import planted_b\n")
+    (release / "planted_b.py").write_text("def f():\n    from converters.release.planted_a import x\n")
+    assert _new_circles(tmp_path) == [["converters.release.planted_a", "converters.release.planted_b"]]
 
 
 def test_ranks_follow_the_written_order():
-    order = ["core.errors", "gates.snr", "toolkit.session", "runtime.host.backends", "surgery.graph.fold",
-             "converters.family.pipeline", "converters.families.example", "converters.cli"]
-    assert [layer(m) for m in order] == sorted(layer(m) for m in order)
-    assert layer("numpy") is None and layer("converters.families") > layer("converters.build.engine")
+    order = ["runtime.board.golden", "core.errors", "gates.snr", "toolkit.session", "runtime.host.backends",
+             "surgery.graph.fold", "converters.build.engine", "converters.family.pipeline",
+             "converters.release.kit", "converters.families.example", "converters.cli.commands"]
+    ranks = [layer(m) for m in order]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks), dict(zip(order, ranks))
+    assert list(LAYERS) == ["runtime.board", "core", "gates", "toolkit", "runtime.host", "surgery",
+                            "converters.build", "converters.family", "converters.release", "converters.families",
+                            "converters.cli"]
+    assert layer("numpy") is None and layer("runtime") is None and layer("converters") is None
 
 
 def test_relative_imports_resolve_against_their_package():
     tree = ast.parse(textwrap.dedent("""
         from . import child
-        from ...engine import build_engine
+        from ...build.engine import build_engine
     """))
     names = [name for _, name in imported_names(tree, "converters.families.example", is_package=True)]
     assert names == ["converters.families.example.child", "converters.build.engine.build_engine"]
+
+
+def _board_files() -> list[Path]:
+    return [REPO_ROOT / "runtime" / "__init__.py", *sorted(p for p in BOARD.rglob("*.py") if "__pycache__" not in p.parts)]
+
+
+def test_the_board_folder_is_closed_and_python_3_8():
+    """What the kit ships (runtime/__init__.py and runtime/board/) imports, anywhere in its text, only itself,
+    numpy and the 3.8 standard library; rknnlite (the board's runtime) only in rknnlite.py."""
+    wrong = []
+    for path in _board_files():
+        text = path.read_text()
+        tree = ast.parse(text, filename=str(path), feature_version=(3, 8))
+        importer = module_name(REPO_ROOT, path)
+        for line, imported in imported_names(tree, importer, path.name == "__init__.py"):
+            root = imported.split(".")[0]
+            allowed = (imported == "runtime.board" or imported.startswith("runtime.board.") or root == "numpy"
+                       or (root in sys.stdlib_module_names and root not in AFTER_PY38 and root != "runtime")
+                       or (root == "rknnlite" and path == BOARD / "rknnlite.py"))
+            if not allowed:
+                wrong.append(f"{path.relative_to(REPO_ROOT)}:{line}: {imported}")
+    assert not wrong, "the board folder imports from outside itself:\n" + "\n".join(wrong)
 
 
 def test_the_converter_child_imports_only_the_stdlib_numpy_and_rknn():

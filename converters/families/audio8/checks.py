@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gates.verdict import Verdict, at_most
+from runtime.board.verdict import Verdict, at_most, judged, nothing_to_judge
 
 # The export gates compare onnxruntime fp32 graphs with torch fp32: their floor is fp32 rounding. Measured: torch
 # fp32 vs float64 logits 3.4e-7 (real shapes) / 6.9e-6 (small model) at worst; the graphs, real-shape random
@@ -44,9 +44,9 @@ ADVICE = ("the exported graphs decode differently from the torch model: compare 
 
 def degenerate(reference, logits: bool = True) -> str | None:
     """Why the whole `reference` (logits [steps, vocab], or embeddings with `logits=False`) cannot judge a
-    comparison, or None: `gates.snr.degenerate_reference` at `FULL_SCALE`, and for logits a step where every
-    token ties."""
-    from gates.snr import degenerate_reference
+    comparison, or None: `runtime.board.numeric.degenerate_reference` at `FULL_SCALE`, and for logits a step where
+    every token ties."""
+    from runtime.board.numeric import degenerate_reference
 
     problem = degenerate_reference(reference, FULL_SCALE)
     if problem is not None:
@@ -58,26 +58,6 @@ def degenerate(reference, logits: bool = True) -> str | None:
             return (f"the reference logits are constant over the vocabulary at step {int(tied[0])} (every token ties): "
                     "the checkpoint or the inputs make the model output a constant")
     return None
-
-
-def judged(verdict: Verdict, reference) -> Verdict:
-    """`verdict`, failed without a figure (NaN, the reason as detail) when its whole reference is `degenerate`."""
-    problem = degenerate(reference)
-    if problem is None:
-        return verdict
-    return Verdict(verdict.name, math.nan, verdict.threshold, verdict.unit, False, problem)
-
-
-def refuse_degenerate(verdicts: list[Verdict], context: str = "audio8 export") -> list[Verdict]:
-    """Stop the export when a gate had nothing to judge: a checkpoint that outputs zeros needs the checkpoint
-    fixed, not advice about pooling or the decoder cut. Returns `verdicts` otherwise."""
-    from core.errors import GateFailure
-    from gates.snr import DEGENERATE_ADVICE
-
-    failed = [v for v in verdicts if not v.passed and math.isnan(v.value)]
-    if failed:
-        raise GateFailure(failed, advice=DEGENERATE_ADVICE, context=context)
-    return verdicts
 
 
 def relative_l2(reference, test) -> float:
@@ -92,7 +72,7 @@ def rel_l2_verdict(name: str, reference, test, threshold: float, detail: str = "
     """||test - reference|| / ||reference|| <= threshold, after the whole-reference check (`degenerate`)."""
     problem = degenerate(reference, logits)
     if problem is not None:
-        return Verdict(name, math.nan, float(threshold), "ratio", False, problem)
+        return nothing_to_judge(name, threshold, "ratio", problem)
     return at_most(name, relative_l2(reference, test), threshold, "ratio", detail)
 
 
@@ -103,7 +83,7 @@ def step_logits_verdict(name: str, reference, test, positions: list[int], bucket
     reference, test = np.asarray(reference, dtype=np.float64), np.asarray(test, dtype=np.float64)
     problem = degenerate(reference)
     if problem is not None:
-        return Verdict(name, math.nan, float(threshold), "ratio", False, problem)
+        return nothing_to_judge(name, threshold, "ratio", problem)
     if reference.shape != test.shape or not len(reference):
         return Verdict(name, math.inf, float(threshold), "ratio", False,
                        f"{len(test)} decode steps against {len(reference)} reference steps")
@@ -131,7 +111,7 @@ def token_verdict(name: str, reference: list[int], test: list[int], reference_lo
     detail = f"{len(reference)} tokens identical" if index is None else (
         f"first divergence at token {index}: reference {reference[index:index + 3]} vs {test[index:index + 3]}")
     verdict = at_most(name, differing, 0, "tokens", detail)
-    return verdict if reference_logits is None else judged(verdict, reference_logits)
+    return verdict if reference_logits is None else judged(verdict, reference_logits, check=degenerate)
 
 
 def fp16_resolution(logit: float) -> float:
@@ -145,7 +125,7 @@ def margin_explained_verdict(name: str, reference: list[int], reference_logits: 
     fp16 resolution (one fp16 spacing at the top logit's magnitude), i.e. a tie fp16 cannot resolve."""
     problem = degenerate(np.stack([np.asarray(step) for step in reference_logits])) if reference_logits else None
     if problem is not None:
-        return Verdict(name, math.nan, 0.0, "unexplained divergences", False, problem)
+        return nothing_to_judge(name, 0.0, "unexplained divergences", problem)
     index = first_divergence(reference, test)
     if index is None:
         return at_most(name, 0, 0, "unexplained divergences", f"{len(reference)} tokens identical")

@@ -17,7 +17,8 @@ import numpy as np
 
 from converters.family.pipeline import Exported, record_export
 from core.paths import engine_name, selfcheck_path
-from gates.verdict import Verdict, at_most, require
+from gates.verdict import require
+from runtime.board.verdict import Verdict, at_most
 from runtime.board.audio8 import PLAN_FILE, mel_chunks, padded_pooling, placeholder_count, rope_tables
 
 FAMILY = "audio8"
@@ -191,7 +192,8 @@ def export(model, out_dir: Path, kv_buckets, head_shards: int, stress: bool = Tr
     """Export every graph, warn of problem ops, run the token gates through the graphs and record their verdicts
     on each one: one `Exported` per graph, all sharing the verdicts (`pipeline.build` gates them once). `clips`:
 the probe clip lengths in seconds the token gates decode (default `checks.PROBE_SECONDS`)."""
-    from converters.families.audio8.checks import graph_verdicts, refuse_degenerate
+    from converters.families.audio8.checks import graph_verdicts
+    from gates.verdict import refuse_degenerate
     from core.contract import get_contract
     from gates import opscan
 
@@ -203,7 +205,7 @@ the probe clip lengths in seconds the token gates decode (default `checks.PROBE_
         if problems:
             say(f"{entry['onnx']}:")
             opscan.warn(problems)
-    verdicts = refuse_degenerate(graph_verdicts(model, out_dir, stress=stress, say=say, clips=clips))
+    verdicts = refuse_degenerate(graph_verdicts(model, out_dir, stress=stress, say=say, clips=clips), "audio8 export")
     records = [record_export(out_dir / entry["onnx"], verdicts) for entry in plan["graphs"]]
     # the plan carries each graph's contract as the graph does, export verdicts included
     for entry in plan["graphs"]:

@@ -202,7 +202,7 @@ def forbidden(model) -> list[str]:
 
 
 def forbidden_verdict(model, length: int):
-    from gates.verdict import at_most
+    from runtime.board.verdict import at_most
 
     found = forbidden(model)
     return at_most(f"forbidden_ops[S={length}]", len(found), 0, "nodes",
@@ -212,8 +212,9 @@ def forbidden_verdict(model, length: int):
 def rung_verdicts(model, model64, onnx_path, length: int, seed: int, batch: int = 1) -> tuple[list, dict]:
     """The single-call gates of one rung (`onnx_path`: the ONNX or an open backend); returns (verdicts, the
     self-check feeds)."""
-    from gates.snr import snr_db, snr_verdict
-    from gates.verdict import at_most
+    from gates.snr import snr_verdict
+    from runtime.board.numeric import snr_db
+    from runtime.board.verdict import at_most
     from runtime.host.backends import OnnxBackend
 
     backend = OnnxBackend(onnx_path) if isinstance(onnx_path, (str, Path)) else onnx_path

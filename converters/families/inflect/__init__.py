@@ -3,7 +3,11 @@
 The slice runs from the pre-flow latent z [1,C,W] and its mask y_mask [1,1,W] through the reverse
 flow and HiFi-GAN to the waveform, masked in the decoder half (default), folded at the window, and
 gated by a windowed decode against a full-length decode.onnx decode. `convert check inflect` renders
-tokens end to end: duration.onnx -> noise head -> windowed engine -> WAV."""
+tokens end to end: duration.onnx -> noise head -> windowed engine -> WAV.
+
+`FAMILY` declares the command and the recipe adapter: the command reads --decode-onnx / --duration-onnx, a
+recipe the official files in its `source.dir` or the huggingface_hub cache of `source.repo`; the tail and
+interior gates are both command options and `[gates]` keys."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,36 +15,41 @@ from typing import Annotated, Optional
 
 import typer
 
-from converters.cli.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
+from converters.family.declaration import Component, Family, Table, option
+from converters.families.inflect.defaults import CONTEXT, FAMILY as NAME, MIN_INTERIOR_DB, MIN_TAIL_DB, WINDOW
 from core.errors import GateFailure, SetupError
-from core.paths import work_dir
-from toolkit.versions import DEFAULT_TOOLKIT
 
-FAMILY = "inflect"
-
-# The issue's bars (fp32, onnxruntime): a short latent's tail with the decoder-half mask, and interior windows.
-MIN_TAIL_DB = 90.0
-MIN_INTERIOR_DB = 120.0
-WINDOW, CONTEXT = 256, 32
 ADVICE = ("see the failing figures above; a shorter tail gate means the decoder-half mask is missing, a weak "
           "interior means too little context")
+DECODE_ONNX_HELP = ("The official onnx/decode.onnx (noise head + reverse flow + HiFi-GAN). Needed to export; with "
+                    "--onnx it is the full-length reference of a fresh self-check (without it the ONNX's export "
+                    "verdicts are used).")
 
-DecodeOnnx = Annotated[Optional[Path], typer.Option(
-    "--decode-onnx", help="The official onnx/decode.onnx (noise head + reverse flow + HiFi-GAN). Needed to export; "
-    "with --onnx it is the full-length reference of a fresh self-check (without it the ONNX's export verdicts "
-    "are used).")]
-DurationOnnx = Annotated[Optional[Path], typer.Option(
-    "--duration-onnx", help="The official onnx/duration.onnx: checked against the decoder's latent width, and "
-    "its prior samples feed the self-check (white-noise latents without it).")]
-Window = Annotated[int, typer.Option("--window", help="Latent slices the engine is compiled for.")]
-Context = Annotated[int, typer.Option("--context", help="Real context slices on each side of a window's emitted "
-                                      "slices (emitted = window - 2*context).")]
-DecMask = Annotated[bool, typer.Option("--dec-mask/--no-dec-mask", help="Mask after every decoder conv so a short "
-                                       "latent's zero padding stays zero (default on: this decoder is unmasked).")]
-MinTail = Annotated[float, typer.Option("--min-tail-db", help="Gate: short latents (30/47/91/210 slices) "
-                                        "against a full-length decode, with the decoder-half mask.")]
-MinInterior = Annotated[float, typer.Option("--min-interior-db", help="Gate: interior windows of a 480-slice "
-                                            "latent against a full-length decode.")]
+
+class Source(Table):
+    decode_onnx: Optional[Path] = option(None, DECODE_ONNX_HELP, recipe=False)
+    duration_onnx: Optional[Path] = option(
+        None, "The official onnx/duration.onnx: checked against the decoder's latent width, and its prior samples "
+        "feed the self-check (white-noise latents without it).", recipe=False)
+    dir: Optional[str] = option(None, "Directory holding onnx/decode.onnx, onnx/duration.onnx and config.json "
+                                "(environment variables and ~ expanded).", cli=False)
+    repo: Optional[str] = option(None, "The official ONNX repo id, read from the local huggingface_hub cache "
+                                 "(never downloaded).", cli=False)
+
+
+class Options(Table):
+    window: int = option(WINDOW, "Latent slices the engine is compiled for.", ge=1)
+    context: int = option(CONTEXT, "Real context slices on each side of a window's emitted slices (emitted = "
+                          "window - 2*context).", ge=0)
+    dec_mask: bool = option(True, "Mask after every decoder conv so a short latent's zero padding stays zero "
+                            "(default on: this decoder is unmasked).", negatable=True)
+
+
+class Gates(Table):
+    min_tail_db: float = option(MIN_TAIL_DB, "Gate: short latents (30/47/91/210 slices) against a full-length "
+                                "decode, with the decoder-half mask.")
+    min_interior_db: float = option(MIN_INTERIOR_DB, "Gate: interior windows of a 480-slice latent against a "
+                                    "full-length decode.")
 
 
 def _export_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: Path | None, target: str | None,
@@ -52,7 +61,7 @@ def _export_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: P
     problems = opscan.scan(onnx_path, target)
     opscan.warn(problems)
     checked = selfcheck_verdicts(onnx_path, decode_path, duration_path, min_tail_db, min_interior_db, say)
-    return [opscan.verdict(problems), *refuse_degenerate(checked, f"{FAMILY} export self-check")]
+    return [opscan.verdict(problems), *refuse_degenerate(checked, f"{NAME} export self-check")]
 
 
 def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window: int = WINDOW,
@@ -120,46 +129,37 @@ def _rechecked(onnx_path: Path, decode_path: Path, duration_path: Path | None, t
 
     from converters.family.pipeline import Exported
 
-    record = Exported.from_onnx(onnx_path, FAMILY)
+    record = Exported.from_onnx(onnx_path, NAME)
     verdicts = _export_verdicts(record.onnx, decode_path, duration_path, target, min_tail_db, min_interior_db)
     return [replace(record, verdicts=tuple(verdicts))]
 
 
-def convert_inflect(
-    decode_onnx: DecodeOnnx = None,
-    duration_onnx: DurationOnnx = None,
-    target: Target = "rk3588",
-    toolkit: Toolkit = DEFAULT_TOOLKIT,
-    out: OutDir = work_dir(FAMILY),
-    window: Window = WINDOW,
-    context: Context = CONTEXT,
-    dec_mask: DecMask = True,
-    skip_rknn: SkipRknn = False,
-    from_onnx: FromOnnx = None,
-    max_regtask_lines: MaxRegtaskLines = 100_000,
-    fail_on_cpu_ops: FailOnCpuOps = False,
-    min_tail_db: MinTail = MIN_TAIL_DB,
-    min_interior_db: MinInterior = MIN_INTERIOR_DB,
-    min_snr_db: MinSnrDb = 35.0,
-) -> None:
-    """Slice the official Inflect v2 decode.onnx at the pre-flow latent, fold it at a fixed window, gate the
-    windowed decode against a full-length one, and compile it (the engine has no noise input)."""
-    from converters.family import pipeline
-
-    def records() -> list:
-        # Reached with --onnx only when --decode-onnx is given too: the self-check is then run again.
-        if from_onnx is not None:
-            return _rechecked(from_onnx, decode_onnx, duration_onnx, target, min_tail_db, min_interior_db)
-        if decode_onnx is None:
+def export_decoder(job) -> list:
+    """The slice of the command's --decode-onnx (--duration-onnx), or of a recipe's official files (MissingSource
+    when absent), exported into `job.out` and gated at the job's tail and interior bars."""
+    if job.recipe is None:
+        if job.source.decode_onnx is None:
             raise SetupError("give --decode-onnx (the official onnx/decode.onnx) to export, or --onnx with a slice "
                              "written earlier by `convert inflect --skip-rknn`")
-        return export(decode_onnx, duration_onnx, out, window, context, dec_mask, target, min_tail_db,
-                      min_interior_db)
+        decode_path, duration_path = job.source.decode_onnx, job.source.duration_onnx
+    else:
+        from converters.families.inflect.source import resolve_source
 
-    pipeline.convert(FAMILY, records, from_onnx=from_onnx if decode_onnx is None else None, skip_rknn=skip_rknn,
-                     out=out, target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
-                     fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db, context=f"convert {FAMILY}",
-                     advice=ADVICE)
+        decode_path, duration_path = resolve_source(job.source.model_dump())
+    options, gates = job.options, job.gates
+    return export(decode_path, duration_path, job.out, options.window, options.context, options.dec_mask,
+                  job.target, gates.min_tail_db, gates.min_interior_db)
+
+
+def from_onnx(job, onnx_path: Path) -> list:
+    """An earlier slice: re-measured against --decode-onnx when the command names it (so the thresholds given
+    now apply), else its export verdicts as its contract holds them."""
+    from converters.family.pipeline import Exported
+
+    if job.recipe is None and job.source.decode_onnx is not None:
+        return _rechecked(onnx_path, job.source.decode_onnx, job.source.duration_onnx, job.target,
+                          job.gates.min_tail_db, job.gates.min_interior_db)
+    return [Exported.from_onnx(onnx_path, NAME)]
 
 
 def check_inflect(
@@ -170,7 +170,7 @@ def check_inflect(
     out: Annotated[Path, typer.Option("--out", help="WAV to write.")] = Path("inflect.wav"),
     config: Annotated[Optional[Path], typer.Option("--config", help="The model's config.json (hop, sample rate); "
                                                    "default: beside the onnx/ folder of --duration-onnx.")] = None,
-    decode_onnx: DecodeOnnx = None,
+    decode_onnx: Annotated[Optional[Path], typer.Option("--decode-onnx", help=DECODE_ONNX_HELP)] = None,
     # 0.667 is runtime.board.inflect.DEFAULT_VARIATION, spelled out so that `--help` does not import numpy.
     variation: Annotated[float, typer.Option("--variation", help="Scale of the prior noise the runtime draws "
                                              "(decode.onnx's noise_scale; 0 = the prior mean).")] = 0.667,
@@ -206,27 +206,22 @@ def check_inflect(
         print(f"wrote {full_out}; windowed engine vs full-length decode: {snr_db(reference, waveform):.1f} dB")
 
 
-def recipe_sources(recipe: dict) -> list[Path]:
+def recipe_sources(job) -> list[Path]:
     """The official files the recipe builds from (source.FILES; MissingSource when absent)."""
     from converters.families.inflect.source import FILES, resolve_source
 
-    root = resolve_source(recipe["source"])[0].parent.parent  # decode.onnx sits in <root>/onnx/
+    root = resolve_source(job.source.model_dump())[0].parent.parent  # decode.onnx sits in <root>/onnx/
     return [root / name for name in FILES]
 
 
-def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
-    """One engine per recipe: the official files from `source.dir` or the huggingface_hub cache of `source.repo`."""
-    from converters.family import pipeline
-    from converters.families.inflect.source import resolve_source
-
-    decode_path, duration_path = resolve_source(recipe["source"])
-    options, gates = recipe["options"], recipe["gates"]
-    exported = export(decode_path, duration_path, work_dir, options.get("window", WINDOW),
-                      options.get("context", CONTEXT), options.get("dec_mask", True), target,
-                      gates.get("min_tail_db", MIN_TAIL_DB), gates.get("min_interior_db", MIN_INTERIOR_DB))
-    return pipeline.build_recipe(recipe, target, toolkit, work_dir, exported, advice=ADVICE)
-
-
-def register(app: typer.Typer, check_app: typer.Typer) -> None:
-    app.command("inflect")(convert_inflect)
-    check_app.command("inflect")(check_inflect)
+FAMILY = Family(
+    name=NAME,
+    help="Slice the official Inflect v2 decode.onnx at the pre-flow latent, fold it at a fixed window, gate the "
+    "windowed decode against a full-length one, and compile it (the engine has no noise input).",
+    source=Source,
+    components=(Component("decoder", export_decoder, Options, Gates, advice=ADVICE, context=f"convert {NAME}"),),
+    sources=recipe_sources,
+    from_onnx=from_onnx,
+    checks={"inflect": check_inflect},
+    loops=(GOLDEN_LOOP,),
+)

@@ -9,21 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.families.inflect import FAMILY, MIN_INTERIOR_DB, MIN_TAIL_DB
+from converters.families.inflect.defaults import FAMILY, MIN_INTERIOR_DB, MIN_TAIL_DB
 from core.errors import SetupError
-from runtime.board.inflect import (
-    DEFAULT_VARIATION,
-    OFFICIAL_HINT,
-    InflectModel,
-    check_duration,
-    config_beside,
-    config_values,
-    io_names,
-    latent_channels,
-    load_official,
-    noise_head,
-    prior_stats,
-)
+from runtime.board.inflect import (DEFAULT_VARIATION, OFFICIAL_HINT, InflectModel, config_beside, config_values,
+                                   noise_head, prior_stats)
+from runtime.host.inflect import check_duration, io_names, latent_channels, load_official
 
 COMPONENT = "decoder"
 ROLE = "main"
@@ -33,7 +23,7 @@ DECODE_OUTPUT = "waveform"
 LATENT_INPUT, MASK_INPUT = "z", "y_mask"
 N_SYMBOLS = 178  # token vocabulary of both sizes (0 is the blank)
 TAIL_LENGTHS = (30, 47, 91, 210)
-# Full scale of every comparison (gates.snr.degenerate_reference): the waveform, tanh-bounded audio.
+# Full scale of every comparison (runtime.board.numeric.degenerate_reference): the waveform, tanh-bounded audio.
 FULL_SCALE = 1.0
 INTERIOR_LENGTH = 480  # slices, as the spec measured: first, one interior and a last window at 256/32
 
@@ -155,7 +145,7 @@ def tail_figures(backend, decode, latents: dict[int, np.ndarray], window: int, c
                  hop: int) -> dict[int, tuple[float, np.ndarray]]:
     """Per short latent: (SNR in dB of its windowed decode against a full-length decode.onnx decode, that
     full-length decode, the reference the gate judges)."""
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
 
     out = {}
     for n, z in latents.items():
@@ -168,7 +158,7 @@ def interior_figures(backend, decode, latent: np.ndarray, window: int, context: 
                      hop: int) -> tuple[dict[int, float], np.ndarray]:
     """(SNR in dB per interior window (neither first nor last) against a full-length decode, that whole
     full-length decode: the reference the gate judges once, never one window of it)."""
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
 
     reference = full_decode(decode, latent)
     result = windowed_decode(backend, latent, window, context, hop)
@@ -176,22 +166,9 @@ def interior_figures(backend, decode, latent: np.ndarray, window: int, context: 
             for w in result.windows if w.kind == "interior"}, reference
 
 
-def judged(verdict, reference):
-    """`verdict`, failed without a figure when the whole `reference` it compared with cannot judge anything
-    (gates.snr.degenerate_reference at FULL_SCALE: silent, constant or non-finite audio)."""
-    import math
-
-    from gates.snr import degenerate_reference
-    from gates.verdict import Verdict
-
-    problem = degenerate_reference(reference, FULL_SCALE)
-    return verdict if problem is None else Verdict(verdict.name, math.nan, verdict.threshold, verdict.unit, False,
-                                                   problem)
-
-
 def context_table(backend, decode, latent: np.ndarray, window: int, contexts, hop: int) -> dict[int, float]:
     """Global SNR of the whole windowed decode against a full-length decode, per context width."""
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
 
     reference = full_decode(decode, latent)
     return {c: snr_db(reference, windowed_decode(backend, latent, window, c, hop).output) for c in contexts}
@@ -220,7 +197,7 @@ def selfcheck_verdicts(onnx_path: Path, decode_path: Path | None, duration_path:
     trade and is only reported). Without decode.onnx the check degrades, and says so."""
     from core.contract import get_contract
     from gates.snr import snr_verdict
-    from gates.verdict import at_least
+    from runtime.board.verdict import at_least, judged
     from runtime.host.backends import OnnxBackend
     from runtime.board.window_walk import WindowContract
 
@@ -250,7 +227,7 @@ def selfcheck_verdicts(onnx_path: Path, decode_path: Path | None, duration_path:
     for n, (snr, reference) in tails.items():
         if contract.get("dec_mask"):
             verdicts.append(judged(at_least(f"tail_snr[{n}]", snr, min_tail_db, "dB",
-                                            f"{n}-slice latent vs full-length decode.onnx"), reference))
+                                            f"{n}-slice latent vs full-length decode.onnx"), reference, FULL_SCALE))
         else:
             say(f"note: tail {n} slices: {snr:.1f} dB vs full-length decode (--no-dec-mask: not gated)")
     # Long enough for at least one interior window at any context.
@@ -259,20 +236,7 @@ def selfcheck_verdicts(onnx_path: Path, decode_path: Path | None, duration_path:
     interior, reference = interior_figures(backend, decode, latent, walk.window, walk.context, walk.hop)
     # The worst window is the figure; the whole full-length decode is what is judged for silence.
     verdicts.append(judged(at_least("interior_snr_min", min(interior.values()), min_interior_db, "dB",
-                                    f"{len(interior)} interior window(s) of a {length}-slice latent"), reference))
+                                    f"{len(interior)} interior window(s) of a {length}-slice latent"), reference,
+                           FULL_SCALE))
     return verdicts
 
-
-def refuse_degenerate(verdicts: list, context: str) -> list:
-    """Stop the export when a gate had nothing to judge (its whole reference is degenerate: NaN value, the
-    reason in its detail): a decode.onnx whose waveform is silent needs no advice about masks or context.
-    Returns `verdicts` otherwise."""
-    import math
-
-    from core.errors import GateFailure
-    from gates.snr import DEGENERATE_ADVICE
-
-    degenerate = [v for v in verdicts if not v.passed and math.isnan(v.value)]
-    if degenerate:
-        raise GateFailure(degenerate, advice=DEGENERATE_ADVICE, context=context)
-    return verdicts

@@ -111,7 +111,7 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
     from core.errors import SetupError
     from core.onnx_graph import load_model
     from converters.families.kokoro.verdicts import SPEC_PHASE_FULL_SCALE
-    from gates.snr import degenerate_reference, snr_db
+    from runtime.board.numeric import degenerate_reference, snr_db
     from runtime.host.audio import write_wav
     from runtime.host.backends import OnnxBackend
     from runtime.board.kokoro import KokoroWindow, spec_phase_to_audio, walk
@@ -132,8 +132,8 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
     problem = degenerate_reference(taps["spec_phase"], SPEC_PHASE_FULL_SCALE) or degenerate_reference(theirs)
     if problem is not None:
         from core.errors import GateFailure
-        from gates.snr import DEGENERATE_ADVICE
-        from gates.verdict import Verdict
+        from runtime.board.numeric import DEGENERATE_ADVICE
+        from runtime.board.verdict import Verdict
 
         raise GateFailure([Verdict("engine_walk_vs_model", math.nan, -math.inf, "dB", False, problem)],
                           advice=DEGENERATE_ADVICE, context=f"kokoro check of {engine_onnx} on {model_onnx}")

@@ -106,9 +106,9 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
     frames with the plain graph."""
     import onnx
 
-    from converters.families.kokoro.verdicts import (MIN_EXPORT_DB, RANDOM_WINDOW_EXPORT_DB, Decodes,
-                                                     export_verdict, padded_verdict, reference_verdict,
-                                                     refuse_degenerate, rows_verdict, walk_verdict)
+    from converters.families.kokoro.verdicts import (MIN_EXPORT_DB, RANDOM_WINDOW_EXPORT_DB, Decodes, export_verdict,
+                                                     padded_verdict, reference_verdict, rows_verdict, walk_verdict)
+    from gates.verdict import refuse_degenerate
     from converters.family.pipeline import record_export
     from core.contract import make_contract
     from core.paths import reference_path

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from surgery.modules.rows import ROW_SAMPLES_LIMIT, row_conv, row_layout
+from runtime.board.soc import ROW_SAMPLES_LIMIT
+from surgery.modules.rows import row_conv, row_layout
 
 FIELD_LIMIT = ROW_SAMPLES_LIMIT + 1
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from core.errors import SetupError
-from core.manifest import sha256_file
+from runtime.board.files import sha256_file
 
 HF_REPO = "hexgrad/Kokoro-82M"
 CHECKPOINT_NAME, CONFIG_NAME = "kokoro-v1_0.pth", "config.json"

@@ -46,8 +46,8 @@ def spec_verdict(name: str, reference, test, min_db: float, detail: str = "", wh
     """SNR of `test` against `reference` (spec_phase columns) >= min_db; fails without a figure, in the words of
     gates.snr.degenerate_reference, when the whole reference the gate decoded (`whole`, default `reference`:
     all of it, never one window of it) is silent, constant or not finite."""
-    from gates.snr import degenerate_reference, snr_db
-    from gates.verdict import Verdict, at_least
+    from runtime.board.numeric import degenerate_reference, snr_db
+    from runtime.board.verdict import Verdict, at_least
 
     problem = degenerate_reference(reference if whole is None else whole, SPEC_PHASE_FULL_SCALE)
     if problem is not None:
@@ -59,7 +59,7 @@ def refuse_degenerate(verdicts: list, context: str = "kokoro generator export") 
     """Stop the export when a gate had nothing to judge (its reference is degenerate): a checkpoint that outputs
     silence needs the checkpoint fixed, not advice about windows. Returns `verdicts` otherwise."""
     from core.errors import GateFailure
-    from gates.snr import DEGENERATE_ADVICE
+    from runtime.board.numeric import DEGENERATE_ADVICE
 
     degenerate = [v for v in verdicts if not v.passed and math.isnan(v.value)]
     if degenerate:
@@ -275,7 +275,7 @@ def walk_verdict(graph, onnx_path: Path, utterance: dict, contract: dict, inputs
             return verdict
         values.append(verdict.value)
         figures.append(f"overlap {overlap}: {verdict.value:.1f} dB over {len(windows)} windows")
-    from gates.verdict import at_least
+    from runtime.board.verdict import at_least
 
     return at_least("walk_vs_windows", min(values), min_db, "dB",
                     f"runtime walk of the fp32 ONNX vs float64 torch windows stitched by the plan, {frames} frames "

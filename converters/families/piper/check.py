@@ -12,10 +12,11 @@ def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: P
     largest sample step of both; return the figures."""
     from converters.families.piper.decoder import export, slice_voice, voice_latents
     from converters.families.piper.voice import load_voice, sample_rate
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
     from runtime.host.audio import max_step, write_wav
     from runtime.host.backends import OnnxBackend
-    from runtime.board.piper import VoiceDecoder, engine_contract
+    from runtime.board.piper import VoiceDecoder
+    from runtime.host.piper import engine_contract
 
     out = Path(out)
     voice, voice_model = load_voice(voice_onnx)

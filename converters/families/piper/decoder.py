@@ -2,15 +2,16 @@
 windowed decode (runtime.board.window_walk) against a full-length decode."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from converters.family.pipeline import Exported, record_export
-from core.errors import GateFailure, SetupError
-from gates.verdict import Verdict
+from core.errors import SetupError
+from gates.verdict import refuse_degenerate
+from runtime.board.soc import TIME_FIELD_LIMIT
+from runtime.board.verdict import judged
 from runtime.host.backends import OnnxBackend
 
 FAMILY = "piper"
@@ -41,8 +42,6 @@ SHORT_LATENT = 47
 TAIL_SLICES = 8
 MIN_PADDED_DB = 100.0
 MIN_DEC_MASK_TAIL_DB = 100.0
-# Longest time axis each target's op registers hold (REGTASK "limit" field, measured on this toolkit).
-TIME_FIELD_LIMIT = {"rk3576": 0x3FFF, "rk3566": 0x1FFF, "rk3568": 0x1FFF}
 SELFCHECK_TEXT = "The quick brown fox jumps over the lazy dog, while five wizards box quickly."
 # The end-to-end golden's sentence: 178 latent slices on joe, exactly 3 windows of the default 109/45/32 walk
 # (a 3-window walk covers 2*(window - context) + 1 .. 3*window - 4*context slices: 155..199 there).
@@ -116,8 +115,7 @@ def _cond_channels(model) -> int:
 
 def needs_polyphase(target: str | None, window: int, hop: int) -> bool:
     """Whether the window's full-rate axis overflows the target's time field (then the last level runs
-    in polyphase form). Measured: rk3576 limit 0x3fff, rk3566/rk3568 0x1fff; rk3588/rk3562 log no
-    REGTASK line even at 65537 samples."""
+    in polyphase form): runtime.board.soc.TIME_FIELD_LIMIT, which says what was measured."""
     limit = TIME_FIELD_LIMIT.get(target or "")
     return limit is not None and window * hop > limit
 
@@ -213,34 +211,12 @@ def full_decode(full_runner: OnnxBackend, z: np.ndarray, g: np.ndarray | None) -
     return next(iter(full_runner.run(feeds).values()))
 
 
-def judged(verdict: Verdict, reference) -> Verdict:
-    """`verdict`, failed without a figure when the whole `reference` it compared with cannot judge anything
-    (silent, constant or not finite audio: gates.snr.degenerate_reference at full scale 1.0)."""
-    from gates.snr import degenerate_reference
-
-    problem = degenerate_reference(reference)
-    if problem is None:
-        return verdict
-    return Verdict(verdict.name, math.nan, verdict.threshold, verdict.unit, False, problem)
-
-
-def refuse_degenerate(verdicts: list, context: str) -> list:
-    """Stop the export when a gate had nothing to judge (its reference is degenerate): a voice that outputs
-    silence needs no advice about windows or rewrites. Returns `verdicts` otherwise."""
-    from gates.snr import DEGENERATE_ADVICE
-
-    degenerate = [v for v in verdicts if not v.passed and math.isnan(v.value)]
-    if degenerate:
-        raise GateFailure(degenerate, advice=DEGENERATE_ADVICE, context=context)
-    return verdicts
-
-
 def window_verdicts(name: str, reference: np.ndarray, result, min_interior_db: float) -> tuple[list, list[dict]]:
     """Per-window SNR of a walk against a full-length decode; interior windows gated, the global SNR
     gated only when the decode has seams (a lone padded window carries the documented tail deficit). Both
     fail when the whole full-length decode is degenerate (a quiet window alone is not)."""
-    from gates.snr import snr_db
-    from gates.verdict import at_least
+    from runtime.board.numeric import snr_db
+    from runtime.board.verdict import at_least
 
     reference = np.asarray(reference).reshape(-1)
     test = np.asarray(result.output).reshape(-1)
@@ -263,8 +239,8 @@ def window_verdicts(name: str, reference: np.ndarray, result, min_interior_db: f
 def seam_verdict(slice_runner, latents: list[dict]):
     """The slice fed the voice's own latent (and mask, g) reproduces the voice's waveform: this is
     what separates the flow input from the wrong seam at conv_pre."""
-    from gates.snr import snr_db
-    from gates.verdict import at_least
+    from runtime.board.numeric import snr_db
+    from runtime.board.verdict import at_least
 
     worst = min(snr_db(np.asarray(item["audio"]).reshape(-1),
                        full_decode(slice_runner, item["z"], item["g"]).reshape(-1)) for item in latents)
@@ -277,8 +253,8 @@ def padded_verdict(name: str, reference: np.ndarray, result, dec_mask: bool):
     """A latent shorter than the window (one padded window). With --dec-mask the whole window must be
     exact; without it the last TAIL_SLICES real slices carry the documented tail deficit and only the
     slices before them are gated. A mask of 1 over the padding fails either way."""
-    from gates.snr import snr_db
-    from gates.verdict import at_least
+    from runtime.board.numeric import snr_db
+    from runtime.board.verdict import at_least
 
     (win,) = result.windows
     reference, test = np.asarray(reference).reshape(-1), np.asarray(result.output).reshape(-1)

@@ -10,16 +10,15 @@ is refused there, before any build: nothing downstream (engines, self-test golde
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 
-from converters.families.piper.decoder import refuse_degenerate
 from converters.family.pipeline import Exported, record_export
 from core.errors import GateFailure, SetupError
 from core.paths import engine_name
-from gates.verdict import Verdict, at_least, at_most
+from gates.verdict import refuse_degenerate
+from runtime.board.verdict import Verdict, at_least, at_most, judged
 from runtime.host.backends import OnnxBackend, SimulatorBackend
 from toolkit.versions import DEFAULT_TOOLKIT
 
@@ -52,20 +51,12 @@ SAMPLE_TEXT = (
 )
 
 
-def _rename(model, names: dict[str, str]):
-    for node in model.graph.node:
-        node.input[:] = [names.get(n, n) for n in node.input]
-        node.output[:] = [names.get(n, n) for n in node.output]
-    for value in [*model.graph.input, *model.graph.output]:
-        value.name = names.get(value.name, value.name)
-    return model
-
-
 def slice_encoder(voice, width: int | None = None):
     """The encoder slice of a voice ONNX; with `width`, token axis pinned to it and constant-folded."""
     import onnx
     from onnx.utils import Extractor
 
+    from core.onnx_graph import rename_tensors
     from surgery.graph.fold import fold_fixed, fold_static_shapes
 
     missing = [n for n in [*SEAM_INPUTS, *SEAM_OUTPUTS] if not any(n in node.output for node in voice.graph.node)]
@@ -76,7 +67,7 @@ def slice_encoder(voice, width: int | None = None):
     del model.graph.value_info[:]
     for output in model.graph.output:
         output.type.tensor_type.ClearField("shape")
-    model = _rename(model, {**SEAM_INPUTS, **SEAM_OUTPUTS})
+    model = rename_tensors(model, {**SEAM_INPUTS, **SEAM_OUTPUTS})
     if width is None:
         return model
     channels = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
@@ -97,19 +88,23 @@ def host_prefix(voice):
     """Token ids + lengths -> (x_emb, x_mask): the voice's own embedding and mask, run on the host."""
     from onnx.utils import Extractor
 
+    from core.onnx_graph import rename_tensors
+
     model = Extractor(voice).extract_model(["input", "input_lengths"], list(SEAM_INPUTS))
     del model.graph.value_info[:]
-    return _rename(model, SEAM_INPUTS)
+    return rename_tensors(model, SEAM_INPUTS)
 
 
 def duration_tail(voice):
     """(dp_cond, x_mask, dp noise, scales) -> per-token frame counts: the voice's own duration flows."""
     from onnx.utils import Extractor
 
+    from core.onnx_graph import rename_tensors
+
     model = Extractor(voice).extract_model(
         ["/dp/proj/Conv_output_0", "/enc_p/Cast_1_output_0", DP_NOISE, "scales"], [DURATIONS])
     del model.graph.value_info[:]
-    return _rename(model, {"/dp/proj/Conv_output_0": "dp_cond", "/enc_p/Cast_1_output_0": "x_mask"})
+    return rename_tensors(model, {"/dp/proj/Conv_output_0": "dp_cond", "/enc_p/Cast_1_output_0": "x_mask"})
 
 
 class Voice:
@@ -152,21 +147,19 @@ class Voice:
 
 
 def _min_snr(reference: dict[str, np.ndarray], test: dict[str, np.ndarray], length: int) -> float:
-    from gates.snr import snr_db
+    from runtime.board.numeric import snr_db
 
     return min(snr_db(reference[name][..., :length], test[name][..., :length]) for name in reference)
 
 
-def _judged(verdict: Verdict, references: list[tuple[dict, int]]) -> Verdict:
-    """`verdict`, failed without a figure when one output's whole reference (all runs it compared, each on its
-    first `length` frames) is degenerate (gates.snr.degenerate_reference at OUTPUT_FULL_SCALE)."""
-    from gates.snr import degenerate_reference
-
+def _judged_per_output(verdict: Verdict, references: list[tuple[dict, int]]) -> Verdict:
+    """`verdict` judged (`runtime.board.verdict.judged`, at OUTPUT_FULL_SCALE) on each output's whole reference:
+    all the runs it compared, each on its first `length` frames; the first degenerate one is named."""
     for name in references[0][0]:
         whole = np.concatenate([run[name][..., :length].reshape(-1) for run, length in references])
-        problem = degenerate_reference(whole, OUTPUT_FULL_SCALE)
-        if problem is not None:
-            return Verdict(verdict.name, math.nan, verdict.threshold, verdict.unit, False, f"{name}: {problem}")
+        judged_here = judged(verdict, whole, OUTPUT_FULL_SCALE, label=name)
+        if judged_here is not verdict:
+            return judged_here
     return verdict
 
 
@@ -197,11 +190,12 @@ def export_verdicts(voice: Voice, raw, rewritten, width: int) -> list[Verdict]:
         exact_refs.append((exact_run.run(voice.feeds(ids[:length])), length))
         rewrite_db.append(_min_snr(raw_refs[-1][0], new, width))
         padded_db.append(_min_snr(exact_refs[-1][0], new, length))
-    verdicts.append(_judged(at_least(f"relshift_rewrite_vs_raw[N={width}]", min(rewrite_db), MIN_REWRITE_DB, "dB",
-                                     f"fp32, all {width} frames, n={lengths}: " +
-                                     ", ".join(f"{v:.1f}" for v in rewrite_db)), raw_refs))
-    verdicts.append(_judged(at_least(f"padded_vs_exact[N={width}]", min(padded_db), MIN_PADDED_DB, "dB",
-                                     f"fp32, n={lengths}: " + ", ".join(f"{v:.1f}" for v in padded_db)), exact_refs))
+    verdicts.append(_judged_per_output(
+        at_least(f"relshift_rewrite_vs_raw[N={width}]", min(rewrite_db), MIN_REWRITE_DB, "dB",
+                 f"fp32, all {width} frames, n={lengths}: " + ", ".join(f"{v:.1f}" for v in rewrite_db)), raw_refs))
+    verdicts.append(_judged_per_output(
+        at_least(f"padded_vs_exact[N={width}]", min(padded_db), MIN_PADDED_DB, "dB",
+                 f"fp32, n={lengths}: " + ", ".join(f"{v:.1f}" for v in padded_db)), exact_refs))
     return refuse_degenerate(verdicts, "piper encoder export")
 
 
@@ -328,34 +322,3 @@ def drift_verdict(width: int, drifts: list[float], max_drift_pct: float) -> Verd
     worst = max(drifts, key=abs)
     return at_most(f"duration_drift[N={width}]", abs(worst), max_drift_pct, "%",
                    "per chunk: " + ", ".join(f"{d:+.2f}" for d in drifts))
-
-
-def run_encoder(*, voice_onnx: Path | None, frames: list[int], target: str, toolkit: str, out_dir: Path,
-                skip_rknn: bool, onnx: Path | None, max_regtask_lines: int, fail_on_cpu_ops: bool,
-                min_snr_db: float, max_drift_pct: float | None = None) -> list:
-    """`convert piper --encoder --frames 128,192`: one engine per width kept by the drift check at export
-    (`--onnx`: the width it was exported at, with the drift verdict recorded then)."""
-    from converters.family import pipeline
-    from core.contract import get_contract
-
-    if onnx is not None and Path(onnx).is_file() and get_contract(onnx).get("ladder_key") is None:
-        raise SetupError(f"{onnx} carries no duration-encoder contract: export it with --encoder --skip-rknn")
-    if onnx is not None and max_drift_pct is not None:
-        raise SetupError("--max-drift-pct is measured at export (a refused width is never exported): export with "
-                         "--encoder --max-drift-pct P --skip-rknn, then build its --onnx without it")
-    return pipeline.convert("piper", lambda: export(voice_onnx, frames, out_dir, max_drift_pct, target, toolkit),
-                            from_onnx=onnx, skip_rknn=skip_rknn, out=Path(out_dir), target=target, toolkit=toolkit,
-                            max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
-                            min_snr_db=min_snr_db, context="piper encoder export", advice=ADVICE)
-
-
-def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
-    """The recipe component `duration_encoder`: `options.frames` is the ladder, `gates.max_drift_pct` the drift
-    threshold above which a width is refused at export; `source.voice_onnx` (optional) names the voice."""
-    from converters.family import pipeline
-    from converters.families.piper.voice import recipe_voice
-
-    frames = recipe["options"].get("frames", [])
-    exported = export(recipe_voice(recipe), frames if isinstance(frames, list) else [frames], Path(work_dir),
-                      recipe["gates"].get("max_drift_pct", DEFAULT_MAX_DRIFT_PCT), target, toolkit)
-    return pipeline.build_recipe(recipe, target, toolkit, Path(work_dir), exported, advice=ADVICE)

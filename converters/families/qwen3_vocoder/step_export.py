@@ -8,9 +8,9 @@ from collections import Counter
 from pathlib import Path
 
 from converters.family.pipeline import Exported, record_export
-from core.errors import GateFailure
 from core.paths import reference_path
-from gates.verdict import Verdict, at_least, at_most
+from gates.verdict import refuse_degenerate
+from runtime.board.verdict import Verdict, at_least, at_most, nothing_to_judge
 
 FAMILY = "qwen3-vocoder"
 COMPONENT = "speech_decoder"
@@ -25,7 +25,7 @@ WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
 # The absolute 40 dB this replaces passed every one of those faults.
 STEPWISE_MARGIN_DB = 6.0
 MIN_ONNX_SNR_DB = 80.0
-# Full scale the cache comparison is judged at (gates.snr.degenerate_reference): the cache holds the decoder's
+# Full scale the cache comparison is judged at (runtime.board.numeric.degenerate_reference): the cache holds the decoder's
 # activations (conv input tails, K/V rows), which run at the audio's O(1) scale (RMS 0.72 over the tiny random
 # model's warm cache, 0.19-1.1 per entry), so 1.0, as for the pcm; its validity flags are bookkeeping (1 for every
 # filled slot whatever the model computes) and left out of the judgement.
@@ -123,6 +123,7 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
     quantizers, book = step.dims["num_quantizers"], step.dims["codebook_size"]
     generator = torch.Generator().manual_seed(seed)
     onnx_path = Path(onnx_path)
+    context = f"{onnx_path.name} export"  # a degenerate reference stops the export under this name
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     twin = reference_path(onnx_path)
     verdicts: list[Verdict] = []
@@ -142,7 +143,7 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
         steps = stepwise_steps(frames, step.kv_len)
         codes_all = torch.randint(0, book, (1, quantizers, steps * frames), generator=generator)
         stepwise, warm = stepwise_verdict(step, reference, codes_all, frames)
-        verdicts.append(refuse_degenerate([stepwise], onnx_path)[0])
+        verdicts.append(refuse_degenerate([stepwise], context)[0])
         wrap = _FixedStep.stateful
         feeds = {"codes": codes_all[..., -frames:], "cache_in": warm}
         names_in, names_out = ["codes", "cache_in"], ["pcm", "cache_out"]
@@ -160,7 +161,7 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
         verdicts += _onnx_verdicts(engine, feeds, names_out, engine_outputs, f"{sine_form} sine", step.layout)
         if sine_form == "round":
             engine = fp16_round_shift(engine)
-    refuse_degenerate(verdicts, onnx_path)
+    refuse_degenerate(verdicts, context)  # a degenerate reference: nothing is traced or written
     health = export_health(engine)
     verdicts.append(health)
     print(f"export: {len(engine.graph.node)} nodes, opset {OPSET}; cache_numel {fields['cache_numel']}, "
@@ -204,7 +205,8 @@ def _trace(module, feeds: dict, names_in: list[str], names_out: list[str], path:
 def _onnx_verdicts(model, feeds: dict, names_out: list[str], expected: list, what: str, layout) -> list[Verdict]:
     """onnxruntime fp32 against the traced torch step, per output; the pcm judged whole at audio full scale, the
     cache by its activations (`cache_activations`) at CACHE_FULL_SCALE."""
-    from gates.snr import degenerate_reference, snr_db, snr_verdict
+    from gates.snr import snr_verdict
+    from runtime.board.numeric import degenerate_reference, snr_db
     from runtime.host.backends import OnnxBackend
 
     got = OnnxBackend(model).run({name: value.numpy() for name, value in feeds.items()}, names_out)
@@ -213,7 +215,7 @@ def _onnx_verdicts(model, feeds: dict, names_out: list[str], expected: list, wha
         verdict_name, detail = f"onnx_vs_torch[{name}, {what}]", "onnxruntime fp32 vs the traced torch step"
         if name == "cache_out":
             problem = degenerate_reference(cache_activations(want, layout), CACHE_FULL_SCALE)
-            verdict = (Verdict(verdict_name, math.nan, MIN_ONNX_SNR_DB, "dB", False, problem) if problem else
+            verdict = (nothing_to_judge(verdict_name, MIN_ONNX_SNR_DB, "dB", problem) if problem else
                        at_least(verdict_name, snr_db(want, got[name]), MIN_ONNX_SNR_DB, "dB", detail))
         else:
             verdict = snr_verdict(verdict_name, want, got[name], MIN_ONNX_SNR_DB, detail)
@@ -266,7 +268,8 @@ def stepwise_verdict(step, reference, codes, frames: int) -> tuple[Verdict, "tor
     Returns (the verdict, the cache before the last step)."""
     import torch
 
-    from gates.snr import snr_db, snr_verdict
+    from gates.snr import snr_verdict
+    from runtime.board.numeric import snr_db
 
     steps = int(codes.shape[-1]) // frames
     if steps < 2 or steps * frames != codes.shape[-1]:
@@ -287,15 +290,4 @@ def stepwise_verdict(step, reference, codes, frames: int) -> tuple[Verdict, "tor
                           f"fp32 decode is {floor:.1f} dB from it (threshold: that floor - {STEPWISE_MARGIN_DB:g} dB)")
     return verdict, warm
 
-
-def refuse_degenerate(verdicts: list[Verdict], onnx_path: Path) -> list[Verdict]:
-    """Stop the export when a gate had nothing to judge (`gates.snr.degenerate_reference`: its value is NaN and
-    its detail says why, e.g. a snapshot whose decoder outputs zeros): none of the step's figures can mean
-    anything then, so nothing is traced or written. Returns `verdicts` otherwise."""
-    from gates.snr import DEGENERATE_ADVICE
-
-    degenerate = [v for v in verdicts if not v.passed and math.isnan(v.value)]
-    if degenerate:
-        raise GateFailure(degenerate, advice=DEGENERATE_ADVICE, context=f"{Path(onnx_path).name} export")
-    return verdicts
 
