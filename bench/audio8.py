@@ -26,9 +26,10 @@ def host_timings(plan_dir: Path, steps: int) -> list[dict]:
     from converters.families.audio8.checks import PROBE_SECONDS, clip_name, probe_audio, probe_clip
     from runtime.board.audio8 import Audio8Runtime, Timings
     from runtime.board.mel import log_mel
+    from runtime.host.backends import OnnxBackend
 
     rows = []
-    with Audio8Runtime(plan_dir) as runtime:
+    with Audio8Runtime(plan_dir, backend_for=OnnxBackend) as runtime:
         contract = runtime.contract
         for seconds in PROBE_SECONDS:
             audio = probe_clip(seconds)

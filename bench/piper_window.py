@@ -28,6 +28,7 @@ from converters.family import pipeline
 from converters.build.engine import BuildOptions
 from converters.families.piper import decoder
 from core.errors import GateFailure
+from runtime.board.soc import TIME_FIELD_LIMIT
 
 TARGETS = ("rk3588", "rk3576", "rk3566")
 TOOLKIT = "2.3.2"
@@ -74,7 +75,7 @@ def sweep_row(scratch: Path, target: str, window: int, context: int) -> dict:
 
 def field_edge(target: str, row: dict) -> int | None:
     """The widest window whose polyphase phases still fit the target's time field (None: no field limit)."""
-    limit = decoder.TIME_FIELD_LIMIT.get(target)
+    limit = TIME_FIELD_LIMIT.get(target)
     if limit is None or row.get("status") != "built" or not row.get("polyphase"):
         return None
     return limit * row["polyphase"] // row["hop"]

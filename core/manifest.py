@@ -20,12 +20,23 @@ def file_entry(path: Path, manifest_dir: Path) -> dict:
     return {"path": str(shown), "sha256": sha256_file(path), "bytes": path.stat().st_size}
 
 
-def engine_entry(rknn_path: Path, manifest_dir: Path) -> dict:
-    """The engine's file entry plus `normalized_sha256`, the digest two builds of one ONNX must share. With the
-    compiler child's heap filled with a fixed byte (toolkit/session.py: MALLOC_PERTURB_) builds are byte-identical,
-    so nothing needs masking and it is the file's own sha256."""
+def normalized_sha256(rknn_path: Path, producer_git: str | None) -> str:
+    """The digest two builds of one graph share whatever commit produced them: the engine's sha256 with every copy
+    of `producer_git` (the commit `toolkit.session.custom_string` embeds) written as '0's of its length. Builds are
+    otherwise byte-identical (the compiler child's heap is filled with a fixed byte: toolkit/session.py,
+    MALLOC_PERTURB_), so nothing else is masked. A clean and a +dirty commit differ in length, so their engines do."""
+    import hashlib
+
+    data = Path(rknn_path).read_bytes()
+    if producer_git and producer_git != "unknown":
+        data = data.replace(producer_git.encode(), b"0" * len(producer_git.encode()))
+    return hashlib.sha256(data).hexdigest()
+
+
+def engine_entry(rknn_path: Path, manifest_dir: Path, producer_git: str | None) -> dict:
+    """The engine's file entry plus `normalized_sha256` (the digest with the producer commit masked)."""
     entry = file_entry(rknn_path, manifest_dir)
-    return {**entry, "normalized_sha256": entry["sha256"]}
+    return {**entry, "normalized_sha256": normalized_sha256(rknn_path, producer_git)}
 
 
 def exec_plan_fragment(contract: dict, rknn_name: str) -> dict:
@@ -58,7 +69,7 @@ def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs
         "inputs": [spec.to_json() for spec in inputs],
         "outputs": [spec.to_json() for spec in outputs],
         "onnx": file_entry(onnx_path, manifest_dir),
-        "rknn": engine_entry(rknn_path, manifest_dir),
+        "rknn": engine_entry(rknn_path, manifest_dir, producer.get("git")),
         "build": build_stats or {},
         "build_log": Path(build_log).name,
         "regtask": regtask_report.to_json(),

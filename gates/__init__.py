@@ -1,1 +1,1 @@
-"""Numeric and log gates. Each returns a `Verdict`; none of them knows about model families."""
+"""Numeric and log gates. Each returns a `runtime.board.verdict.Verdict`; none of them knows about model families."""

@@ -116,8 +116,10 @@ def _validated(model, values: dict, label: str):
     try:
         return cli_model.model_validate(data, strict=False)
     except ValidationError as error:
-        lines = [f"{flag_of(cli_model, str(record['loc'][0]))}: {record['msg'].lower()}, got {record.get('input')!r}"
-                 for record in error.errors()]
+        from converters.family.schema import message
+
+        lines = [(f"{flag_of(cli_model, str(record['loc'][0]))}: " if record["loc"] else "")
+                 + f"{message(record)}, got {record.get('input')!r}" for record in error.errors()]
         raise SetupError(f"{label}: " + "; ".join(lines)) from None
 
 

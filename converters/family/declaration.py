@@ -29,13 +29,18 @@ SAME_DEFAULT = "<the recipe's default>"  # option(cli_default=...) unset: the co
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None, cli: bool = True,
-           recipe: bool = True, negatable: bool = False, cli_default: Any = SAME_DEFAULT, **bounds) -> Any:
+           recipe: bool = True, negatable: bool = False, cli_default: Any = SAME_DEFAULT,
+           cli_parse: Callable[[str], Any] | None = None, **bounds) -> Any:
     """One declared field: its default, help text and bounds (`ge`, `le`, `gt`, ...). `flag` is the option's
     spelling when it is not `--<field-name>`; `cli` / `recipe` say where it exists (a command-only switch, a
     recipe-only table); `negatable` makes a boolean `--x/--no-x`; `cli_default` is the command's default where it
-    differs from the recipe's (the CLI builds the small example window, the recipe the release one)."""
+    differs from the recipe's (the CLI builds the small example window, the recipe the release one); `cli_parse`
+    turns the command's text into the declared type where a plain str/int/comma list does not fit (e.g. `--parts
+    400:2,500:2` for an int-or-table field)."""
     extra = {"flag": flag, "short": short, "cli": cli, "recipe": recipe, "negatable": negatable,
              "cli_default": cli_default}
+    if cli_parse is not None:
+        extra["cli_parse"] = cli_parse
     return Field(default, description=help, json_schema_extra=extra, **bounds)
 
 

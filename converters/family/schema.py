@@ -28,6 +28,12 @@ def _described(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
+def message(record: dict) -> str:
+    """A pydantic error message as the rest of a refusal line: its first letter in lower case."""
+    text = record["msg"]
+    return text[:1].lower() + text[1:]
+
+
 def problems(error: ValidationError, model: type[BaseModel], where: str) -> list[str]:
     """One line per pydantic error record: its key path under `where` (e.g. "recipes/x.toml: options.")."""
     lines = []
@@ -40,7 +46,7 @@ def problems(error: ValidationError, model: type[BaseModel], where: str) -> list
         elif record["type"] == "missing":
             lines.append(f"{where}{path}: missing (required)")
         else:
-            lines.append(f"{where}{path}: {record['msg'].lower()}, got {_described(record.get('input'))}")
+            lines.append(f"{where}{path or 'table'}: {message(record)}, got {_described(record.get('input'))}")
     return lines
 
 

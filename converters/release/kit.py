@@ -152,11 +152,11 @@ def verify(package_dir: Path) -> list[str]:
 
 def rebuild_problems(package_dir: Path, onnx_dir: Path, say: Callable[[str], None] = print) -> list[str]:
     """Compile every engine of a package again from `onnx_dir` (its manifest's target and toolkit) and name each
-    whose digest differs from the manifest's `normalized_sha256`."""
+    whose digest (its producer commit masked) differs from the manifest's `normalized_sha256`."""
     import tempfile
 
     from converters.build.engine import BuildOptions, compile_only
-    from core.manifest import sha256_file
+    from core.manifest import normalized_sha256
 
     problems = []
     for manifest_path in sorted(Path(package_dir).glob("*.manifest.json")):
@@ -169,7 +169,7 @@ def rebuild_problems(package_dir: Path, onnx_dir: Path, say: Callable[[str], Non
         with tempfile.TemporaryDirectory(prefix="rkaudio-rebuild-") as scratch:
             again = compile_only(onnx_path, BuildOptions(manifest["target"], manifest["toolkit_version"]),
                                  Path(scratch) / "again.rknn")
-            digest = sha256_file(again)
+            digest = normalized_sha256(again, manifest.get("producer_git"))
         if digest != manifest["rknn"]["normalized_sha256"]:
             problems.append(f"{manifest['rknn']['path']}: a rebuild from {onnx_path.name} gives sha256 {digest[:12]}, "
                             f"the manifest says {manifest['rknn']['normalized_sha256'][:12]}")

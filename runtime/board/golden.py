@@ -104,12 +104,23 @@ class CallLog:
                            {k: np.array(v) for k, v in outputs.items()}))
 
 
+# Where the loops of packages built before the board folder lived: their index.json names these modules, and a
+# host replay (`convert selftest`, `convert publish`) of such a package runs the same loop from its new home.
+MOVED_LOOP_MODULES = {
+    "runtime.vits_decoder": "runtime.board.piper", "runtime.kokoro_walk": "runtime.board.kokoro",
+    "runtime.inflect_synth": "runtime.board.inflect", "runtime.kv_buckets": "runtime.board.audio8",
+    "runtime.flow_ladder": "runtime.board.cosyvoice3", "runtime.stream": "runtime.board.qwen3_vocoder",
+    "runtime.ladder": "runtime.board.ladder", "runtime.window_walk": "runtime.board.window_walk",
+}
+
+
 def load_loop(name: str) -> Callable:
-    """The loop function named `"package.module:function"` (a module shipped beside the kit)."""
+    """The loop function named `"package.module:function"` (a module shipped beside the kit; a module of a package
+    built before the board folder is found where it moved, MOVED_LOOP_MODULES)."""
     module_name, _, function = name.partition(":")
     if not module_name.startswith("runtime.") or not function:
         raise ValueError(f"an end-to-end loop is named 'runtime.<module>:<function>', got {name!r}")
-    return getattr(importlib.import_module(module_name), function)
+    return getattr(importlib.import_module(MOVED_LOOP_MODULES.get(module_name, module_name)), function)
 
 
 def run_loop(loop_name: str, engines: List[Engine], inputs: dict, params: dict) -> Dict[str, np.ndarray]:

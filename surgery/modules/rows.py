@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-ROW_SAMPLES_LIMIT = 8191  # the 13-bit field: no Concat/Slice/conv axis longer than this in the row form
+from runtime.board.soc import ROW_SAMPLES_LIMIT  # the 13-bit field: no axis of the row form longer than this
 
 
 def row_layout(length: int, halo: int, limit: int = ROW_SAMPLES_LIMIT, multiple: int = 1) -> tuple[int, int]:

@@ -55,7 +55,7 @@ def _runtime_path(plan_dir, calls=None):
             return outputs
 
     audio = as_stored(checks.probe_audio(25))
-    with Audio8Runtime(plan_dir, backend_for=Logged if calls is not None else None) as runtime:
+    with Audio8Runtime(plan_dir, backend_for=Logged if calls is not None else OnnxBackend) as runtime:
         return runtime.transcribe(log_mel(audio, 128), audio.size, E2E_TOKENS, ignore_eos=True, keep_logits=True)
 
 
@@ -183,22 +183,27 @@ def test_export_names_the_golden_for_an_onnx_rebuild(exported, recording):
 
 
 def test_the_recipe_build_declares_the_golden(small_model, tmp_path, monkeypatch):
-    """`make engines` builds through `build_recipe`: the records it hands to the pipeline name the golden."""
+    """`make engines` builds through the declaration's recipe adapter: the records it hands to the pipeline's
+    build name the golden; an undeclared option is refused before anything is exported."""
     import converters.families.audio8 as family
     from converters.family import pipeline
     from converters.families.audio8 import model as M
+    from converters.release.recipes import build_part
 
     handed = {}
     monkeypatch.setattr(family, "_snapshot_dir", lambda source: tmp_path)
     monkeypatch.setattr(M, "load_snapshot", lambda path: small_model)
-    monkeypatch.setattr(pipeline, "build_recipe", lambda recipe, target, toolkit, work_dir, exported, **_:
-                        handed.setdefault("records", exported))
-    recipe = {"package": "audio8_test", "source": {}, "options": {"kv_buckets": [128], "head_shards": SHARDS},
-              "gates": {}}
-    records = family.build_recipe(recipe, "rk3588", "2.3.2", tmp_path / "work")
+    monkeypatch.setattr(pipeline, "build", lambda exported, out_dir, options, **kw:
+                        handed.update(records=exported, context=kw["context"], advice=kw["advice"]) or exported)
+    recipe = {"package": "audio8_test", "path": "recipes/audio8_test.toml", "family": "audio8", "source": {},
+              "options": {"kv_buckets": [128], "head_shards": SHARDS}, "gates": {}}
+    records = build_part(family.FAMILY, recipe, "rk3588", "2.3.2", tmp_path / "work")
     declared = [r for r in records if r.end_to_end is not None]
     assert records is handed["records"] and declared and declared[0].end_to_end.name == f"{E2E_NAME}.e2e.json"
     assert len(declared) == len(records) == 3 + 1 + SHARDS  # one bucket: every graph runs
-    with pytest.raises(SetupError, match="adapter_tokens is gone"):  # the per-N adapters' option
-        family.build_recipe(dict(recipe, options={"adapter_tokens": [25], "kv_buckets": [128]}), "rk3588", "2.3.2",
-                            tmp_path / "work2")
+    assert (handed["context"], handed["advice"]) == ("audio8_test", checks.ADVICE)
+    # the per-N adapters' option: not declared, so refused by the recipe schema (closest key suggested)
+    with pytest.raises(SetupError, match="options.adapter_tokens: unknown"):
+        build_part(family.FAMILY, dict(recipe, options={"adapter_tokens": [25], "kv_buckets": [128]}), "rk3588",
+                   "2.3.2", tmp_path / "work2")
+    assert not (tmp_path / "work2").exists()

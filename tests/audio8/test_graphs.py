@@ -16,6 +16,7 @@ from core.errors import SetupError
 from core.paths import engine_name
 from runtime.board.audio8 import PLAN_FILE, Audio8Runtime, BucketError, Timings
 from runtime.board.mel import log_mel
+from runtime.host.backends import OnnxBackend
 
 
 def test_graph_decoding_matches_torch_greedy_and_stress(small_model, small_plan):
@@ -246,7 +247,7 @@ def test_margin_gate_explains_only_fp16_ties():
 
 
 def test_any_clip_up_to_8_s_and_loud_errors_past_it(small_plan):
-    with Audio8Runtime(small_plan) as runtime:
+    with Audio8Runtime(small_plan, backend_for=OnnxBackend) as runtime:
         counts = [runtime.check_audio(int(seconds * 16000)) for seconds in (0.5, 0.7, 1.9, 3.0, 3.1, 7.9, 8.0)]
         assert counts == [6, 8, 23, 37, 38, 98, 100]
         with pytest.raises(BucketError, match=r"8\.01 s is longer than the 8 s .*split it into clips of at most 8 s"):
@@ -263,8 +264,6 @@ def test_lazy_loading_and_release(small_plan):
     opened = []
 
     def backend_for(path):
-        from runtime.host.backends import OnnxBackend
-
         opened.append(path.name)
         return OnnxBackend(path)
 
@@ -281,8 +280,6 @@ def test_lazy_loading_and_release(small_plan):
 
 def test_runtime_opens_engine_artifacts(small_plan, tmp_path):
     """On a board the plan names .rknn engines: the runtime opens those (here a fake backend serves them)."""
-    from runtime.host.backends import OnnxBackend
-
     plan_dir = tmp_path / "engines"
     shutil.copytree(small_plan, plan_dir)
     plan = json.loads((plan_dir / PLAN_FILE).read_text())
@@ -303,7 +300,9 @@ def test_runtime_opens_engine_artifacts(small_plan, tmp_path):
 
 def test_a_missing_engine_is_a_clear_error(small_plan):
     """The plan names engines before they are built: running one that is absent says how to build it."""
-    with Audio8Runtime(small_plan, artifact="rknn") as runtime:
+    from runtime.board.rknnlite import RknnLiteBackend
+
+    with Audio8Runtime(small_plan, backend_for=RknnLiteBackend, artifact="rknn") as runtime:
         with pytest.raises(SetupError, match=r"no encoder\.rknn in .*without --skip-rknn"):
             runtime.prompt_embeddings(np.zeros((128, 400), np.float32), 50, Timings())
 
@@ -323,12 +322,12 @@ def test_check_command_decodes_a_wav(small_plan, tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from converters.families.audio8 import register
+    from converters.families.audio8 import FAMILY
     from runtime.host.audio import write_wav
 
     app, check_app = typer.Typer(), typer.Typer()
     app.add_typer(check_app, name="check")
-    register(app, check_app)
+    check_app.command("audio8")(FAMILY.checks["audio8"])  # what converters.cli.families.register adds
     for seconds in (0.7, 3.1):  # any length, not only 2/4/6/8 s
         wav = write_wav(tmp_path / f"probe_{seconds}.wav", checks.probe_clip(seconds), 16000)
         result = CliRunner().invoke(app, ["check", "audio8", "--plan", str(small_plan), "--wav", str(wav)])

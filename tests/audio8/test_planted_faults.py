@@ -17,6 +17,7 @@ import pytest
 
 from converters.families.audio8 import checks
 from runtime.board.audio8 import Audio8Runtime
+from runtime.host.backends import OnnxBackend
 
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
 
@@ -40,7 +41,7 @@ class RopeOneOffAfterMigration(Audio8Runtime):
 def stress_runs(small_model, small_plan):
     runs = {}
     for name, runtime_class in (("real", Audio8Runtime), ("planted", RopeOneOffAfterMigration)):
-        with runtime_class(small_plan) as runtime:
+        with runtime_class(small_plan, backend_for=OnnxBackend) as runtime:
             run = checks.stress_run(small_model, runtime)
         verdicts = checks.run_verdicts(run, [128, 256, 512])
         runs[name] = run, {v.name.split("[")[0]: v for v in verdicts}

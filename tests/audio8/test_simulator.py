@@ -22,7 +22,7 @@ class _Kept:
 
 
 def test_simulator_tokens_match_or_divergence_is_an_fp16_tie(small_plan, require_converter):
-    from runtime.host.backends import SimulatorBackend
+    from runtime.host.backends import OnnxBackend, SimulatorBackend
 
     require_converter("2.3.2")
     compiled = {}
@@ -37,7 +37,7 @@ def test_simulator_tokens_match_or_divergence_is_an_fp16_tie(small_plan, require
         for seconds in checks.PROBE_SECONDS:
             audio = checks.probe_clip(seconds)
             features = log_mel(audio, 128)
-            with Audio8Runtime(small_plan) as runtime:
+            with Audio8Runtime(small_plan, backend_for=OnnxBackend) as runtime:
                 placeholders = runtime.check_audio(audio.size)
                 reference = runtime.decode(runtime.prompt_embeddings(features, placeholders, Timings()), 64,
                                            keep_logits=True)

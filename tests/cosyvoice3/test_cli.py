@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -28,21 +29,74 @@ def test_source_must_be_exactly_one(tmp_path):
     run = convert("--skip-rknn", "--out", str(tmp_path))
     assert run.returncode == 2 and "exactly one of --model-dir SNAPSHOT or --random-weights" in run.stderr
     run = convert("--random-weights", "medium", "--skip-rknn", "--out", str(tmp_path))
-    assert run.returncode == 2 and "one of real, small" in run.stderr
+    assert run.returncode == 2 and "--random-weights: input should be 'real' or 'small', got 'medium'" in run.stderr
+    run = convert("--random-weights", "small", "--onnx", str(tmp_path / "s24.onnx"), "--skip-rknn")
+    assert run.returncode == 2 and "--onnx compiles an earlier export" in run.stderr
+
+
+@pytest.mark.parametrize("args, refusal", [
+    (("--parts", "24:x"), "--parts '24:x': a count (e.g. 2) or S:N pairs (e.g. 400:2,500:2)"),
+    (("--parts", "0"), "--parts '0': a count (e.g. 2) or S:N pairs"),
+    (("--lengths", "32,2"), "--lengths: value error, each rung of 4 frames or more"),
+    (("--lengths", "32,x"), "--lengths '32,x': expected comma-separated integers"),
+    (("--batch", "3"), "--batch: input should be less than or equal to 2, got 3"),
+    (("--ln-form", "fast"), "--ln-form: input should be 'plain' or 'safe', got 'fast'"),
+])
+def test_option_values_are_refused_in_one_line(tmp_path, args, refusal):
+    run = convert("--random-weights", "small", *args, "--skip-rknn", "--out", str(tmp_path))
+    assert run.returncode == 2 and refusal in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_declared_forms_and_parts():
+    """The spelled-out LayerNorm forms are the engine graph's; --parts and a recipe's `parts` meet in one form."""
+    from converters.families.cosyvoice3 import LN_FORMS, Options, _parts_of_cli, parse_parts
+    from converters.families.cosyvoice3.engine_graph import LN_FORMS as GRAPH_FORMS
+
+    assert LN_FORMS == GRAPH_FORMS
+    assert _parts_of_cli("2") == 2 and _parts_of_cli("400:2, 500:3") == {"400": 2, "500": 3}
+    assert parse_parts({"400": 2}) == {400: 2} and parse_parts(2) == 2
+    options = Options.model_validate({"lengths": [500, 110, 110], "parts": {"500": 2}}, strict=True)
+    assert options.lengths == [110, 500] and options.parts == {"500": 2}
 
 
 def test_recipe_skips_without_a_snapshot(tmp_path, monkeypatch):
-    from converters.families import cosyvoice3
-    from converters.release.recipes import load_recipe
+    from converters.cli.families import declaration
+    from converters.families.cosyvoice3 import FAMILY
+    from converters.release.recipes import build_components, load_recipe, recipe_sources
 
     monkeypatch.setenv("RKAUDIO_MODELS", str(tmp_path))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    recipe = load_recipe(REPO_ROOT / "recipes" / "cosyvoice3_flow_0_5b.toml")
+    recipe = load_recipe(REPO_ROOT / "recipes" / "cosyvoice3_flow_0_5b.toml", declaration)
     assert recipe["options"]["lengths"] == [110, 200, 250, 400, 500]
-    with pytest.raises(MissingSource) as caught:
-        cosyvoice3.build_recipe(recipe, "rk3588", "2.3.2", tmp_path / "work")
-    assert "\n" not in str(caught.value) and "no FunAudioLLM/Fun-CosyVoice3-0.5B-2512 snapshot" in str(caught.value)
+    for build in (lambda: recipe_sources(FAMILY, recipe, "rk3588", "2.3.2"),
+                  lambda: build_components(recipe, "rk3588", "2.3.2", tmp_path / "work", FAMILY)):
+        with pytest.raises(MissingSource) as caught:
+            build()
+        assert "\n" not in str(caught.value) and "no FunAudioLLM/Fun-CosyVoice3-0.5B-2512 snapshot" in str(caught.value)
+
+
+@pytest.mark.parametrize("parts, refusal", [
+    ('parts = { "900" = 4 }', None),
+    ("parts = 2", None),
+    ('parts = { "900" = 0 }', "options.parts: value error, a count of at least 1, or a table"),
+    ('parts = { "big" = 2 }', "options.parts: value error, a count of at least 1, or a table"),
+    ('parts = "2"', "options.parts"),
+    ('ln_form = "fast"', "options.ln_form: input should be 'plain' or 'safe'"),
+])
+def test_recipe_parts_is_a_count_or_a_table(tmp_path, parts, refusal):
+    from converters.cli.families import declaration
+    from converters.release.recipes import load_recipe
+    from core.errors import SetupError
+
+    text = (REPO_ROOT / "recipes" / "cosyvoice3_flow_0_5b.toml").read_text()
+    path = tmp_path / "cosyvoice3.toml"
+    path.write_text(text.replace('ln_form = "plain"', 'ln_form = "plain"\n' + parts if "parts" in parts else parts))
+    if refusal is None:
+        assert load_recipe(path, declaration)["options"]["parts"] in (2, {"900": 4})
+    else:
+        with pytest.raises(SetupError, match=re.escape(refusal)):
+            load_recipe(path, declaration)
 
 
 def test_tiny_ladder_builds_for_rk3588(tmp_path, require_converter):

@@ -104,7 +104,7 @@ def test_golden_loop_is_the_ladder_solve(tiny_export):
 
 
 def test_runtime_module_is_python38_and_numpy_only():
-    path = REPO_ROOT / "runtime" / "flow_ladder.py"
+    path = REPO_ROOT / "runtime" / "board" / "cosyvoice3.py"
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
     top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
            for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}

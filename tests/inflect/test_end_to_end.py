@@ -51,7 +51,7 @@ def test_loop_equals_the_runtime_decode_and_a_full_decode(recording, record, nan
     cfg, paths = nano_official
     latent, waveform = recording.inputs["latent"], recording.outputs["waveform"]
     contract = get_contract(record.onnx)
-    synth = InflectSynth(paths["duration"], OnnxBackend(record.onnx), contract,
+    synth = InflectSynth(OnnxBackend(paths["duration"]), OnnxBackend(record.onnx), contract,
                          runtime_model(paths["duration"], paths["config"]))
     np.testing.assert_array_equal(waveform, synth.decode(latent))
     np.testing.assert_array_equal(

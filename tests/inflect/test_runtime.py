@@ -23,7 +23,7 @@ def test_synthesis_walks_the_engine_and_matches_a_full_decode(nano_official, nan
     model = runtime_model(paths["duration"], paths["config"])
     assert (model.channels, model.hop, model.sample_rate) == (cfg.inter_channels, cfg.hop_length, cfg.sampling_rate)
     backend, contract = load_engine(nano_slice)
-    synth = InflectSynth(paths["duration"], backend, contract, model)
+    synth = InflectSynth(OnnxBackend(paths["duration"]), backend, contract, model)
     latent = synth.latent(TOKENS, variation=0.667, seed=3)
     waveform = synth.decode(latent)
     assert waveform.shape == (latent.shape[2] * cfg.hop_length,)
@@ -38,7 +38,7 @@ def test_engine_of_another_model_is_refused(micro_official, nano_slice):
     contract = get_contract(nano_slice)
     micro = runtime_model(micro_official[1]["duration"], micro_official[1]["config"])
     with pytest.raises(SetupError, match=r"compiled for \{'latent_channels': 128\}.*Rebuild it"):
-        InflectSynth(micro_official[1]["duration"], None, contract, micro, "nano.rknn")
+        InflectSynth(OnnxBackend(micro_official[1]["duration"]), None, contract, micro, "nano.rknn")
     nano_like = type(micro)(128, 128, 24000)
     with pytest.raises(SetupError, match=r"compiled for \{'hop': 256\}"):
         check_engine_matches(contract, nano_like, "nano.rknn")

@@ -9,7 +9,7 @@ import torch
 from converters.families.kokoro.graph import CONTEXT, build_module, prepare, run_torch, window_inputs
 from converters.families.kokoro.reference import istftnet_module
 from runtime.board.numeric import snr_db
-from runtime.board import kokoro as kokoro_walk
+from runtime.board import dsp, kokoro as kokoro_walk
 from runtime.board.kokoro import KokoroWindow
 
 from tests.kokoro.kokoro_small import SMALL, small_reference
@@ -23,12 +23,12 @@ def small_walk(overlap=0, gain=False):
 
 def test_stft_and_istft_match_torch():
     signal = np.random.default_rng(0).standard_normal(3000)
-    magnitude, phase = kokoro_walk.stft(signal, 20, 5)
+    magnitude, phase = dsp.stft(signal, 20, 5)
     window = torch.hann_window(20, dtype=torch.float64)
     expected = torch.stft(torch.tensor(signal), 20, 5, 20, window=window, return_complex=True).numpy()
     np.testing.assert_allclose(magnitude * np.exp(1j * phase), expected, atol=1e-10)
     back = torch.istft(torch.tensor(expected), 20, 5, 20, window=window).numpy()
-    np.testing.assert_allclose(kokoro_walk.istft(magnitude, phase, 20, 5), back, atol=1e-10)
+    np.testing.assert_allclose(dsp.istft(magnitude, phase, 20, 5), back, atol=1e-10)
     np.testing.assert_allclose(back, signal, atol=1e-10)
 
 

@@ -55,11 +55,12 @@ def test_convert_piper_refuses_a_graph_that_is_not_a_piper_voice(tmp_path, capsy
     assert "not a Piper VITS voice" in capsys.readouterr().err
 
 
-def test_convert_piper_encoder_hands_over_to_the_encoder_builder(monkeypatch, tmp_path):
+def test_convert_piper_encoder_hands_over_to_the_encoder_export(monkeypatch, tmp_path):
     from converters.families.piper import encoder
 
     calls = []
-    monkeypatch.setattr(encoder, "run_encoder", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(encoder, "export", lambda *args: calls.append(args) or [])
     assert _convert(["piper", "--encoder", "--frames", "128,192", "--skip-rknn", "--out", str(tmp_path)]) == 0
     (call,) = calls
-    assert call["frames"] == [128, 192] and call["skip_rknn"] is True and call["out_dir"] == tmp_path
+    voice, frames, out_dir, max_drift_pct, target, toolkit = call
+    assert (voice, frames, out_dir, max_drift_pct, target) == (None, [128, 192], tmp_path, None, "rk3588")

@@ -69,7 +69,7 @@ def test_window_walk_through_the_simulator(joe, joe_exports, require_converter):
 
     require_converter("2.3.2")
     export = joe_exports[False]
-    contract = WindowContract.from_onnx(export.onnx)
+    contract = WindowContract.from_contract(engine_contract(export.onnx))
     z = joe.latents[0]["z"][:, :, : 2 * contract.window]
     reference = walk(OnnxBackend(export.onnx, threads=1), z, contract)
     with SimulatorBackend(export.onnx, "rk3588") as simulator:

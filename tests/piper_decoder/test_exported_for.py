@@ -1,13 +1,21 @@
 """`convert piper --onnx` refuses an ONNX exported for a SoC whose time field is wider than the target's."""
 import pytest
 
-from converters.families.piper import _check_exported_for
+from converters.family.declaration import Job
+from converters.families.piper import FAMILY
 from core.errors import SetupError
 
 
-def test_rk3588_export_is_refused_for_rk3576_with_the_reexport_command(joe_exports):
+def _decoder_job(target: str, tmp_path) -> Job:
+    component = FAMILY.component("decoder")
+    return Job(FAMILY, component, FAMILY.source(), component.options(), FAMILY.gates_model(component)(), target,
+               tmp_path)
+
+
+def test_rk3588_export_is_refused_for_rk3576_with_the_reexport_command(joe_exports, tmp_path):
     onnx_path = joe_exports[False].onnx
-    _check_exported_for(onnx_path, "rk3588")  # the SoC it was exported for: accepted
+    [record] = FAMILY.from_onnx(_decoder_job("rk3588", tmp_path), onnx_path)  # the SoC it was exported for
+    assert record.onnx == onnx_path
     with pytest.raises(SetupError, match=r"re-export for this target: convert piper --window 109 --context 32 "
                                          r"--target rk3576"):
-        _check_exported_for(onnx_path, "rk3576")
+        FAMILY.from_onnx(_decoder_job("rk3576", tmp_path), onnx_path)

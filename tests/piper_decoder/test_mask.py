@@ -106,7 +106,7 @@ class MaskOfOnes:
 
 def _walk(export, z, backend_wrapper=None):
     runner = OnnxBackend(export.onnx, threads=1)
-    contract = WindowContract.from_onnx(export.onnx)
+    contract = WindowContract.from_contract(get_contract(export.onnx))
     return walk(backend_wrapper(runner) if backend_wrapper else runner, z, contract)
 
 

@@ -16,6 +16,7 @@ from converters.families.piper import decoder
 from core.paths import REPO_ROOT
 from runtime.board.window_walk import WalkResult, WindowContract, plan_windows, walk
 from runtime.host.backends import OnnxBackend
+from runtime.host.piper import engine_contract
 
 
 def test_interior_gate_fails_a_context_of_24_slices(joe):
@@ -44,7 +45,7 @@ class OnePaddedFrameReal:
 @pytest.mark.parametrize("dec_mask", [False, True])
 def test_tail_gate_fails_one_padded_frame_marked_real(joe, joe_exports, dec_mask):
     export = joe_exports[dec_mask]
-    contract = WindowContract.from_onnx(export.onnx)
+    contract = WindowContract.from_contract(engine_contract(export.onnx))
     z = decoder.short_latent(joe.latents[0], contract.window)
     reference = decoder.full_decode(joe.full, z, None)
     runner = OnnxBackend(export.onnx, threads=1)
@@ -95,5 +96,5 @@ def test_silent_voice_fails_its_export_with_the_silent_reference_message(joe, tm
     assert "Traceback" not in result.stderr, result.stderr
     assert "[FAIL] seam: slice vs full voice: nan dB" in result.stderr
     assert "the reference output is silent: the checkpoint or the inputs make the model output zeros" in result.stderr
-    assert "check that the checkpoint holds all its weights" in result.stderr  # gates.snr.DEGENERATE_ADVICE
+    assert "check that the checkpoint holds all its weights" in result.stderr  # runtime.board.numeric.DEGENERATE_ADVICE
     assert not list((tmp_path / "out").glob("*.onnx"))

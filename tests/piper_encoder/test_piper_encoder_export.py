@@ -97,20 +97,29 @@ def test_every_width_refused_is_a_gate_failure(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("piper_encoder_w*.onnx"))
 
 
+def _encoder_job(tmp_path, **gates):
+    """The job `convert piper --encoder --frames 128` makes (its gates: the declared defaults, `gates` over them)."""
+    from converters.family.declaration import Job
+    from converters.families.piper import FAMILY
+
+    component = FAMILY.component("duration_encoder")
+    gates = FAMILY.gates_model(component).model_validate({"max_regtask_lines": 0, "fail_on_cpu_ops": True, **gates})
+    return Job(FAMILY, component, FAMILY.source(), component.options(frames=[128]), gates, "rk3588", tmp_path, "2.3.2")
+
+
 def test_drift_threshold_with_onnx_is_refused(tmp_path):
+    from converters.family import pipeline
     from core.errors import SetupError
 
     with pytest.raises(SetupError, match="--max-drift-pct is measured at export"):
-        encoder.run_encoder(voice_onnx=None, frames=[128], target="rk3588", toolkit="2.3.2", out_dir=tmp_path,
-                            skip_rknn=False, onnx=tmp_path / "piper_encoder_w128.onnx", max_regtask_lines=0,
-                            fail_on_cpu_ops=True, min_snr_db=35.0, max_drift_pct=7.0)
+        pipeline.run(_encoder_job(tmp_path, max_drift_pct=7.0), from_onnx=tmp_path / "piper_encoder_w128.onnx")
 
 
 def test_engine_at_128_has_no_cpu_ops_and_measured_drift(require_converter, tmp_path):
+    from converters.family import pipeline
+
     require_converter("2.3.2")
-    results = encoder.run_encoder(voice_onnx=None, frames=[128], target="rk3588", toolkit="2.3.2",
-                                  out_dir=tmp_path, skip_rknn=False, onnx=None, max_regtask_lines=0,
-                                  fail_on_cpu_ops=True, min_snr_db=35.0, max_drift_pct=encoder.DEFAULT_MAX_DRIFT_PCT)
+    results = pipeline.run(_encoder_job(tmp_path, max_drift_pct=encoder.DEFAULT_MAX_DRIFT_PCT))
     assert len(results) == 1
     manifest = results[0].manifest_data
     assert manifest["ops"]["cpu"] == 0 and manifest["regtask"]["lines"] == 0

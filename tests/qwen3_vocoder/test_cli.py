@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -85,13 +86,48 @@ def test_two_stages_build_a_tiny_engine(tiny_snapshot, tmp_path, require_convert
 
 
 def test_recipe_is_skipped_without_a_snapshot(tmp_path, monkeypatch):
-    from converters.families import qwen3_vocoder
+    from converters.cli.families import declaration
+    from converters.families.qwen3_vocoder import FAMILY
+    from converters.release.recipes import build_components, load_recipe, recipe_sources
     from core.errors import MissingSource
-    from converters.release.recipes import load_recipe
 
     monkeypatch.setenv("RKAUDIO_MODELS", str(tmp_path))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    recipe = load_recipe(REPO_ROOT / "recipes" / "qwen3_tts_0_6b_base_speech_decoder.toml")
-    with pytest.raises(MissingSource, match=r"no Qwen/Qwen3-TTS-12Hz-0.6B-Base snapshot"):
-        qwen3_vocoder.build_recipe(recipe, "rk3588", "2.3.2", tmp_path / "work")
+    recipe = load_recipe(REPO_ROOT / "recipes" / "qwen3_tts_0_6b_base_speech_decoder.toml", declaration)
+    for build in (lambda: recipe_sources(FAMILY, recipe, "rk3588", "2.3.2"),
+                  lambda: build_components(recipe, "rk3588", "2.3.2", tmp_path / "work", FAMILY)):
+        with pytest.raises(MissingSource, match=r"no Qwen/Qwen3-TTS-12Hz-0.6B-Base snapshot"):
+            build()
+
+
+def test_recipe_engines_are_checked_when_the_recipe_loads(tmp_path):
+    """`options.engines` is a list of {role, codes_length} tables: a misspelt key, an unknown role or a sine form
+    that does not exist is refused at load, naming the key (the command's --role, --sine-form alike)."""
+    from converters.cli.families import declaration
+    from converters.families.qwen3_vocoder import SINE_FORMS
+    from converters.release.recipes import load_recipe
+    from surgery.modules.snake import SINE_FORMS as SNAKE_FORMS
+
+    assert sorted(SINE_FORMS) == sorted(SNAKE_FORMS)
+    text = (REPO_ROOT / "recipes" / "qwen3_tts_0_6b_base_speech_decoder.toml").read_text()
+    for old, new, refusal in [
+        ('role = "main", codes_length = 64', 'role = "main", codes_lenght = 64',
+         "options.engines.1.codes_lenght: unknown; did you mean codes_length?"),
+        ('role = "main"', 'role = "mian"', "options.engines.1.role: input should be 'main', 'first' or 'window'"),
+        ('[options]\n', '[options]\nsine_form = "sin"\n', "options.sine_form: input should be"),
+    ]:
+        assert old in text
+        path = tmp_path / "qwen3.toml"
+        path.write_text(text.replace(old, new))
+        with pytest.raises(SetupError, match=re.escape(refusal)):
+            load_recipe(path, declaration)
+    run = convert("--role", "mian", "--model-dir", str(tmp_path), "--skip-rknn")
+    assert run.returncode == 2 and "--role: input should be 'main', 'first' or 'window', got 'mian'" in run.stderr
+
+
+def test_cli_needs_one_of_model_dir_or_onnx(tmp_path):
+    neither = convert("--skip-rknn", "--out", str(tmp_path))
+    assert neither.returncode == 2 and "give --model-dir SNAPSHOT (export) or --onnx STEP.onnx" in neither.stderr
+    both = convert("--model-dir", str(tmp_path), "--onnx", str(tmp_path / "step.onnx"), "--skip-rknn")
+    assert both.returncode == 2 and "--onnx compiles an earlier export" in both.stderr

@@ -5,7 +5,8 @@ import typer
 from typer.testing import CliRunner
 
 from converters import cli
-from converters.cli.commands import SHARED_COMMANDS, family_module, family_names
+from converters.cli.commands import SHARED_COMMANDS
+from converters.cli.families import declaration, family_names
 
 
 def _walk(app: typer.Typer):
@@ -58,8 +59,8 @@ def test_every_command_and_option_has_help(path, command):
 
 
 BUILD_OPTIONS = ("--target", "--toolkit", "--out", "--max-regtask-lines", "--fail-on-cpu-ops", "--min-snr-db")
-# A family's own tools (e.g. `convert aperture`) read packages and build nothing: the family lists them.
-TOOLS = [name for family in family_names() for name in getattr(family_module(family), "TOOL_COMMANDS", ())]
+# A family's own tools (e.g. `convert aperture`) read packages and build nothing: its declaration lists them.
+TOOLS = [name for family in family_names() for name in declaration(family).tools]
 FAMILY_COMMANDS = [(path, command) for path, command in COMMANDS if len(path) == 1
                    and path[0] not in (*SHARED_COMMANDS, "check", *TOOLS)]
 
@@ -85,3 +86,21 @@ def test_an_old_spelling_runs_through_main(tmp_path, monkeypatch, capsys):
         cli.main()
     assert exit_info.value.code == 2  # a setup error (no ONNX there), not a usage error about the flag
     assert "no ONNX model at" in capsys.readouterr().err
+
+
+def test_every_family_command_is_made_from_its_declaration():
+    """Each declared option is on the command, with the family's own defaults of the shared gates."""
+    from converters.cli.families import flag_of
+    from converters.family.declaration import declared
+
+    commands = dict(COMMANDS)
+    for name in family_names():
+        family = declaration(name)
+        command = commands[(family.command_name,)]
+        options = {opt: param for param in command.params for opt in param.opts}
+        models = [family.source] + [c.options for c in family.components] + [c.gates for c in family.components]
+        flags = {flag_of(model, field) for model in models for field in declared(model, "cli")}
+        assert flags <= set(options), (name, sorted(flags - set(options)))
+        gates = family.gates_model(family.components[0])
+        assert options["--max-regtask-lines"].default == gates.model_fields["max_regtask_lines"].default
+        assert options["--min-snr-db"].default == gates.model_fields["min_simulator_snr_db"].default

@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 from converters import cli
 from converters.release import recipes
 from converters.cli.families import declaration
-from converters.families import example
 from core.paths import REPO_ROOT
 from core.errors import SetupError
 from core.contract import get_contract
@@ -38,7 +37,8 @@ def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publish
     package = dist / "rk3588" / "example_conv_rk3588"
     frames = shipped["options"]["frames"]
     stems = [f"example_c{shipped['options']['channels']}_t{t}" for t in frames]
-    kit = ["SHA256SUMS", "selftest.py", "selftest", "runtime", "core", "gates", "README.md"]  # self-test kit, card
+    # the self-test kit (runtime/board/), the card, and the build key (the example names its sources: none)
+    kit = ["SHA256SUMS", "selftest.py", "selftest", "runtime", "README.md", "build-key.json"]
     assert sorted(p.name for p in package.iterdir()) == sorted(
         [f"{s}{ext}" for s in stems for ext in (".rknn", ".manifest.json", ".build.log")] + ["exec_plan.json"] + kit)
     plan = json.loads((package / "exec_plan.json").read_text())
@@ -74,5 +74,5 @@ def test_convert_example_skip_rknn_writes_the_fixed_shape_export_with_its_contra
     with np.load(tmp_path / "example_c8_t48.selfcheck.npz") as feeds:
         assert feeds["x"].shape == (1, 8, 48)
     (tmp_path / "example_c8_t48.selfcheck.npz").unlink()
-    with pytest.raises(SetupError, match="no self-check"):
-        example.convert_example(from_onnx=onnx_path, out=tmp_path)
+    result = CliRunner().invoke(cli.app, ["example", "--onnx", str(onnx_path), "--out", str(tmp_path)])
+    assert isinstance(result.exception, SetupError) and "no self-check" in str(result.exception)

@@ -18,10 +18,33 @@ from core.paths import REPO_ROOT, venv_root
 from toolkit.session import CHILD_DIR_PREFIX
 
 
+def _default_sigint() -> None:
+    """In the victim, before exec: SIGINT at its default. A background job (`make test > log 2>&1 &`) starts
+    with SIGINT ignored, an ignored signal stays ignored across fork and exec, and Python leaves an ignored
+    SIGINT alone: the victim would shrug off the SIGINT this test sends and finish with exit 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _victim(args: list[str]) -> subprocess.Popen:
+    """`args` started as from a terminal (SIGINT at its default), output merged."""
+    return subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_default_sigint)
+
+
 def _start(dist: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "converters.cli", "engines", "--target", "rk3588", "--only",
-                             "example_conv", "--dist", str(dist)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return _victim([sys.executable, "-m", "converters.cli", "engines", "--target", "rk3588", "--only",
+                    "example_conv", "--dist", str(dist)])
+
+
+def _first_child(run: subprocess.Popen, what: str) -> int:
+    """The first compiler child of `run`; a run that ends before starting one fails at once, with its output."""
+    def started() -> bool:
+        if run.poll() is not None:
+            pytest.fail(f"the run ended (exit {run.returncode}) before {what} started:\n{run.stdout.read()}")
+        return bool(_children(run.pid))
+
+    _wait_for(started, what=what)
+    return _children(run.pid)[0]
 
 
 def _child_dirs(parent: int) -> list[Path]:
@@ -70,6 +93,18 @@ def _assert_nothing_left(parent: int, dist: Path, stale_dirs_allowed: bool) -> N
     assert not (dist / "rk3588" / "example_conv_rk3588").exists()  # never half-written
 
 
+def test_a_victim_gets_sigint_at_its_default_when_the_suite_ignores_it():
+    """What `make test > log 2>&1 &` does to the suite (SIGINT ignored) does not reach the victim."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        probe = _victim([sys.executable, "-c", "import signal; "
+                         "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"])
+        output, _ = probe.communicate(timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert probe.returncode == 0 and output.strip() == "True", output
+
+
 @pytest.mark.parametrize("victim, signum", [("parent", signal.SIGINT), ("parent", signal.SIGTERM),
                                             ("parent", signal.SIGKILL), ("child", signal.SIGKILL)],
                          ids=["SIGINT-parent", "SIGTERM-parent", "SIGKILL-parent", "SIGKILL-child"])
@@ -77,8 +112,8 @@ def test_an_interrupted_run_leaves_nothing_and_a_rerun_completes(tmp_path, victi
     require_converter("2.3.2")
     dist = tmp_path / "dist"
     run = _start(dist)
-    _wait_for(lambda: _children(run.pid), what="the first compiler child")
-    os.kill(run.pid if victim == "parent" else _children(run.pid)[0], signum)
+    child = _first_child(run, "the first compiler child")
+    os.kill(run.pid if victim == "parent" else child, signum)
     if victim == "child":  # the parent reports the dead child, fails that package, and finishes
         output, _ = run.communicate(timeout=300)
         assert run.returncode == 3, output
@@ -102,7 +137,7 @@ def test_a_second_run_on_the_same_dist_refuses_and_the_first_completes(tmp_path,
     require_converter("2.3.2")
     dist = tmp_path / "dist"
     first = _start(dist)
-    _wait_for(lambda: _children(first.pid), what="the first run's compiler child")
+    _first_child(first, "the first run's compiler child")
     second = _start(dist)
     output, _ = second.communicate(timeout=120)
     assert second.returncode == 2, output

@@ -168,7 +168,8 @@ def test_failures_leave_no_package_dir_and_the_other_recipes_still_build(tmp_pat
     package = dist / "rk3588" / "c_ok_rk3588"
     assert sorted(p.name for p in package.iterdir()) == [
         "README.md", "SHA256SUMS", "c_ok_rk3588_engine.build.log", "c_ok_rk3588_engine.manifest.json",
-        "c_ok_rk3588_engine.rknn", "core", "exec_plan.json", "gates", "runtime", "selftest", "selftest.py"]
+        "c_ok_rk3588_engine.rknn", "exec_plan.json", "runtime", "selftest", "selftest.py"]
+    assert sorted(p.name for p in (package / "runtime").iterdir()) == ["__init__.py", "board"]
     assert json.loads((package / "exec_plan.json").read_text()) == {
         "piper_tts.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {"main": "c_ok_rk3588_engine.rknn"}}}}
 

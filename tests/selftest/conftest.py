@@ -90,9 +90,6 @@ class RKNNLite:
             flat[3 * eighth: 4 * eighth] = 0.0
         return outputs
 
-    def get_sdk_version(self):
-        return "double"
-
     def release(self):
         pass
 '''

@@ -2,6 +2,7 @@
 replay (`convert selftest --backend simulator|onnx`), and the report schema written in HACKING.md."""
 from __future__ import annotations
 
+import importlib
 import json
 import re
 
@@ -31,7 +32,8 @@ def test_the_package_carries_goldens_sums_and_the_kit_within_budget(package):
     [loop] = index["end_to_end"]
     assert len(loop["calls"]) == 2 and all(c["inputs"][0]["sha256"] for c in loop["calls"])
     listed = [line.split("  ", 1)[1] for line in (package / "SHA256SUMS").read_text().splitlines()]
-    assert "selftest.py" in listed and "runtime/golden.py" in listed and "selftest/golden.npz" in listed
+    assert "selftest.py" in listed and "runtime/board/golden.py" in listed and "selftest/golden.npz" in listed
+    assert not any(name.startswith(("core/", "gates/", "runtime/board/selftest.py")) for name in listed)  # the folder only
     assert kit_size(package) <= kit_budget(tree_bytes(package))
     assert verify(package) == []
 
@@ -141,3 +143,26 @@ def test_a_setup_failure_report_follows_the_schema(package, run_kit, mode):
     result = run_kit(package, mode=mode)
     assert result.returncode == 2
     assert _validate(json.loads(result.report.read_text()), _schema()) == []
+
+
+def test_a_package_naming_its_loop_by_the_old_module_still_replays(package, tmp_path):
+    """Packages published before runtime/board/ name their loops by the old modules (`runtime.ladder:golden_loop`);
+    the host replay finds each where it moved."""
+    from converters.release.kit import write_sums
+    from runtime.board.golden import MOVED_LOOP_MODULES, load_loop
+
+    for old, new in MOVED_LOOP_MODULES.items():
+        assert importlib.import_module(new).__name__ == new and old.startswith("runtime.")
+    assert load_loop("runtime.vits_decoder:golden_loop") is load_loop("runtime.board.piper:golden_loop")
+    index_path = package / "selftest" / "index.json"
+    index = json.loads(index_path.read_text())
+    assert {entry["loop"] for entry in index["end_to_end"]} == {"runtime.board.ladder:golden_loop"}
+    for entry in index["end_to_end"]:
+        entry["loop"] = "runtime.ladder:golden_loop"
+    index_path.write_text(json.dumps(index))
+    write_sums(package)
+    assert verify(package) == []
+    result = convert("selftest", str(package), "--backend", "onnx", "--report", str(tmp_path / "report.json"))
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [e["loop"] for e in report["end_to_end"]] == ["runtime.ladder:golden_loop"] and report["passed"]

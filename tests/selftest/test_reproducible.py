@@ -10,6 +10,8 @@ import onnx
 from onnx import numpy_helper
 
 from converters.build.engine import BuildOptions, compile_only
+from core.contract import get_contract, set_contract
+from core.manifest import normalized_sha256
 from runtime.board.files import sha256_file
 
 
@@ -30,10 +32,30 @@ def test_the_same_onnx_twice_gives_equal_digests_and_a_changed_weight_does_not(e
     options = BuildOptions("rk3588", "2.3.2")
     first = compile_only(onnx_path, options, tmp_path / "first.rknn")
     second = compile_only(onnx_path, options, tmp_path / "second.rknn")
-    assert sha256_file(first) == sha256_file(second) == manifest["rknn"]["normalized_sha256"]
+    assert sha256_file(first) == sha256_file(second) == manifest["rknn"]["sha256"]
+    assert normalized_sha256(first, manifest["producer_git"]) == manifest["rknn"]["normalized_sha256"]
     _changed_weight(onnx_path, tmp_path / "changed.onnx")
     changed = compile_only(tmp_path / "changed.onnx", options, tmp_path / "changed.rknn")
     assert sha256_file(changed) != sha256_file(first)
+
+
+def test_two_commits_that_change_no_engine_give_equal_normalized_digests(example_package, tmp_path,
+                                                                        require_converter):
+    """The engine embeds its producer commit (custom_string): the same graph exported at another commit gives
+    another sha256, and the same normalized_sha256 (the commit masked)."""
+    require_converter("2.3.2")
+    manifest = json.loads((example_package / "example_c16_t64.manifest.json").read_text())
+    onnx_path = (example_package / manifest["onnx"]["path"]).resolve()
+    model = onnx.load(str(onnx_path))
+    contract = get_contract(model)
+    here, other = contract["producer"]["git"], "f" * len(contract["producer"]["git"])
+    onnx.save(set_contract(model, {**contract, "producer": {**contract["producer"], "git": other}}),
+              str(tmp_path / "other_commit.onnx"))
+    options = BuildOptions("rk3588", "2.3.2")
+    engine = compile_only(onnx_path, options, tmp_path / "here.rknn")
+    again = compile_only(tmp_path / "other_commit.onnx", options, tmp_path / "other.rknn")
+    assert sha256_file(engine) != sha256_file(again)
+    assert normalized_sha256(engine, here) == normalized_sha256(again, other) == manifest["rknn"]["normalized_sha256"]
 
 
 def test_verify_rebuild_names_an_engine_its_onnx_no_longer_gives(package, tmp_path, require_converter):

@@ -55,7 +55,6 @@ def _leaf(root: Path, room: str) -> Path:
 
 
 UPWARD = {
-    "module level": "\nfrom converters.cli import commands\n",
     "lazy import": "\n\ndef _planted():\n    from converters.cli.commands import register\n    return register\n",
     "import_module string": "\n\ndef _planted(name):\n    import importlib\n"
                             "    return importlib.import_module(f\"converters.cli.{name}\")\n",

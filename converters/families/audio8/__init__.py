@@ -4,45 +4,54 @@ prompt length (right-padded to the largest, S = 110), one decoder step per K/V b
 CPU writes the K/V rows it returns), and the LM head in shards; gates greedy tokens through those graphs against the
 torch FP32 model's own decoding for clips of any length up to 8 s (EOS included, plus a stress run through the
 largest bucket); then compiles each graph through the family pipeline. `audio8_plan.json` lists every graph with its
-contract and engine."""
+contract and engine. `FAMILY` declares the rest: the `convert audio8` command and the recipe adapter are made from
+it."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
+from pydantic import AfterValidator
 
-from converters.cli.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
+from converters.families.audio8.checks import ADVICE
+from converters.family.declaration import Component, Family, Table, option
 from core.errors import MissingSource, SetupError
-from core.paths import work_dir
-from toolkit.versions import DEFAULT_TOOLKIT
 
-FAMILY = "audio8"
+NAME = "audio8"
 KV_BUCKETS = (128, 256, 512)
 HEAD_SHARDS = 8
 SNAPSHOT_REPO = "Edge0/Audio8-ASR-0.1B"
 
-ModelDir = Annotated[Optional[Path], typer.Option(
-    "--model-dir", help=f"Local snapshot of {SNAPSHOT_REPO} (config.json, weights, its modeling files); "
-    "loaded with trust_remote_code, never downloaded.")]
-RandomWeights = Annotated[Optional[str], typer.Option(
-    "--random-weights", help="Instead of a snapshot, a random-init model: 'real' (the published shapes, for "
-    "engine builds) or 'small' (the test model).")]
-KvBuckets = Annotated[str, typer.Option("--kv-buckets", help="K/V bucket lengths Smax, one decoder step graph each.")]
-HeadShards = Annotated[int, typer.Option("--head-shards", help="LM head graphs (vocabulary rows split evenly).")]
-NoStress = Annotated[bool, typer.Option("--no-stress", help="Skip the stress gate (EOS ignored through the largest "
-                                        "bucket against a torch forced run).")]
+
+class Source(Table):
+    """The command's --model-dir / --random-weights, a recipe's dir / repo (`_snapshot_dir`)."""
+
+    model_dir: Optional[Path] = option(
+        None, f"Local snapshot of {SNAPSHOT_REPO} (config.json, weights, its modeling files); loaded with "
+        "trust_remote_code, never downloaded.", recipe=False)
+    random_weights: Optional[Literal["real", "small"]] = option(
+        None, "Instead of a snapshot, a random-init model: 'real' (the published shapes, for engine builds) or "
+        "'small' (the test model).", recipe=False)
+    dir: Optional[str] = option(None, "A local snapshot directory (environment variables and ~ expanded).",
+                                cli=False)
+    repo: Optional[str] = option(None, "A huggingface_hub cache id of the snapshot (never downloaded).", cli=False)
 
 
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        values = sorted({int(part) for part in text.replace(" ", "").split(",") if part})
-    except ValueError:
-        raise SetupError(f"{what} must be comma-separated integers, got {text!r}") from None
-    if not values or values[0] <= 0:
-        raise SetupError(f"{what} needs positive integers, got {text!r}")
-    return values
+def _buckets(values: list[int]) -> list[int]:
+    """The K/V buckets in ascending order, each once; refuses a non-positive one."""
+    if any(value <= 0 for value in values):
+        raise ValueError("needs positive integers")
+    return sorted(set(values))
+
+
+class Options(Table):
+    kv_buckets: Annotated[list[int], AfterValidator(_buckets)] = option(
+        list(KV_BUCKETS), "K/V bucket lengths Smax, one decoder step graph each.", min_length=1)
+    head_shards: int = option(HEAD_SHARDS, "LM head graphs (vocabulary rows split evenly).", ge=1)
+    no_stress: bool = option(False, "Skip the stress gate (EOS ignored through the largest bucket against a torch "
+                             "forced run).", recipe=False)
 
 
 def load_model(model_dir: Path | None, random_weights: str | None):
@@ -50,45 +59,11 @@ def load_model(model_dir: Path | None, random_weights: str | None):
     from converters.families.audio8 import model as M
 
     if random_weights is not None:
-        if random_weights not in ("real", "small"):
-            raise SetupError(f"--random-weights is 'real' or 'small', got {random_weights!r}")
         config = M.real_shape_config() if random_weights == "real" else M.small_config()
         return M.build_random(config, seed=0)
     if model_dir is None:
         raise SetupError(f"give --model-dir (a local snapshot of {SNAPSHOT_REPO}) or --random-weights real|small")
     return M.load_snapshot(model_dir)
-
-
-def convert_audio8(
-    model_dir: ModelDir = None,
-    random_weights: RandomWeights = None,
-    target: Target = "rk3588",
-    toolkit: Toolkit = DEFAULT_TOOLKIT,
-    out: OutDir = work_dir(FAMILY),
-    kv_buckets: KvBuckets = ",".join(map(str, KV_BUCKETS)),
-    head_shards: HeadShards = HEAD_SHARDS,
-    skip_rknn: SkipRknn = False,
-    from_onnx: FromOnnx = None,
-    no_stress: NoStress = False,
-    max_regtask_lines: MaxRegtaskLines = 0,
-    fail_on_cpu_ops: FailOnCpuOps = False,
-    min_snr_db: MinSnrDb = 35.0,
-) -> None:
-    """Export Audio8-ASR's encoder, adapter, prefill, one decoder step per K/V bucket and LM head shards,
-    gate greedy tokens against the torch FP32 model, and compile every graph."""
-    from converters.family import pipeline
-    from converters.families.audio8.checks import ADVICE
-    from converters.families.audio8.export import export
-    from toolkit.versions import check_target
-
-    target = check_target(target)  # the export's problem-op scan is per target: refuse a bad one first
-    buckets = _int_list(kv_buckets, "--kv-buckets")
-    pipeline.convert(
-        FAMILY, lambda: export(load_model(model_dir, random_weights), out, buckets, head_shards, not no_stress,
-                               target),
-        from_onnx=from_onnx, skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit,
-        max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db,
-        context="audio8 graphs", advice=ADVICE)
 
 
 def _snapshot_dir(source: dict) -> Path:
@@ -107,31 +82,29 @@ def _snapshot_dir(source: dict) -> Path:
         if (root / "config.json").is_file():
             return root
     raise MissingSource(f"no Audio8-ASR snapshot (config.json, weights, modeling files) in "
-                        f"{source.get('dir', '-')} or the huggingface_hub cache of {source.get('repo', '-')}; "
+                        f"{source.get('dir') or '-'} or the huggingface_hub cache of {source.get('repo') or '-'}; "
                         f"copy a snapshot of {SNAPSHOT_REPO} there")
 
 
-def recipe_sources(recipe: dict) -> list[Path]:
+def export_graphs(job) -> list:
+    """Every graph of the command's model (--model-dir / --random-weights) or of the recipe's snapshot, with the
+    token gates (the stress gate unless --no-stress: a recipe always runs it)."""
+    from converters.families.audio8 import model as M
+    from converters.families.audio8.export import export
+
+    if job.recipe is not None:
+        model = M.load_snapshot(_snapshot_dir(job.source.model_dump()))
+    else:
+        model = load_model(job.source.model_dir, job.source.random_weights)
+    stress = not getattr(job.options, "no_stress", False)  # a command-only switch: a recipe's options lack it
+    return export(model, job.out, job.options.kv_buckets, job.options.head_shards, stress, job.target)
+
+
+def source_files(job) -> list[Path]:
     """Every file of the recipe's snapshot (MissingSource when there is none)."""
     from core.paths import snapshot_files
 
-    return snapshot_files(_snapshot_dir(recipe["source"]))
-
-
-def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
-    """The recipe's snapshot exported with its `[options]`, then built with its `[gates]`."""
-    from converters.family import pipeline
-    from converters.families.audio8 import model as M
-    from converters.families.audio8.checks import ADVICE
-    from converters.families.audio8.export import export
-
-    options = recipe["options"]
-    if "adapter_tokens" in options:
-        raise SetupError(f"recipe {recipe.get('package', '?')}: [options] adapter_tokens is gone (one adapter serves "
-                         "every clip length up to 8 s): remove it")
-    exported = export(M.load_snapshot(_snapshot_dir(recipe["source"])), work_dir,
-                      options.get("kv_buckets", KV_BUCKETS), options.get("head_shards", HEAD_SHARDS), target=target)
-    return pipeline.build_recipe(recipe, target, toolkit, work_dir, exported, advice=ADVICE)
+    return snapshot_files(_snapshot_dir(job.source.model_dump()))
 
 
 def check_audio8(
@@ -143,13 +116,14 @@ def check_audio8(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Stop after this many tokens.")] = 200,
 ) -> None:
     """Decode a WAV through the exported graphs: token ids, the buckets used, and per-stage milliseconds."""
-    from runtime.host.audio import read_wav
-    from runtime.board.rknnlite import RknnLiteBackend
     from runtime.board.audio8 import Audio8Runtime
     from runtime.board.mel import log_mel
+    from runtime.board.rknnlite import RknnLiteBackend
+    from runtime.host.audio import read_wav
+    from runtime.host.backends import OnnxBackend
 
     audio, rate = read_wav(wav)
-    with Audio8Runtime(plan_dir, backend_for=RknnLiteBackend if engines else None,
+    with Audio8Runtime(plan_dir, backend_for=RknnLiteBackend if engines else OnnxBackend,
                        artifact="rknn" if engines else "onnx") as runtime:
         if rate != runtime.contract["sample_rate"]:
             raise SetupError(f"{wav} is {rate} Hz; resample it to {runtime.contract['sample_rate']} Hz")
@@ -159,6 +133,14 @@ def check_audio8(
     print("timings:", {k: round(v, 2) if isinstance(v, float) else v for k, v in decoded.timings.to_json().items()})
 
 
-def register(app: typer.Typer, check_app: typer.Typer) -> None:
-    app.command("audio8")(convert_audio8)
-    check_app.command("audio8")(check_audio8)
+FAMILY = Family(
+    name=NAME,
+    help="Export Audio8-ASR's encoder, adapter, prefill, one decoder step per K/V bucket and LM head shards,\n"
+         "gate greedy tokens against the torch FP32 model, and compile every graph.",
+    source=Source,
+    components=(Component("asr", export_graphs, Options, advice=ADVICE, context="audio8 graphs"),),
+    build_defaults={"max_regtask_lines": 0},
+    sources=source_files,
+    checks={"audio8": check_audio8},
+    loops=("runtime.board.audio8:golden_loop",),
+)

@@ -183,9 +183,10 @@ def graph_verdicts(model, plan_dir: Path, backend_for=None, max_new_tokens: int 
 
     from runtime.board.audio8 import Audio8Runtime, Timings
     from runtime.board.mel import log_mel
+    from runtime.host.backends import OnnxBackend
 
     verdicts = []
-    with (runtime_class or Audio8Runtime)(plan_dir, backend_for=backend_for) as runtime:
+    with (runtime_class or Audio8Runtime)(plan_dir, backend_for=backend_for or OnnxBackend) as runtime:
         contract = runtime.contract
         for seconds in PROBE_SECONDS if clips is None else clips:
             name = clip_name(seconds)

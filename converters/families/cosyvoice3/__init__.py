@@ -8,43 +8,37 @@ exec_plan: `cosyvoice3.exec_plan` component `flow`, role `main` = the rungs in l
 split by depth (`--parts`: a length whose whole compile does not fit the build machine) lists its parts in order,
 chained through `hidden` (contract `chain`).
 `convert aperture PACKAGE` estimates each rung's NPU address-space cost from its manifest (`aperture.py`); the
-package carries the same figures in `aperture.json`."""
+package carries the same figures in `aperture.json`.
+
+`FAMILY` declares the command and the recipe adapter: the command exports from `--model-dir` or
+`--random-weights`, a recipe from its `source.dir` / `source.repo`; `--lengths` is a comma list, `--parts` a count or
+S:N pairs (a recipe's `parts`: an integer or a table)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional, Union
 
 import typer
+from pydantic import field_validator
 
-from converters.cli.options import FailOnCpuOps, FromOnnx, MaxRegtaskLines, MinSnrDb, OutDir, SkipRknn, Target, Toolkit
-from core import paths
+from converters.family.declaration import Component, Family, Table, option
+from converters.families.cosyvoice3.snapshot import RANDOM_CONFIGS
 from core.errors import SetupError
-from toolkit.versions import DEFAULT_TOOLKIT
 
-FAMILY = "cosyvoice3"
+NAME = "cosyvoice3"
 DEFAULT_LENGTHS = "110,200,250,400,500"
 MIN_SIMULATOR_SNR_DB = 40.0
-
-ModelDir = Annotated[Optional[str], typer.Option(
-    "--model-dir", help="Fun-CosyVoice3-0.5B snapshot directory (holding cosyvoice3.yaml and flow.pt), or the "
-    "repo id to look up in the local huggingface_hub cache.")]
-RandomWeights = Annotated[Optional[str], typer.Option(
-    "--random-weights", help="No checkpoint: random weights of the real shape (`real`, 331 M parameters) or of the "
-    "tiny test shape (`small`).")]
-Lengths = Annotated[str, typer.Option(
-    "--lengths", help="Comma-separated rung lengths S (mel frames, 50/s, prompt + generated): one engine each.")]
-Batch = Annotated[int, typer.Option(
-    "--batch", help="Estimator batch: 1 (CFG as two calls per step) or 2 (both CFG rows in one call).")]
-LnForm = Annotated[str, typer.Option(
-    "--ln-form", help="LayerNorm in the engine graph: plain, or safe (divides by max|x| first: no fp16 overflow).")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed of the random weights and of the gate inputs.")]
-Parts = Annotated[str, typer.Option(
-    "--parts", help="Split each rung by depth into this many engines chained through the hidden state (a rung "
-    "whose whole compile does not fit the build machine), or S:N,... per rung (others whole).")]
+ADVICE = ("the exported estimator disagrees with the reference DiT or the padding is not exact (see the figures "
+          "above)")
+# engine_graph.LN_FORMS, spelled out so that `--help` and a recipe's check import no torch
+# (tests/cosyvoice3/test_cli.py holds them equal).
+LN_FORMS = ("plain", "safe")
+PARTS_FORMS = "a count (e.g. 2) or S:N pairs (e.g. 400:2,500:2)"
 
 
 def parse_parts(text) -> int | dict:
+    """`--parts` / a recipe's `parts`: one count for every rung, or {S: count} (others whole)."""
     if isinstance(text, dict):
         return {int(k): int(v) for k, v in text.items()}
     text = str(text).replace(" ", "")
@@ -59,18 +53,13 @@ def parse_parts(text) -> int | dict:
             raise ValueError
         return table
     except ValueError:
-        raise SetupError(f"--parts {text!r}: a count (e.g. 2) or S:N pairs (e.g. 400:2,500:2)") from None
+        raise SetupError(f"--parts {text!r}: {PARTS_FORMS}") from None
 
 
-def parse_lengths(text: str | list) -> list[int]:
-    values = text if isinstance(text, list) else [v for v in str(text).replace(" ", "").split(",") if v]
-    try:
-        lengths = sorted({int(v) for v in values})
-    except ValueError:
-        raise SetupError(f"--lengths {text!r}: comma-separated integers, e.g. {DEFAULT_LENGTHS}") from None
-    if not lengths or lengths[0] < 4:
-        raise SetupError(f"--lengths {text!r}: at least one rung, each of 4 frames or more")
-    return lengths
+def _parts_of_cli(text: str) -> int | dict:
+    """--parts in a recipe's form: a count, or {"S": count} (a TOML table's keys are strings)."""
+    parts = parse_parts(text)
+    return parts if isinstance(parts, int) else {str(k): v for k, v in parts.items()}
 
 
 def load_model(model_dir: str | None, random_weights: str | None, seed: int):
@@ -80,8 +69,6 @@ def load_model(model_dir: str | None, random_weights: str | None, seed: int):
     if (model_dir is None) == (random_weights is None):
         raise SetupError("give exactly one of --model-dir SNAPSHOT or --random-weights real|small")
     if random_weights is not None:
-        if random_weights not in snapshot.RANDOM_CONFIGS:
-            raise SetupError(f"--random-weights {random_weights!r}: one of {', '.join(snapshot.RANDOM_CONFIGS)}")
         return snapshot.random_estimator(snapshot.RANDOM_CONFIGS[random_weights], seed), dict(snapshot.DEFAULT_CFM)
     model, source = snapshot.load_estimator(model_dir)
     return model, source.cfm
@@ -89,78 +76,100 @@ def load_model(model_dir: str | None, random_weights: str | None, seed: int):
 
 def export_rungs(model_dir: str | None, random_weights: str | None, lengths: list[int], out: Path, target: str | None,
            batch: int = 1, ln_form: str = "plain", seed: int = 0, parts=1) -> list:
+    """The ladder of `lengths` of a snapshot's estimator or of random weights, exported into `out` (the values
+    are the declaration's, validated already)."""
     from converters.families.cosyvoice3 import export as E
-    from converters.families.cosyvoice3.engine_graph import LN_FORMS
 
-    if batch not in (1, 2):
-        raise SetupError(f"--batch {batch}: 1 or 2")
-    if ln_form not in LN_FORMS:
-        raise SetupError(f"--ln-form {ln_form!r}: one of {', '.join(LN_FORMS)}")
     parts = parse_parts(parts)
     model, cfm = load_model(model_dir, random_weights, seed)
     return E.export(model, cfm, lengths, Path(out), target, batch=batch, ln_form=ln_form, seed=seed, parts=parts)
 
 
-def convert_cosyvoice3(
-    model_dir: ModelDir = None,
-    random_weights: RandomWeights = None,
-    lengths: Lengths = DEFAULT_LENGTHS,
-    batch: Batch = 1,
-    ln_form: LnForm = "plain",
-    seed: Seed = 0,
-    parts: Parts = "1",
-    onnx: FromOnnx = None,
-    skip_rknn: SkipRknn = False,
-    target: Target = "rk3588",
-    toolkit: Toolkit = DEFAULT_TOOLKIT,
-    out: OutDir = paths.work_dir(FAMILY),
-    max_regtask_lines: MaxRegtaskLines = 0,
-    fail_on_cpu_ops: FailOnCpuOps = False,
-    min_snr_db: MinSnrDb = MIN_SIMULATOR_SNR_DB,
-) -> None:
-    """CosyVoice3 flow estimator: one fixed-length engine per rung (a ladder), gated against the reference DiT."""
-    from converters.family import pipeline
-    from converters.families.cosyvoice3.export import ADVICE
+class Source(Table):
+    model_dir: Optional[str] = option(
+        None, "Fun-CosyVoice3-0.5B snapshot directory (holding cosyvoice3.yaml and flow.pt), or the repo id to look "
+        "up in the local huggingface_hub cache.", recipe=False)
+    random_weights: Optional[Literal[tuple(RANDOM_CONFIGS)]] = option(
+        None, "No checkpoint: random weights of the real shape (`real`, 331 M parameters) or of the tiny test shape "
+        "(`small`).", recipe=False)
+    dir: Optional[str] = option(None, "Snapshot directory holding cosyvoice3.yaml and flow.pt (environment variables "
+                                "expanded; one that names an unset variable is skipped).", cli=False)
+    repo: Optional[str] = option(None, "Repo id looked up in the local huggingface_hub cache (never downloaded) when "
+                                 "`dir` holds no snapshot.", cli=False)
 
-    if onnx is not None and (model_dir is not None or random_weights is not None):
+
+class Options(Table):
+    lengths: list[int] = option(
+        [int(v) for v in DEFAULT_LENGTHS.split(",")], "Comma-separated rung lengths S (mel frames, 50/s, prompt + "
+        "generated): one engine each.", min_length=1)
+    batch: int = option(1, "Estimator batch: 1 (CFG as two calls per step) or 2 (both CFG rows in one call).",
+                        ge=1, le=2)
+    ln_form: Literal[LN_FORMS] = option(
+        "plain", "LayerNorm in the engine graph: plain, or safe (divides by max|x| first: no fp16 overflow).")
+    seed: int = option(0, "Seed of the random weights and of the gate inputs.")
+    parts: Union[int, dict[str, int]] = option(
+        1, "Split each rung by depth into this many engines chained through the hidden state (a rung whose whole "
+        "compile does not fit the build machine), or S:N,... per rung (others whole).", cli_parse=_parts_of_cli)
+
+    @field_validator("lengths")
+    @classmethod
+    def _rungs(cls, lengths: list[int]) -> list[int]:
+        if any(length < 4 for length in lengths):
+            raise ValueError("each rung of 4 frames or more")
+        return sorted(set(lengths))
+
+    @field_validator("parts")
+    @classmethod
+    def _parts(cls, parts):
+        counts = [parts] if isinstance(parts, int) else list(parts.values())
+        if any(count < 1 for count in counts) or not isinstance(parts, int) and not all(
+                key.isdigit() for key in parts):
+            raise ValueError('a count of at least 1, or a table of rung length = count, e.g. { "400" = 2 }')
+        return parts
+
+
+def export_ladder(job) -> list:
+    """The command's ladder from --model-dir or --random-weights, or a recipe's from its snapshot (MissingSource
+    without one), into `job.out`."""
+    options = job.options
+    if job.recipe is None:
+        model_dir, random_weights = job.source.model_dir, job.source.random_weights
+    else:
+        from converters.family import pipeline
+        from converters.families.cosyvoice3 import snapshot
+
+        model_dir = str(snapshot.resolve(pipeline.recipe_snapshot(job.source.model_dump(), snapshot.resolve,
+                                                                  snapshot.REPO_ID)))
+        random_weights = None
+    return export_rungs(model_dir, random_weights, options.lengths, job.out, job.target, options.batch,
+                        options.ln_form, options.seed, options.parts)
+
+
+def from_onnx(job, onnx_path: Path) -> list:
+    """An earlier rung compiled: its contract is the graph's, so a source is refused."""
+    from converters.family.pipeline import Exported
+
+    if job.recipe is None and (job.source.model_dir is not None or job.source.random_weights is not None):
         raise SetupError("--onnx compiles an earlier export and takes its contract from the graph: drop "
                          "--model-dir/--random-weights")
-    rungs = parse_lengths(lengths)
-    results = pipeline.convert(
-        FAMILY, lambda: export_rungs(model_dir, random_weights, rungs, out, target, batch, ln_form, seed,
-                                         parts),
-        from_onnx=onnx, skip_rknn=skip_rknn, out=out, target=target, toolkit=toolkit,
-        max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops, min_snr_db=min_snr_db,
-        context="cosyvoice3 export", advice=ADVICE)
-    _say_engines(results)
-    _write_aperture(out, results)
+    return [Exported.from_onnx(onnx_path, NAME)]
 
 
-def recipe_sources(recipe: dict) -> list[Path]:
+def recipe_sources(job) -> list[Path]:
     """Every file of the recipe's snapshot (cosyvoice3.yaml, flow.pt, ...); MissingSource when there is none."""
     from converters.family import pipeline
     from converters.families.cosyvoice3 import snapshot
     from core.paths import snapshot_files
 
-    return snapshot_files(Path(snapshot.resolve(pipeline.recipe_snapshot(recipe["source"], snapshot.resolve,
+    return snapshot_files(Path(snapshot.resolve(pipeline.recipe_snapshot(job.source.model_dump(), snapshot.resolve,
                                                                          snapshot.REPO_ID))))
 
 
-def build_recipe(recipe: dict, target: str, toolkit: str, work_dir: Path) -> list:
-    """One engine per `options.lengths`; MissingSource without a snapshot (dir, or the hub cache's repo)."""
-    from converters.family import pipeline
-    from converters.families.cosyvoice3 import snapshot
-    from converters.families.cosyvoice3.export import ADVICE
-
-    options = recipe["options"]
-    directory = snapshot.resolve(pipeline.recipe_snapshot(recipe["source"], snapshot.resolve, snapshot.REPO_ID))
-    exported = export_rungs(str(directory), None, parse_lengths(options.get("lengths", DEFAULT_LENGTHS)), work_dir, target,
-                      int(options.get("batch", 1)), options.get("ln_form", "plain"), int(options.get("seed", 0)),
-                      options.get("parts", 1))
-    results = pipeline.build_recipe(recipe, target, toolkit, work_dir, exported, advice=ADVICE)
+def after_build(job, results: list) -> None:
+    """Each engine's size and CPU ops, then `aperture.json` beside the engines (the contract lists it in
+    package_files: packaging copies it)."""
     _say_engines(results)
-    _write_aperture(work_dir, results)  # the contract lists it in package_files: packaging copies it
-    return results
+    _write_aperture(job.out, results)
 
 
 BudgetMib = Annotated[float, typer.Option("--budget-mib", help="Per-process NPU budget (MiB) a rung set must fit.")]
@@ -182,15 +191,6 @@ def convert_aperture(
     print(aperture.format_report(result))
 
 
-# Commands this family adds beside its build command that read a package and build nothing (no build options).
-TOOL_COMMANDS = ("aperture",)
-
-
-def register(app: typer.Typer, check_app: typer.Typer | None = None) -> None:
-    app.command("cosyvoice3")(convert_cosyvoice3)
-    app.command("aperture")(convert_aperture)
-
-
 def _write_aperture(directory: Path, results: list) -> None:
     from converters.families.cosyvoice3 import aperture
 
@@ -208,3 +208,17 @@ def _say_engines(results: list) -> None:
     for result in results:
         cpu = [f"{op['type']}:{op['name']}" for op in result.manifest_data.get("ops", {}).get("cpu_ops", [])]
         print(f"{result.rknn.name}: {result.rknn.stat().st_size} bytes; CPU ops ({len(cpu)}): {', '.join(cpu) or 'none'}")
+
+
+FAMILY = Family(
+    name=NAME,
+    help="CosyVoice3 flow estimator: one fixed-length engine per rung (a ladder), gated against the reference DiT.",
+    source=Source,
+    components=(Component("flow", export_ladder, Options, advice=ADVICE, context="cosyvoice3 export"),),
+    build_defaults={"max_regtask_lines": 0, "min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
+    sources=recipe_sources,
+    from_onnx=from_onnx,
+    after_build=after_build,
+    tools={"aperture": convert_aperture},
+    loops=("runtime.board.cosyvoice3:golden_loop",),
+)

@@ -249,7 +249,8 @@ def account(rungs: list[Rung], budget_mib: float = DEFAULT_BUDGET_MIB, ceiling_g
     sets = multisets(costs, budget_mib)
     built = {row["length"] for row in rows}
 
-    def judged(combo, spec):
+    def spec_set_row(combo, spec):
+        """One rung set the spec measured (`spec`: "admitted" or "refused" on the board) beside this estimate."""
         in_package = set(combo) <= built
         admitted = in_package and set(combo) <= set(costs) and sum(costs[s] for s in combo) <= budget_mib
         return {"set": set_name(combo), "spec": spec, "estimate": (admitted if in_package else None),
@@ -266,7 +267,8 @@ def account(rungs: list[Rung], budget_mib: float = DEFAULT_BUDGET_MIB, ceiling_g
         "rungs": rows,
         "sets": [{"set": set_name(c), "mib": round(sum(costs[s] for s in c), 1)} for c in sets],
         "maximal_sets": [set_name(c) for c in maximal(sets)],
-        "spec_sets": [judged(c, "admitted") for c in SPEC_ADMITTED] + [judged(c, "refused") for c in SPEC_REFUSED],
+        "spec_sets": [spec_set_row(c, "admitted") for c in SPEC_ADMITTED]
+                     + [spec_set_row(c, "refused") for c in SPEC_REFUSED],
     }
 
 

@@ -31,8 +31,6 @@ MIN_ODE_SNR_DB = 80.0
 FORBIDDEN_OPS = ("IsNaN", "Not", "Neg", "Tile")
 CHECK_T = 0.3  # the time the single-call gates use
 GOLDEN_LOOP = "runtime.board.cosyvoice3:golden_loop"
-ADVICE = ("the exported estimator disagrees with the reference DiT or the padding is not exact (see the figures "
-          "above)")
 
 
 def onnx_name(length: int, batch: int = 1, part: int = 0, parts: int = 1) -> str:

@@ -55,8 +55,9 @@ class Gates(Table):
 def _export_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: Path | None, target: str | None,
                      min_tail_db: float, min_interior_db: float, say=print) -> list:
     """The export stage's gates of a written slice: its problem-op scan for `target`, then the self-check."""
-    from converters.families.inflect.decoder import refuse_degenerate, selfcheck_verdicts
+    from converters.families.inflect.decoder import selfcheck_verdicts
     from gates import opscan
+    from gates.verdict import refuse_degenerate
 
     problems = opscan.scan(onnx_path, target)
     opscan.warn(problems)
@@ -179,8 +180,10 @@ def check_inflect(
 ) -> None:
     """Render tokens end to end: duration.onnx -> noise head (CPU) -> windowed decoder engine -> WAV. With
     --decode-onnx, also the full-length decode of the same latent and the SNR between the two."""
+    from runtime.board.inflect import InflectSynth, config_beside
     from runtime.host.audio import write_wav
-    from runtime.board.inflect import InflectSynth, config_beside, load_engine, runtime_model
+    from runtime.host.backends import OnnxBackend
+    from runtime.host.inflect import load_engine, runtime_model
 
     try:
         ids = [int(t) for t in tokens.replace(" ", "").split(",") if t]
@@ -190,7 +193,7 @@ def check_inflect(
         raise SetupError(f"--tokens {tokens!r}: give comma-separated integer token ids, e.g. 0,12,0,40,0")
     model = runtime_model(duration_onnx, config or config_beside(duration_onnx))
     backend, contract = load_engine(engine)
-    synth = InflectSynth(duration_onnx, backend, contract, model, engine.name)
+    synth = InflectSynth(OnnxBackend(duration_onnx), backend, contract, model, engine.name)
     latent = synth.latent(ids, variation, length_scale, seed)
     waveform = synth.decode(latent)
     write_wav(out, waveform, model.sample_rate)
@@ -198,7 +201,6 @@ def check_inflect(
     if decode_onnx is not None:
         from converters.families.inflect.decoder import full_decode
         from gates.snr import snr_db
-        from runtime.host.backends import OnnxBackend
 
         reference = full_decode(OnnxBackend(decode_onnx), latent).reshape(-1)
         full_out = out.with_name(out.stem + ".full.wav")

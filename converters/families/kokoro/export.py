@@ -148,7 +148,7 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
         verdicts.append(rows_verdict(graph, plain, feeds, decodes))
     verdicts.append(padded_verdict(config, graph, frames, frames - 2 * CONTEXT, unpadded=plain))
     verdicts.append(walk_verdict(graph, twin, utterance, contract, label, min_db, decodes))
-    refuse_degenerate(verdicts)
+    refuse_degenerate(verdicts, "kokoro generator export")
     if form == "round":  # the engine rounds in fp16; the twin keeps fp32's shift and is the simulator's reference
         onnx.save(fp16_round_shift(model), str(engine_path))
     else:

@@ -38,33 +38,21 @@ WALK_GAIN = False  # the walk gate runs without `gain` (it needs a full-length C
 # spec_phase is not audio: rows 0..n_fft/2 are a log-magnitude (the iSTFT head exps them) and the rest a phase
 # (the head takes its sine), so its full scale is pi, one half-turn of a phase row (the embedded model's first
 # walk window of the greeting: RMS 6.4, peak 55.8; random small-model windows RMS 1.6): a reference RMS under
-# 1e-6 * pi is silent (gates.snr.degenerate_reference).
+# 1e-6 * pi is silent (runtime.board.numeric.degenerate_reference).
 SPEC_PHASE_FULL_SCALE = math.pi
 
 
 def spec_verdict(name: str, reference, test, min_db: float, detail: str = "", whole=None):
     """SNR of `test` against `reference` (spec_phase columns) >= min_db; fails without a figure, in the words of
-    gates.snr.degenerate_reference, when the whole reference the gate decoded (`whole`, default `reference`:
+    runtime.board.numeric.degenerate_reference, when the whole reference the gate decoded (`whole`, default `reference`:
     all of it, never one window of it) is silent, constant or not finite."""
     from runtime.board.numeric import degenerate_reference, snr_db
-    from runtime.board.verdict import Verdict, at_least
+    from runtime.board.verdict import at_least, nothing_to_judge
 
     problem = degenerate_reference(reference if whole is None else whole, SPEC_PHASE_FULL_SCALE)
     if problem is not None:
-        return Verdict(name, math.nan, float(min_db), "dB", False, problem)
+        return nothing_to_judge(name, min_db, "dB", problem)
     return at_least(name, snr_db(reference, test), min_db, "dB", detail)
-
-
-def refuse_degenerate(verdicts: list, context: str = "kokoro generator export") -> list:
-    """Stop the export when a gate had nothing to judge (its reference is degenerate): a checkpoint that outputs
-    silence needs the checkpoint fixed, not advice about windows. Returns `verdicts` otherwise."""
-    from core.errors import GateFailure
-    from runtime.board.numeric import DEGENERATE_ADVICE
-
-    degenerate = [v for v in verdicts if not v.passed and math.isnan(v.value)]
-    if degenerate:
-        raise GateFailure(degenerate, advice=DEGENERATE_ADVICE, context=context)
-    return verdicts
 
 
 def window_layout(config, frames: int, overlap: int = 0):
@@ -271,7 +259,7 @@ def walk_verdict(graph, onnx_path: Path, utterance: dict, contract: dict, inputs
                 decoded[win.start] = decodes.torch64(feeds)
         verdict = spec_verdict("walk_vs_windows", stitched(decoded, frames, layout),
                                kokoro_walk.walk(decodes, x, har, style, layout), min_db)
-        if math.isnan(verdict.value):  # the whole stitched reference is degenerate: nothing to judge
+        if verdict.degenerate:  # the whole stitched reference is degenerate: nothing to judge
             return verdict
         values.append(verdict.value)
         figures.append(f"overlap {overlap}: {verdict.value:.1f} dB over {len(windows)} windows")

@@ -57,11 +57,9 @@ class CacheLayout:
         return offsets
 
 
-# The NPU encodes a Concat/Slice axis in a 13-bit field: along a time axis longer than this the rk3588 compiler
-# logs REGTASK lines (measured: 10240 samples logs them, 7680 does not). So the conv decoder never holds one long
-# time axis: it works on rows, [1, C, rows, row_length], each row a run of consecutive samples whose left context
-# (the halo) comes from the rows before it, or from the cache for the first row.
-ROW_SAMPLES_LIMIT = 8191
+# The conv decoder never holds one time axis past the NPU's 13-bit field (runtime.board.soc.ROW_SAMPLES_LIMIT):
+# it works on rows, [1, C, rows, row_length], each row a run of consecutive samples whose left context (the halo)
+# comes from the rows before it, or from the cache for the first row.
 
 
 def extend_rows(x: torch.Tensor, tail: torch.Tensor, context: int):

@@ -25,10 +25,10 @@ WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
 # The absolute 40 dB this replaces passed every one of those faults.
 STEPWISE_MARGIN_DB = 6.0
 MIN_ONNX_SNR_DB = 80.0
-# Full scale the cache comparison is judged at (runtime.board.numeric.degenerate_reference): the cache holds the decoder's
-# activations (conv input tails, K/V rows), which run at the audio's O(1) scale (RMS 0.72 over the tiny random
-# model's warm cache, 0.19-1.1 per entry), so 1.0, as for the pcm; its validity flags are bookkeeping (1 for every
-# filled slot whatever the model computes) and left out of the judgement.
+# Full scale the cache comparison is judged at (runtime.board.numeric.degenerate_reference): the cache holds the
+# decoder's activations (conv input tails, K/V rows), which run at the audio's O(1) scale (RMS 0.72 over the tiny
+# random model's warm cache, 0.19-1.1 per entry), so 1.0, as for the pcm; its validity flags are bookkeeping (1 for
+# every filled slot whatever the model computes) and left out of the judgement.
 CACHE_FULL_SCALE = 1.0
 VALIDITY_ENTRY = "attention.valid"
 # SnakeBeta sine in the engine graph (surgery.modules.snake): the NPU has no Sin on rk3588 (29 CPU Sin layers at B=64).

@@ -1,0 +1,31 @@
+"""`convert inflect` from its declaration: --onnx alone compiles a slice with the verdicts its contract holds;
+--onnx with --decode-onnx measures them again, at the thresholds given now (no compile needed: --skip-rknn)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from core.paths import REPO_ROOT
+
+
+def convert(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "converters.cli", "inflect", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_onnx_with_decode_onnx_is_measured_again(nano_official, nano_record, tmp_path):
+    _, paths = nano_official
+    kept = convert("--onnx", str(nano_record.onnx), "--skip-rknn", "--min-tail-db", "500")
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert "[PASS] tail_snr" in kept.stdout  # the export's own verdicts, at the export's thresholds
+    again = convert("--onnx", str(nano_record.onnx), "--decode-onnx", str(paths["decode"]), "--skip-rknn",
+                    "--min-tail-db", "500")
+    assert again.returncode == 3, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "[FAIL] tail_snr" in again.stdout + again.stderr and "convert inflect" in again.stderr
+
+
+def test_export_needs_decode_onnx(tmp_path):
+    run = convert("--skip-rknn", "--out", str(tmp_path))
+    assert run.returncode == 2 and "give --decode-onnx (the official onnx/decode.onnx) to export" in run.stderr
+    bad = convert("--skip-rknn", "--window", "0", "--out", str(tmp_path))
+    assert bad.returncode == 2 and "--window: input should be greater than or equal to 1" in bad.stderr

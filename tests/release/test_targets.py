@@ -1,0 +1,64 @@
+"""The target is normalised once, where it comes in (the CLI option, the recipe schema, BuildOptions): `RK3588` on
+the command line or in a recipe is rk3588 in every manifest, and a family's export sees the normalised name (Piper's
+per-target polyphase form for rk3576 included)."""
+import json
+import shutil
+import sys
+
+import onnx
+import pytest
+
+from core.contract import get_contract
+from core.paths import REPO_ROOT
+
+
+def _convert(monkeypatch, capsys, *args) -> int:
+    from converters import cli
+
+    monkeypatch.setattr(sys, "argv", ["convert", *map(str, args)])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    output = capsys.readouterr()
+    assert exited.value.code == 0, output.err[-3000:]
+    return exited.value.code
+
+
+def _targets(directory) -> set:
+    return {json.loads(path.read_text())["target"] for path in directory.rglob("*.manifest.json")}
+
+
+def test_build_and_engines_write_the_lower_case_target(tmp_path, monkeypatch, capsys, require_converter):
+    require_converter("2.3.2")
+    _convert(monkeypatch, capsys, "example", "--frames", "32", "--skip-rknn", "--out", tmp_path / "export")
+    _convert(monkeypatch, capsys, "build", tmp_path / "export" / "example_c16_t32.onnx", "--target", "RK3588",
+             "--out", tmp_path / "built")
+    assert _targets(tmp_path / "built") == {"rk3588"}
+
+    recipes_dir = tmp_path / "recipes"
+    recipes_dir.mkdir()
+    text = (REPO_ROOT / "recipes" / "example_conv.toml").read_text()
+    (recipes_dir / "example_conv.toml").write_text(text.replace('"rk3588"', '"RK3588"').replace("[64, 128]", "[32]"))
+    _convert(monkeypatch, capsys, "engines", "--target", "RK3588", "--recipes", recipes_dir, "--dist", tmp_path / "dist")
+    package = tmp_path / "dist" / "rk3588" / "example_conv_rk3588"
+    assert package.is_dir() and _targets(package) == {"rk3588"}
+
+
+def _graph_without_metadata(path) -> bytes:
+    model = onnx.load(str(path))
+    del model.metadata_props[:]  # the contract holds the producer's command line, which spells the target
+    return model.SerializeToString()
+
+
+@pytest.mark.slow
+def test_piper_target_in_capitals_builds_the_rk3576_polyphase_engine(tmp_path, monkeypatch, capsys, require_converter):
+    require_converter("2.3.2")
+    for spelled in ("RK3576", "rk3576"):
+        _convert(monkeypatch, capsys, "piper", "--target", spelled, "--skip-rknn", "--out", tmp_path / spelled)
+    [upper] = sorted((tmp_path / "RK3576").glob("*_decoder_*.onnx"))
+    [lower] = sorted((tmp_path / "rk3576").glob("*_decoder_*.onnx"))
+    assert upper.name == lower.name and "_poly" in upper.name, upper.name
+    assert get_contract(upper)["polyphase"] is not None
+    assert _graph_without_metadata(upper) == _graph_without_metadata(lower)
+    _convert(monkeypatch, capsys, "piper", "--onnx", upper, "--target", "RK3576", "--out", tmp_path / "RK3576")
+    assert _targets(tmp_path / "RK3576") == {"rk3576"}
+    shutil.rmtree(tmp_path / "rk3576")
