@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""release_diff: capture what a tree of rkaudio does, and compare two captures ("behaviour unchanged").
+r"""release_diff: capture what a tree of rkaudio does, and compare two captures ("behaviour unchanged").
 
 Standalone (stdlib + numpy). It never imports rkaudio: it runs the repository's CLI in a child process with
 PYTHONPATH at the repository (the export venv has /work/main installed editable; PYTHONPATH wins over it).
 
-    # the release engines of a tree (about 8 minutes per target here, one at a time)
+    # the release engines of a tree (12-14 minutes per target here, one target at a time)
     python bench/release_diff.py engines --repo REPO --dist DIST --logs LOGS --python VENV_PY
     # once, from the BEFORE tree: the small deterministic models the family runs below use
     python bench/release_diff.py models --repo REPO --models MODELS --python VENV_PY
@@ -12,6 +12,15 @@ PYTHONPATH at the repository (the export venv has /work/main installed editable;
     python bench/release_diff.py collect --repo REPO --dist DIST --out OUT --python VENV_PY --models MODELS [--engines-logs LOGS]
     # every engine, manifest and package file of both dist dirs, the family runs, help texts, verdict lines
     python bench/release_diff.py compare BEFORE_OUT AFTER_OUT      # exit 1 when anything differs
+
+For the refactor of c8d3a2d the BEFORE capture is /tmp/before_collect (dist /tmp/before_dist, models
+/tmp/before_models, engine logs /tmp/before_logs); for the AFTER tree:
+
+    PY=/work/main/.venv/export/bin/python
+    $PY bench/release_diff.py engines --repo /work/main --dist /tmp/after_dist --logs /tmp/after_logs --python $PY
+    $PY bench/release_diff.py collect --repo /work/main --dist /tmp/after_dist --out /tmp/after_collect \
+        --python $PY --models /tmp/before_models --engines-logs /tmp/after_logs
+    $PY bench/release_diff.py compare /tmp/before_collect /tmp/after_collect
 
 Engines are compared byte for byte after masking the producer commit: every occurrence of the manifest's
 `producer_git` hex (and a `+dirty` right after it) is replaced by as many b'0' bytes before hashing. The commit
@@ -67,6 +76,13 @@ FAMILY_RUNS = [
               "--duration-onnx", "{models}/inflect_nano/onnx/duration.onnx", "--target", "rk3588",
               "--out", "{out}/families/inflect"]},
 ]
+
+# Engines whose bytes differ from build to build of the same ONNX at c8d3a2d (same length, same gates and figures;
+# a few hundred bytes that look like uninitialised memory, also with ASLR off): the audio8 small graphs. Measured on
+# encoder.rknn (475,132 bytes): 102-228 bytes differ between any two of 6 builds; prefill 19, step_s128 2 between
+# two runs; adapter, head_*, step_s256/512 were identical. `compare` accepts up to this many differing bytes for
+# them (marked '~same'); every other engine must be byte-identical (example, kokoro, piper rebuilt identically).
+KNOWN_NONDETERMINISTIC = {"family:audio8": 1024}
 
 # `models`: run in the BEFORE tree's venv with PYTHONPATH at that tree; argv[1] is the models directory.
 MODELS_SNIPPET = r'''
@@ -699,7 +715,8 @@ def cmd_compare(args) -> int:
         digest_cell = yn(r["digest"])
         tolerated = False
         if not r["digest"] and r.get("diff_bytes") is not None:
-            tolerated = r["diff_bytes"] <= args.max_diff_bytes
+            allowed = max(args.max_diff_bytes, KNOWN_NONDETERMINISTIC.get(key[0], 0))
+            tolerated = r["diff_bytes"] <= allowed
             digest_cell = f"{'~same' if tolerated else 'DIFF'} ({r['diff_bytes']} B)"
         ok = r["gates"] and (r["digest"] or tolerated) and r["manifest"] and r["onnx"] is not False
         failed |= not ok or (args.strict_values and not r["values"])
@@ -715,7 +732,9 @@ def cmd_compare(args) -> int:
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip())
     print("(gates: names, thresholds, units, bounds, passed; masked_digest: engine bytes with the producer commit "
           "masked; manifest: the manifest less producer/build/onnx entry/figures; onnx_graph: the ONNX less its "
-          "metadata; values: gate and simulator figures, informational unless --strict-values)")
+          "metadata; values: gate and simulator figures, informational unless --strict-values; '~same (N B)': "
+          f"a same-length engine differing in N bytes, accepted for {', '.join(KNOWN_NONDETERMINISTIC)} (not "
+          "byte-reproducible at c8d3a2d) or under --max-diff-bytes)")
     for note in notes:
         print("  " + note)
 

@@ -190,7 +190,8 @@ class ConverterChild:
                 "inputs": [s.name for s in self.inputs], "input_shapes": [list(s.shape) for s in self.inputs],
                 "outputs": [s.name for s in self.outputs],
                 "custom_string": custom_string(get_contract(model)),
-                "rknn": str(rknn_path) if rknn_path else None, "simulate": simulate,
+                # Absolute: the child runs in its own work dir, where a relative --out would point nowhere.
+                "rknn": str(Path(rknn_path).resolve()) if rknn_path else None, "simulate": simulate,
                 "parent_pid": os.getpid(),
             }
             self._start(python, request, timeout_s)

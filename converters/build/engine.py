@@ -103,7 +103,7 @@ def simulator_advice(verdicts: list[Verdict], figures: dict, min_snr_db: float, 
     for verdict in verdicts:
         output = verdict.name[verdict.name.index("[") + 1:-1]
         figure = figures.get(output, {})
-        if math.isnan(verdict.value):
+        if verdict.degenerate:
             advice[verdict.name] = DEGENERATE_ADVICE
         elif "fp16_floor_snr_db" not in figure:
             advice[verdict.name] = SIMULATOR_ADVICE
@@ -166,7 +166,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
                 sim_verdicts, simulator_figures = simulator_verdicts(reference, simulated, options.min_simulator_snr_db,
                                                                      floor)
                 culprits = []
-                if options.layer_table_on_failure and any(not v.passed and not math.isnan(v.value)
+                if options.layer_table_on_failure and any(not v.passed and not v.degenerate
                                                           for v in sim_verdicts):  # where is it lost?
                     culprits, layer_note = _layer_culprits(child, feeds, model, reference_onnx is not None)
                 sim_advice = simulator_advice(sim_verdicts, simulator_figures, options.min_simulator_snr_db,

@@ -97,7 +97,7 @@ def package_files(package_dir: Path) -> list[str]:
 
 
 def write_sums(package_dir: Path) -> Path:
-    from core.manifest import sha256_file
+    from runtime.board.files import sha256_file
 
     lines = [f"{sha256_file(package_dir / name)}  {name}" for name in package_files(package_dir)]
     return write_file(package_dir / SUMS_NAME, text="\n".join(lines) + "\n")
@@ -107,7 +107,7 @@ def verify(package_dir: Path) -> list[str]:
     """Every problem of a package: a file missing, changed or not listed in SHA256SUMS, an engine whose manifest
     is missing or disagrees with it (bytes, sha256), an exec_plan the consumer would refuse (runtime/exec_plan.py)
     or one naming an absent engine. Empty: intact."""
-    from core.manifest import sha256_file
+    from runtime.board.files import sha256_file
     from runtime.host.exec_plan import plan_problems
     from runtime.board.selftest import SetupProblem, read_sums
 

@@ -62,3 +62,13 @@ def test_piper_target_in_capitals_builds_the_rk3576_polyphase_engine(tmp_path, m
     _convert(monkeypatch, capsys, "piper", "--onnx", upper, "--target", "RK3576", "--out", tmp_path / "RK3576")
     assert _targets(tmp_path / "RK3576") == {"rk3576"}
     shutil.rmtree(tmp_path / "rk3576")
+
+
+def test_a_relative_out_builds_the_engine_there(tmp_path, monkeypatch, capsys, require_converter):
+    """The default `--out work/<family>` is relative; the compiler child runs in a directory of its own, so the
+    engine path it is given must not be (before: exit 4, no '.<stem>.rknn.partial')."""
+    require_converter("2.3.2")
+    monkeypatch.chdir(tmp_path)
+    _convert(monkeypatch, capsys, "example", "--frames", "32", "--target", "rk3588")
+    assert (tmp_path / "work" / "example" / "example_c16_t32.rknn").is_file()
+    assert _targets(tmp_path / "work" / "example") == {"rk3588"}
