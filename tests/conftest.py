@@ -34,3 +34,20 @@ def refused_in_one_line():
         assert str(path) in lines[0], lines[0]
         return lines[0]
     return check
+
+
+@pytest.fixture
+def family_cli():
+    """Invokes the `convert <family>` command made from a declaration, alone (no other family is imported):
+    `family_cli(FAMILY, "--frames", "64", ...)` -> typer's Result."""
+    def invoke(family, *args: str):
+        import typer
+        from typer.testing import CliRunner
+
+        from converters.cli.families import family_command
+
+        app = typer.Typer()
+        app.command(family.command_name)(family_command(family))
+        app.command("other")(lambda: None)  # two commands: typer keeps the family's as a sub-command
+        return CliRunner().invoke(app, [family.command_name, *args])
+    return invoke

@@ -172,3 +172,9 @@ def recipe_snapshot(source: dict, resolve: Callable[[str], object], repo_id: str
     raise MissingSource(f"no {repo_id} snapshot ({'; '.join(errors) or 'recipe names no source'}); set "
                         "RKAUDIO_MODELS to a folder holding it or put it in the huggingface_hub cache")
 
+
+def say_engines(job, results: list, say: Callable[[str], None] = print) -> None:
+    """Each engine's bytes and CPU-placed ops (an `after_build` for families whose NPU shaping is measured by them)."""
+    for result in results:
+        cpu = [f"{op['type']}:{op['name']}" for op in result.manifest_data.get("ops", {}).get("cpu_ops", [])]
+        say(f"{result.rknn.name}: {result.rknn.stat().st_size} bytes; CPU ops ({len(cpu)}): {', '.join(cpu) or 'none'}")

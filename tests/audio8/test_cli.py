@@ -4,8 +4,6 @@ command-only switch, and a recipe that names only declared keys."""
 from __future__ import annotations
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from converters.families.audio8 import FAMILY
 from core.errors import SetupError
@@ -25,17 +23,8 @@ def calls(monkeypatch):
     return seen
 
 
-def invoke(*args: str):
-    from converters.cli.families import family_command
-
-    app = typer.Typer()
-    app.command("audio8")(family_command(FAMILY))
-    app.command("other")(lambda: None)  # two commands: typer keeps `audio8` as a sub-command
-    return CliRunner().invoke(app, ["audio8", *args])
-
-
-def test_the_command_passes_its_options_to_the_export(calls, tmp_path):
-    result = invoke("--random-weights", "small", "--kv-buckets", "512, 128,256,128", "--head-shards", "2",
+def test_the_command_passes_its_options_to_the_export(calls, tmp_path, family_cli):
+    result = family_cli(FAMILY, "--random-weights", "small", "--kv-buckets", "512, 128,256,128", "--head-shards", "2",
                     "--no-stress", "--target", "RK3576", "--skip-rknn", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert calls == {"model": (None, "small"), "buckets": [128, 256, 512], "shards": 2, "stress": False,
@@ -49,11 +38,11 @@ def test_the_command_passes_its_options_to_the_export(calls, tmp_path):
     (("--random-weights", "large",), "--random-weights: input should be 'real' or 'small'"),
     ((), "give --model-dir (a local snapshot of Edge0/Audio8-ASR-0.1B) or --random-weights real|small"),
 ])
-def test_bad_options_are_refused_before_anything_is_exported(args, message, tmp_path, monkeypatch):
+def test_bad_options_are_refused_before_anything_is_exported(args, message, tmp_path, monkeypatch, family_cli):
     from converters.families.audio8 import export
 
     monkeypatch.setattr(export, "export", lambda *a, **k: pytest.fail("exported"))
-    result = invoke(*args, "--skip-rknn", "--out", str(tmp_path))
+    result = family_cli(FAMILY, *args, "--skip-rknn", "--out", str(tmp_path))
     assert isinstance(result.exception, SetupError) and message in str(result.exception), repr(result.exception)
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from converters.families import kokoro
 from converters.families.kokoro import FAMILY
@@ -40,17 +38,8 @@ def calls(monkeypatch):
     return seen
 
 
-def invoke(*args: str):
-    from converters.cli.families import family_command
-
-    app = typer.Typer()
-    app.command("kokoro")(family_command(FAMILY))
-    app.command("other")(lambda: None)  # two commands: typer keeps `kokoro` as a sub-command
-    return CliRunner().invoke(app, ["kokoro", *args])
-
-
-def test_the_command_reads_the_cache_and_adds_the_reference_gate(calls, tmp_path):
-    result = invoke("--frames", "64", "--no-sin-reduce", "--model-onnx", str(tmp_path / "m.onnx"), "--skip-rknn",
+def test_the_command_reads_the_cache_and_adds_the_reference_gate(calls, tmp_path, family_cli):
+    result = family_cli(FAMILY, "--frames", "64", "--no-sin-reduce", "--model-onnx", str(tmp_path / "m.onnx"), "--skip-rknn",
                     "--out", str(tmp_path))
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert calls["load"] == {"checkpoint": None, "model_onnx": tmp_path / "m.onnx", "use_cache": True}
@@ -82,8 +71,8 @@ def test_the_command_and_the_recipe_gates_default_alike():
     (("--frames", "40"), "needs at least 57"),
     (("--fine-layout", "columns"), "--fine-layout: input should be 'plain', 'rows' or 'auto'"),
 ])
-def test_a_bad_window_is_refused_before_any_weight_is_loaded(calls, tmp_path, args, message):
-    result = invoke(*args, "--skip-rknn", "--out", str(tmp_path))
+def test_a_bad_window_is_refused_before_any_weight_is_loaded(calls, tmp_path, args, message, family_cli):
+    result = family_cli(FAMILY, *args, "--skip-rknn", "--out", str(tmp_path))
     assert isinstance(result.exception, SetupError) and message in str(result.exception), result.output
     assert "load" not in calls
 

@@ -168,7 +168,9 @@ def recipe_sources(job) -> list[Path]:
 def after_build(job, results: list) -> None:
     """Each engine's size and CPU ops, then `aperture.json` beside the engines (the contract lists it in
     package_files: packaging copies it)."""
-    _say_engines(results)
+    from converters.family.pipeline import say_engines
+
+    say_engines(job, results)
     _write_aperture(job.out, results)
 
 
@@ -202,12 +204,6 @@ def _write_aperture(directory: Path, results: list) -> None:
             return
         refused = [row["length"] for row in json.loads(path.read_text())["rungs"] if row["refused"]]
         print(f"wrote {path}" + (f" (rungs over the init-mapping ceiling: {refused})" if refused else ""))
-
-
-def _say_engines(results: list) -> None:
-    for result in results:
-        cpu = [f"{op['type']}:{op['name']}" for op in result.manifest_data.get("ops", {}).get("cpu_ops", [])]
-        print(f"{result.rknn.name}: {result.rknn.stat().st_size} bytes; CPU ops ({len(cpu)}): {', '.join(cpu) or 'none'}")
 
 
 FAMILY = Family(

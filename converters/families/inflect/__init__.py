@@ -218,8 +218,9 @@ def recipe_sources(job) -> list[Path]:
 
 FAMILY = Family(
     name=NAME,
-    help="Slice the official Inflect v2 decode.onnx at the pre-flow latent, fold it at a fixed window, gate the "
-    "windowed decode against a full-length one, and compile it (the engine has no noise input).",
+    # the old command's docstring, its line break kept: `convert --help` lists the command by its first line
+    help="Slice the official Inflect v2 decode.onnx at the pre-flow latent, fold it at a fixed window, gate the\n"
+    "    windowed decode against a full-length one, and compile it (the engine has no noise input).",
     source=Source,
     components=(Component("decoder", export_decoder, Options, Gates, advice=ADVICE, context=f"convert {NAME}"),),
     sources=recipe_sources,

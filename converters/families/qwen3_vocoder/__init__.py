@@ -185,13 +185,6 @@ def _say_contract(onnx_path: Path) -> None:
         print(describe(onnx_path, contract, "from the ONNX contract"))
 
 
-def _say_cpu_ops(job, results: list) -> None:
-    """Each engine's CPU-placed ops: the figure the graph's NPU shaping is measured by."""
-    for result in results:
-        cpu = [f"{op['type']}:{op['name']}" for op in result.manifest_data.get("ops", {}).get("cpu_ops", [])]
-        print(f"{result.rknn.name}: {result.rknn.stat().st_size} bytes; CPU ops ({len(cpu)}): {', '.join(cpu) or 'none'}")
-
-
 FAMILY = Family(
     name=NAME,
     help="Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role.",
@@ -200,6 +193,6 @@ FAMILY = Family(
     build_defaults={"max_regtask_lines": 0, "min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
     sources=recipe_sources,
     from_onnx=from_onnx,
-    after_build=_say_cpu_ops,
+    after_build=pipeline.say_engines,  # each engine's CPU ops: the figure its NPU shaping is measured by
     loops=(GOLDEN_LOOP,),
 )
