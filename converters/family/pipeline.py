@@ -1,7 +1,7 @@
 """The one family pipeline. A family's `export(...)` writes its fixed-shape ONNX files and returns one
 `Exported` record per engine; `build` gates the records' export verdicts, compiles each through
-`converters.build.engine.build_engine` and reports. The family's `convert <name>` command (`convert`) and its
-`build_recipe` (`build_recipe`) are thin adapters over the same call, so `--onnx`, `--skip-rknn` and
+`converters.build.engine.build_engine` and reports. A `Job` (converters/family/declaration.py) from the
+`convert <name>` command or from a recipe goes through the same `run`, so `--onnx`, `--skip-rknn` and
 `make engines` behave alike for every family.
 
 Export verdicts travel in the ONNX contract (`record_export` writes them), so a later `--onnx` build or a
@@ -84,9 +84,9 @@ def record_export(onnx_path: Path, verdicts, *, feeds: dict | None = None, refer
 def record_end_to_end(name: str, loop: str, records: list[Exported], inputs: dict, params: dict | None = None,
                       description: str = "") -> list[Exported]:
     """Declare a family's end-to-end golden: its runtime loop (`"runtime.<module>:<function>"`, see
-    runtime/golden.py) run over the engines of `records` on `inputs` (name -> array) with `params` (JSON).
+    runtime/board/golden.py) run over the engines of `records` on `inputs` (name -> array) with `params` (JSON).
     Writes `<name>.e2e.json` and `.e2e.npz` beside the ONNX files; returns the records that now name it. The
-    build records every engine call of the loop (fp32) and the board kit replays it (converters/kit.py)."""
+    build records every engine call of the loop (fp32) and the board kit replays it (converters/build/goldens.py, converters/release/kit.py)."""
     import numpy as np
 
     from runtime.board.golden import as_stored, load_loop

@@ -105,7 +105,7 @@ def write_sums(package_dir: Path) -> Path:
 
 def verify(package_dir: Path) -> list[str]:
     """Every problem of a package: a file missing, changed or not listed in SHA256SUMS, an engine whose manifest
-    is missing or disagrees with it (bytes, sha256), an exec_plan the consumer would refuse (runtime/exec_plan.py)
+    is missing or disagrees with it (bytes, sha256), an exec_plan the consumer would refuse (runtime/host/exec_plan.py)
     or one naming an absent engine. Empty: intact."""
     from runtime.board.files import sha256_file
     from runtime.host.exec_plan import plan_problems

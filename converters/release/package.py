@@ -139,7 +139,7 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
     plan = merge_exec_plan(engines)
     refused = plan_problems(plan)
     if refused:  # the consumer would refuse the package: a contract that disagrees with the spec's table
-        raise PackageError("the merged exec_plan.json breaks the consumer's rules (runtime/exec_plan.py): "
+        raise PackageError("the merged exec_plan.json breaks the consumer's rules (runtime/host/exec_plan.py): "
                            + "; ".join(refused))
     write_file(package_dir / "exec_plan.json", text=json.dumps(plan, indent=2) + "\n")
     if recipe is not None:

@@ -1,4 +1,4 @@
-"""The consumer's exec_plan rules (runtime/exec_plan.py): the spec's own examples pass, every refusal the spec
+"""The consumer's exec_plan rules (runtime/host/exec_plan.py): the spec's own examples pass, every refusal the spec
 lists is named, and packaging and `convert verify` apply them."""
 import json
 

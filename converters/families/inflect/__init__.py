@@ -200,7 +200,7 @@ def check_inflect(
     print(f"wrote {out}: {latent.shape[2]} latent slices, {waveform.size / model.sample_rate:.2f} s")
     if decode_onnx is not None:
         from converters.families.inflect.decoder import full_decode
-        from gates.snr import snr_db
+        from runtime.board.numeric import snr_db
 
         reference = full_decode(OnnxBackend(decode_onnx), latent).reshape(-1)
         full_out = out.with_name(out.stem + ".full.wav")

@@ -133,9 +133,9 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
     if problem is not None:
         from core.errors import GateFailure
         from runtime.board.numeric import DEGENERATE_ADVICE
-        from runtime.board.verdict import Verdict
+        from runtime.board.verdict import nothing_to_judge
 
-        raise GateFailure([Verdict("engine_walk_vs_model", math.nan, -math.inf, "dB", False, problem)],
+        raise GateFailure([nothing_to_judge("engine_walk_vs_model", -math.inf, "dB", problem)],
                           advice=DEGENERATE_ADVICE, context=f"kokoro check of {engine_onnx} on {model_onnx}")
     window = KokoroWindow.from_contract(contract)
     walked = walk(OnnxBackend(engine), taps["x"], taps["har"], taps["style"], window)

@@ -4,8 +4,9 @@ fp32 noise). The exporter and the verdicts share these."""
 from __future__ import annotations
 
 from core.errors import SetupError
+from runtime.board.soc import ROW_SAMPLES_LIMIT
 
-FIELD_LIMIT = 8192  # 13-bit op-encoding field on the time axis: the plain fine axis 60W+1 must stay below it
+FIELD_LIMIT = ROW_SAMPLES_LIMIT + 1  # the 13-bit time field (runtime.board.soc): the plain fine axis 60W+1 stays below
 CONTEXT = 28  # measured receptive field of the Kokoro-82M generator, latent frames per side
 INPUTS = ("x", "har", "style", "mask_coarse", "mask_fine")
 OUTPUT = "spec_phase"

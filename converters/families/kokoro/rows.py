@@ -21,8 +21,6 @@ from torch.nn import functional as F
 from runtime.board.soc import ROW_SAMPLES_LIMIT
 from surgery.modules.rows import row_conv, row_layout
 
-FIELD_LIMIT = ROW_SAMPLES_LIMIT + 1
-
 
 def fine_halo(generator) -> int:
     """The widest halo a fine-rate conv of the prepared generator reads (its padding, or the strided noise
