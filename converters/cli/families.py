@@ -170,12 +170,42 @@ def family_command(family):
     return command
 
 
+def check_command(family, check):
+    """`convert check <name>`: the family's check as declared, plus, when it takes `engines`
+    (converters.release.check.EngineChoice), the options every check shares: --backend, --target, --toolkit and
+    --package, made into that choice."""
+    import functools
+
+    from converters.release.check import Backend, EngineChoice, Package
+
+    signature = inspect.signature(check, eval_str=True)
+    if "engines" not in signature.parameters:
+        return check
+    shared = {"backend": (Backend, "onnx"), "target": (Target, "rk3588"), "toolkit": (Toolkit, DEFAULT_TOOLKIT),
+              "package": (Package, None)}
+    own = [p for name, p in signature.parameters.items() if name != "engines"]
+    taken = {p.name for p in own} & set(shared)
+    if taken:
+        raise ValueError(f"check {check.__name__} declares {sorted(taken)}, which every check shares")
+    parameters = own + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+                        for name, (annotation, default) in shared.items()]
+
+    @functools.wraps(check)
+    def command(**values) -> None:
+        choice = EngineChoice(family.name, values.pop("backend"), values.pop("target"), values.pop("toolkit"),
+                              values.pop("package"), declaration)
+        check(engines=choice, **values)
+
+    command.__signature__ = inspect.Signature(parameters)
+    return command
+
+
 def register(app: typer.Typer, check_app: typer.Typer) -> None:
     """Every family's `convert <name>`, its `convert check <name>` and its extra commands."""
     for name in family_names():
         family = declaration(name)
         app.command(family.command_name)(family_command(family))
         for check_name, check in family.checks.items():
-            check_app.command(check_name)(check)
+            check_app.command(check_name)(check_command(family, check))
         for tool_name, tool in family.tools.items():
             app.command(tool_name)(tool)

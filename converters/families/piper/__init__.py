@@ -105,30 +105,31 @@ def voice_files(job) -> list[Path]:
     return [voice, voice.with_name(voice.name + ".json")]
 
 
-Window = Annotated[int, typer.Option("--window", help=WINDOW_HELP)]
-Context = Annotated[int, typer.Option("--context", help=CONTEXT_HELP)]
-DecMask = Annotated[bool, typer.Option("--dec-mask", help=DEC_MASK_HELP)]
-VoiceOnnx = Annotated[Optional[Path], typer.Option("--voice-onnx", help=VOICE_HELP)]
-CheckOut = Annotated[Path, typer.Option("--out", "-o", help="WAV of the windowed path; the full-model WAV is "
-                    "written beside it as <name>.full.wav (and a per-window SNR plot as <name>.png).")]
+CheckOut = Annotated[Path, typer.Option("--out", "-o", help="WAV of the engine render; the same walk through the "
+                    "fp32 ONNX is written beside it as <name>.fp32.wav, the full voice as <name>.full.wav, and the "
+                    "spectrograms with the per-window SNR as <name>.png.")]
 
 
 def check_piper(
     text: Annotated[str, typer.Option("--text", help="Text to render (phonemized by piper-tts's espeak).")],
-    voice_onnx: VoiceOnnx = None,
+    engines,
+    voice_onnx: Annotated[Optional[Path], typer.Option("--voice-onnx", help=VOICE_HELP)] = None,
     engine: Annotated[Optional[Path], typer.Option("--engine", help="Decoder ONNX written by `convert piper` "
                       "(default: export one for this voice into the output's folder).")] = None,
     out: CheckOut = paths.work_dir("piper") / "check.wav",
-    window: Window = DEFAULT_WINDOW,
-    context: Context = DEFAULT_CONTEXT,
-    dec_mask: DecMask = False,
+    window: Annotated[Optional[int], typer.Option("--window", help="Latent slices of the exported decoder "
+                      "(default: the window the release recipe ships for --target: 301 / 237 / 127 on rk3588 / "
+                      "rk3576 / rk3566).")] = None,
+    context: Annotated[Optional[int], typer.Option("--context", help=CONTEXT_HELP)] = None,
+    dec_mask: Annotated[bool, typer.Option("--dec-mask", help=DEC_MASK_HELP)] = False,
 ) -> None:
-    """Render text through the windowed decoder and through the full voice; print SNR per window and the
-    largest sample-to-sample step (a seam click would show there)."""
+    """Render text through the windowed decoder twice, through the fp32 ONNX and through the engine (--backend
+    simulator: compiled for --target), beside the full voice; print the engine's SNR per window and overall, the
+    largest sample step (a seam click shows there) and, for English voices, each render's word error rate."""
     from converters.families.piper.check import render_check
 
     render_check(text=text, voice_onnx=voice_onnx, engine=engine, out=out, window=window, context=context,
-                 dec_mask=dec_mask)
+                 dec_mask=dec_mask, engines=engines)
 
 
 FAMILY = Family(

@@ -1,4 +1,5 @@
-"""`convert check piper`: render text through the windowed decoder and through the full voice graph."""
+"""`convert check piper`: render text through the windowed decoder, as the fp32 ONNX and as the engine
+(onnxruntime or the toolkit simulator), beside the full voice graph; hear all three (runtime.host.hearing)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,64 +7,55 @@ from pathlib import Path
 import numpy as np
 
 
-def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: Path, window: int, context: int,
-                 dec_mask: bool) -> dict:
-    """Write `out` (windowed path) and `<out>.full.wav` (full voice), print SNR, per-window SNR and the
-    largest sample step of both; return the figures."""
+def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: Path, window: int | None,
+                 context: int | None, dec_mask: bool, engines) -> dict:
+    """Write `out` (the engine render), `<out>.fp32.wav` (the same walk through fp32), `<out>.full.wav` (the full
+    voice) and `<out>.png`; print the engine's SNR against fp32 per window and overall, the windowing's own SNR
+    against the full voice, the largest sample step of each, and (English voices) what a recogniser heard.
+    The decoder is `engine` (an ONNX written by `convert piper`), --package's, or a fresh export at `window`
+    (default: the window the release recipe ships for the target). Returns the figures."""
+    from converters.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW
     from converters.families.piper.decoder import export, slice_voice, voice_latents
     from converters.families.piper.voice import load_voice, sample_rate
-    from runtime.board.numeric import snr_db
-    from runtime.host.audio import max_step, write_wav
-    from runtime.host.backends import OnnxBackend
     from runtime.board.piper import VoiceDecoder
+    from runtime.host.audio import max_step
+    from runtime.host.hearing import Render, Span, compare, spans_of_walk
     from runtime.host.piper import engine_contract
 
     out = Path(out)
     voice, voice_model = load_voice(voice_onnx)
     piece = slice_voice(voice_model)
+    if engines.package is not None:
+        (engine,) = engines.package_onnx("decoder")
     if engine is None:
-        (exported,) = export(voice.onnx_path, out.parent / f"{out.stem}_engine", window, context, dec_mask)
+        window = window or engines.recipe_option("decoder", "window", DEFAULT_WINDOW)
+        context = DEFAULT_CONTEXT if context is None else context
+        print(f"exporting the decoder at window {window}, context {context} for {engines.target} ...")
+        (exported,) = export(voice.onnx_path, out.parent / f"{out.stem}_engine", window, context, dec_mask,
+                             engines.target)
         engine = exported.onnx
-    decoder = VoiceDecoder(OnnxBackend(engine, threads=1), engine_contract(engine), piece.channels)
-    windowed, full, rows = [], [], []
-    for sentence, item in enumerate(voice_latents(voice_model, piece.seam, voice.config, text=text)):
-        result = decoder.decode(item["z"], item["g"])
-        reference = np.asarray(item["audio"]).reshape(-1)
-        test = np.asarray(result.output).reshape(-1)
-        for win in result.windows:
-            span = result.span(win)
-            rows.append({"sentence": sentence, "window": win.index, "kind": win.kind,
-                         "snr_db": snr_db(reference[span], test[span])})
-        windowed.append(test)
-        full.append(reference)
-    windowed_audio, full_audio = np.concatenate(windowed), np.concatenate(full)
+    contract = engine_contract(engine)
+    latents = voice_latents(voice_model, piece.seam, voice.config, text=text)
+    fp32_decoder = VoiceDecoder(engines.fp32(engine), contract, piece.channels)
+    fp32, rendered, full, spans = [], [], [], []
+    with engines.open(engine) as backend:
+        engine_decoder = VoiceDecoder(backend, contract, piece.channels)
+        offset = 0
+        for item in latents:
+            walked = fp32_decoder.decode(item["z"], item["g"])
+            fp32.append(np.asarray(walked.output).reshape(-1))
+            rendered.append(np.asarray(engine_decoder.decode(item["z"], item["g"]).output).reshape(-1))
+            full.append(np.asarray(item["audio"]).reshape(-1))
+            spans += [Span(offset + span.start, offset + span.stop, span.kind) for span in spans_of_walk(walked)]
+            offset += fp32[-1].size
     rate = sample_rate(voice.config)
-    write_wav(out, windowed_audio, rate)
-    full_path = write_wav(out.with_suffix(".full.wav"), full_audio, rate)
-    figures = {"snr_db": snr_db(full_audio, windowed_audio), "max_step_windowed": max_step(windowed_audio),
-               "max_step_full": max_step(full_audio), "windows": rows}
-    print(f"engine {engine}: {len(rows)} windows over {len(windowed)} sentence(s), {windowed_audio.size / rate:.2f} s")
-    for row in rows:
-        print(f"  sentence {row['sentence']} window {row['window']:2d} {row['kind']:8s} {row['snr_db']:7.1f} dB")
-    print(f"SNR windowed vs full voice: {figures['snr_db']:.1f} dB")
-    print(f"max sample-to-sample step: windowed {figures['max_step_windowed']:.4f}, full {figures['max_step_full']:.4f}")
-    print(f"wrote {out} and {full_path}")
-    _plot(rows, out.with_suffix(".png"))
+    english = str(voice.config.get("language", {}).get("family", voice.config.get("espeak", {}).get("voice", "")))
+    title = (f"piper {voice.onnx_path.stem}, decoder W={contract['window']} C={contract['context']} "
+             f"({engines.backend}{', ' + engines.target if engines.backend == 'simulator' else ''})")
+    figures = compare(out, Render(np.concatenate(fp32), rate), Render(np.concatenate(rendered), rate), spans,
+                      title=title, text=text if english.startswith("en") else None,
+                      full=Render(np.concatenate(full), rate))
+    figures["max_step"] = {name: max_step(np.concatenate(audio))
+                           for name, audio in (("engine", rendered), ("fp32", fp32), ("full", full))}
+    print("max sample-to-sample step: " + ", ".join(f"{k} {v:.4f}" for k, v in figures["max_step"].items()))
     return figures
-
-
-def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    values = [min(r["snr_db"], 160.0) for r in rows]
-    figure, axes = plt.subplots(figsize=(8, 3))
-    axes.bar(range(len(values)), values, color=["tab:blue" if r["kind"] == "interior" else "tab:gray" for r in rows])
-    axes.set_xlabel("window (all sentences; blue = interior)")
-    axes.set_ylabel("SNR vs full voice (dB, capped at 160)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    print(f"wrote {path}")

@@ -1,0 +1,111 @@
+"""The engine a `convert check <family>` renders through, chosen the same way for every family: `--backend onnx`
+(the engine graph in onnxruntime) or `--backend simulator` (compiled for `--target` in rknn-toolkit2's simulator,
+fp16 noise and all), from a fresh export at the shape the release recipe ships for that target, or from a
+package's ONNX (`--package DIR`). The fp32 render it is judged against is the same walk through the ONNX's exact
+fp32 twin (or the ONNX itself).
+
+A family's check declares a parameter `engines: EngineChoice`; converters/cli/families.py then gives the command
+the shared options below and passes the choice in."""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Callable, Iterator, Optional
+
+import typer
+
+from core.errors import SetupError
+
+BACKENDS = ("onnx", "simulator")
+
+Backend = Annotated[str, typer.Option(
+    "--backend", help="Render through the engine graph in onnxruntime (`onnx`), or through the engine compiled for "
+    "--target in the rknn-toolkit2 simulator (`simulator`: what the NPU's fp16 produces, REGTASK damage aside).")]
+Package = Annotated[Optional[Path], typer.Option(
+    "--package", help="A package built by `convert engines` (dist/<target>/<package>_<target>/): render through "
+    "its engines' ONNX (kept under work/dist/, the manifests name it) instead of a fresh export; its target and "
+    "toolkit are the package's.")]
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """What a check renders through: the backend, the target and toolkit it compiles for, and the package whose
+    ONNX it reuses (None: the family exports one). `family_for` reads a family's declaration (the recipes of
+    converters/release need it)."""
+
+    family: str
+    backend: str
+    target: str
+    toolkit: str
+    package: Path | None
+    family_for: Callable[[str], object]
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise SetupError(f"--backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        if self.package is not None and not Path(self.package).is_dir():
+            raise SetupError(f"--package {self.package}: no such package directory (dist/<target>/<package>_<target>/)")
+
+    def recipe_option(self, component: str | None, key: str, default=None):
+        """The value of option `key` that the release recipe of this family ships for this target (the first
+        recipe, by package name, listing the target), or `default` when no recipe names it."""
+        from converters.release.recipes import RECIPES_DIR, load_recipes, recipes_for
+
+        for recipe in load_recipes(RECIPES_DIR, self.family_for):
+            if recipe["family"] != self.family or self.target not in recipe["targets"]:
+                continue
+            for part in recipes_for(recipe, self.target):
+                if component is None or part.get("component", component) == component:
+                    if key in part["options"]:
+                        return part["options"][key]
+        return default
+
+    def package_onnx(self, component: str | None = None) -> list[Path]:
+        """The ONNX of each engine of --package (of `component`, when given), in the manifests' ladder order."""
+        package = Path(self.package)
+        found = []
+        for manifest_path in sorted(package.glob("*.manifest.json")):
+            manifest = json.loads(manifest_path.read_text())
+            contract = manifest.get("contract", {})
+            if contract.get("family") != self.family:
+                raise SetupError(f"{package} holds {contract.get('family')!r} engines, not {self.family}")
+            if component is not None and contract.get("component", component) != component:
+                continue
+            path = package / manifest["onnx"]["path"]
+            if not path.is_file():
+                raise SetupError(f"no ONNX for {manifest_path.name} at {path}: `convert engines` keeps it in the "
+                                 "work directory the manifest names (work/dist/...); rebuild the package")
+            found.append((contract.get("ladder_key", 0), path))
+        if not found:
+            raise SetupError(f"{package} has no {self.family} {component or ''} engine manifest".replace("  ", " "))
+        return [path for _, path in sorted(found, key=lambda item: (item[0] is None, item[0] or 0))]
+
+    def package_target(self) -> tuple[str, str]:
+        """(target, toolkit) the package was built for, from its first manifest."""
+        manifest = json.loads(next(Path(self.package).glob("*.manifest.json")).read_text())
+        return manifest["target"], manifest["toolkit_version"]
+
+    @contextmanager
+    def open(self, onnx_path: Path) -> Iterator:
+        """The engine backend of `onnx_path`: onnxruntime on the graph itself, or the simulator compiling it."""
+        from runtime.host.backends import OnnxBackend, SimulatorBackend
+
+        if self.backend == "onnx":
+            yield OnnxBackend(onnx_path)
+            return
+        target, toolkit = self.package_target() if self.package is not None else (self.target, self.toolkit)
+        print(f"compiling {Path(onnx_path).name} for {target} in the rknn-toolkit2 {toolkit} simulator ...")
+        with SimulatorBackend(onnx_path, target, toolkit) as backend:
+            yield backend
+
+    @staticmethod
+    def fp32(onnx_path: Path):
+        """onnxruntime on the exact fp32 twin of `onnx_path` when it has one (a graph relying on fp16 maths),
+        else on the ONNX itself: the render the engine is judged against."""
+        from core.paths import reference_path
+        from runtime.host.backends import OnnxBackend
+
+        twin = reference_path(Path(onnx_path))
+        return OnnxBackend(twin if twin.is_file() else onnx_path)
