@@ -11,7 +11,9 @@ In order:
 4. with --core-masks, each engine again per NPU core mask, and the SNR between cores (masks the SoC lacks are
    skipped, never run on AUTO);
 5. the end-to-end goldens through the packaged runtime loop (every engine call compared with its fp32 record,
-   the loop's output gated).
+   the loop's output gated); a golden made from a sentence (the Piper voice's) is also written as a WAV beside
+   the report and, where pocketsphinx imports, transcribed, with its word error rate reported ("not measured"
+   without it; a report, not a gate).
 Gate: SNR against fp32 >= max(min(simulator SNR, 60 dB) - 6 dB, the recipe's floor); integer outputs (tokens)
 identical, or different only past a step whose fp32 top-2 logit margin is within the fp16 tie margin.
 The report (JSON, schema in HACKING.md) goes outside the package; a table is printed.
@@ -36,6 +38,7 @@ from runtime.board import rknnlite as board  # noqa: E402
 from runtime.board.files import KIT_DIR, SUMS_NAME, sha256_file  # noqa: E402
 from runtime.board.golden import ArrayReader, CallLog, EnginePool, digest, read_index, run_loop  # noqa: E402
 from runtime.board.numeric import json_safe, max_abs, snr_db  # noqa: E402
+from runtime.board.speech import hearing, write_wav  # noqa: E402
 from runtime.board.verdict import Verdict, at_least, at_most, judged  # noqa: E402
 
 REPORT_NAME = "selftest-report.json"
@@ -136,8 +139,10 @@ class BoardOpener:
 
 
 class SelfTest:
-    def __init__(self, package_dir: Path, opener, runs: int, core_masks: List[str], say: Callable[[str], None]):
+    def __init__(self, package_dir: Path, opener, runs: int, core_masks: List[str], say: Callable[[str], None],
+                 report_path: Optional[Path] = None):
         self.package_dir, self.opener, self.runs, self.say = package_dir, opener, runs, say
+        self.report_path = report_path or default_report_path(package_dir)
         self.core_masks = core_masks
         self.kit_dir = package_dir / KIT_DIR
         self.index = read_index(self.kit_dir)
@@ -262,11 +267,26 @@ class SelfTest:
                 "calls", float(len(log.calls)), float(len(entry["calls"])), "engine calls", False,
                 f"the loop made {len(log.calls)} engine calls, the host recorded {len(entry['calls'])}")]))
         call_snrs = [c["worst_snr_db_vs_fp32"] for c in calls if c["worst_snr_db_vs_fp32"] is not None]
-        return {"name": entry["name"], "loop": entry["loop"], "calls": len(log.calls),
-                "recorded_calls": len(entry["calls"]), "elapsed_ms": elapsed_ms,
-                "calls_with_host_inputs": sum(c["inputs_identical_to_host"] for c in calls),
-                "worst_call_snr_db_vs_fp32": min(call_snrs) if call_snrs else None, "per_call": calls,
-                "outputs": rows, "passed": all(r["passed"] for r in rows)}
+        result = {"name": entry["name"], "loop": entry["loop"], "calls": len(log.calls),
+                  "recorded_calls": len(entry["calls"]), "elapsed_ms": elapsed_ms,
+                  "calls_with_host_inputs": sum(c["inputs_identical_to_host"] for c in calls),
+                  "worst_call_snr_db_vs_fp32": min(call_snrs) if call_snrs else None, "per_call": calls,
+                  "outputs": rows, "passed": all(r["passed"] for r in rows)}
+        speech = entry.get("params", {}).get("speech")
+        if speech and speech["output"] in outputs:
+            result["hearing"] = self.hear(entry["name"], np.asarray(outputs[speech["output"]]), speech)
+        return result
+
+    def hear(self, name: str, audio: np.ndarray, speech: dict) -> dict:
+        """The golden's speech as this board rendered it: a WAV beside the report, and (where pocketsphinx
+        imports) its transcript and word error rate against the sentence it was made from. A report, not a gate:
+        the SNR gates judge the numbers."""
+        wav = self.report_path.with_name(f"{self.package_dir.name}.{name}.wav")
+        write_wav(wav, audio, int(speech["sample_rate"]))
+        heard = hearing(audio, int(speech["sample_rate"]), speech["text"])
+        self.say(f"  heard: {heard['transcript']!r}, word error rate {heard['wer']:.1%} against {speech['text']!r}"
+                 if heard["transcript"] is not None else f"  word error rate {heard['detail']}")
+        return {"text": speech["text"], "wav": str(wav), **heard}
 
     def opener_max_open(self) -> Optional[int]:
         return getattr(self.opener, "max_open", None)
@@ -348,6 +368,11 @@ def table(report: dict) -> str:
                 "identical" if out.get("identical") else "differs")
             rows.append((f"e2e {loop['name']} ({loop['calls']} calls)", out["name"], "", fmt(loop["elapsed_ms"]),
                          "", value, fmt(out.get("threshold_db")), "", "PASS" if out["passed"] else "FAIL"))
+        heard = loop.get("hearing")
+        if heard:
+            rows.append((f"e2e {loop['name']} heard", "WER", "", "", "",
+                         fmt(heard["wer"] * 100) + "%" if heard["wer"] is not None else "-", "", "",
+                         repr(heard["transcript"]) if heard["transcript"] is not None else heard["detail"]))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
@@ -368,7 +393,7 @@ def selftest(package_dir: Path, opener=None, runs: int = 20, core_masks: Optiona
         opener = opener or BoardOpener(package_dir)
         report["backend"] = opener.name
         report["board"] = getattr(opener, "info", None)
-        test = SelfTest(package_dir, opener, runs, core_masks or [], say)
+        test = SelfTest(package_dir, opener, runs, core_masks or [], say, report_path)
         report["versions"] = test.check_versions()
         report.update(test.run(only, end_to_end))
         code = EXIT_OK if report["passed"] else EXIT_GATE

@@ -1,24 +1,64 @@
 """`convert check piper`: text -> piper-tts phonemes -> windowed decoder and full voice, two WAVs, figures."""
 from __future__ import annotations
 
+import re
+
 from typer.testing import CliRunner
 
 from converters.cli import _register_all, app
 from runtime.host.audio import read_wav
 
 
-def test_check_piper_renders_both_paths(joe_exports, tmp_path):
+def _check(*args: str):
     _register_all()
+    return CliRunner().invoke(app, ["check", "piper", *args])
+
+
+def test_check_piper_renders_the_walk_through_fp32_and_the_engine_beside_the_full_voice(joe_exports, tmp_path):
     out = tmp_path / "check.wav"
-    result = CliRunner().invoke(app, ["check", "piper", "--text", "Hello there. This sentence is long enough to "
-                                      "need several windows of the decoder.", "--engine",
-                                      str(joe_exports[False].onnx), "--out", str(out)])
+    result = _check("--text", "Hello there. This sentence is long enough to need several windows of the decoder.",
+                    "--engine", str(joe_exports[False].onnx), "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "interior" in result.output and "max sample-to-sample step" in result.output
-    windowed, rate = read_wav(out)
+    # onnxruntime is the engine here: the engine render is the fp32 walk itself
+    assert "engine render vs fp32 render: inf dB overall" in result.output
+    engine, rate = read_wav(out)
+    fp32, _ = read_wav(out.with_suffix(".fp32.wav"))
     full, full_rate = read_wav(out.with_suffix(".full.wav"))
-    assert rate == full_rate == 22050 and windowed.shape == full.shape and windowed.size > rate
+    assert rate == full_rate == 22050 and engine.shape == fp32.shape == full.shape and engine.size > rate
     assert out.with_suffix(".png").is_file()
+    assert "heard (engine)" in result.output and "engine render vs fp32 render's transcript: WER 0.0%" in result.output
+
+
+def test_check_piper_hears_the_engine_compiled_in_the_simulator(joe_exports, tmp_path, require_converter):
+    """--backend simulator: the same walk through the engine compiled for the target, fp16 noise and all."""
+    require_converter()
+    out = tmp_path / "sim.wav"
+    result = _check("--text", "The quick brown fox jumps over the lazy dog, twice.", "--backend", "simulator",
+                    "--target", "RK3576", "--engine", str(joe_exports[False].onnx), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "in the rknn-toolkit2 2.3.2 simulator" in result.output and "(simulator, rk3576)" in result.output
+    overall = float(re.search(r"engine render vs fp32 render: ([-\d.]+) dB overall", result.output).group(1))
+    per_window = [float(v) for v in re.findall(r"engine vs fp32 +([-\d.]+) dB", result.output)]
+    assert 30.0 < overall < 80.0 and len(per_window) >= 2 and min(per_window) > 25.0  # fp16 noise, not silence
+    assert read_wav(out)[0].shape == read_wav(out.with_suffix(".fp32.wav"))[0].shape
+    assert re.search(r"heard \(engine\): 'the quick brown fox", result.output)
+
+
+def test_check_piper_defaults_to_the_window_the_recipe_ships_for_the_target(monkeypatch, tmp_path):
+    """No --engine, no --window: the export is at the recipe's window for --target (rk3566: 127)."""
+    from converters.families.piper import decoder
+
+    asked = []
+
+    def refuse(voice, out_dir, window, context, dec_mask, target):
+        asked.append((window, context, target))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(decoder, "export", refuse)
+    _check("--text", "Hi.", "--target", "rk3566", "--out", str(tmp_path / "x.wav"))
+    _check("--text", "Hi.", "--target", "rk3588", "--window", "109", "--out", str(tmp_path / "x.wav"))
+    assert asked == [(127, 32, "rk3566"), (109, 32, "rk3588")]
 
 
 def _convert(args):

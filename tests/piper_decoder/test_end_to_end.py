@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from converters.build import goldens
 from converters.families.piper import decoder
@@ -41,7 +42,7 @@ def test_each_export_names_its_own_golden(joe_exports):
     for record in (plain, masked):
         assert Exported.from_onnx(record.onnx, "piper").end_to_end == record.end_to_end
         with np.load(end_to_end_inputs(record.end_to_end)) as data:
-            assert data["z"].shape[2] == 178  # decoder.END_TO_END_TEXT on joe
+            assert data["z"].shape[2] == 178  # decoder.END_TO_END_TEXTS[0] on joe
 
 
 def test_a_window_the_sentence_does_not_fit_still_gets_three_windows(joe):
@@ -68,3 +69,16 @@ def test_golden_loop_feeds_g_to_every_window(multispeaker_onnx):
     assert all(np.array_equal(feeds["g"], g) for feeds in seen)
     expected = VoiceDecoder(backend, contract, piece.channels).decode(z, g).output
     np.testing.assert_array_equal(outputs["audio"], expected)
+
+
+@pytest.mark.parametrize("window, sentence", [(109, 0), (127, 1), (237, 2), (301, 3)])
+def test_each_shipped_window_hears_a_whole_sentence_over_three_windows(joe, window, sentence):
+    """The golden the board self-test transcribes is a whole sentence, with its text, at every shipped window."""
+    item = decoder.end_to_end_latent(joe.model, joe.piece, joe.voice.config, joe.latents, window, 32)
+    assert item["text"] == decoder.END_TO_END_TEXTS[sentence]
+    assert len(plan_windows(item["z"].shape[2], window, 32, window - 64)) == 3
+
+
+def test_a_cut_sentence_carries_no_text(joe):
+    item = decoder.end_to_end_latent(joe.model, joe.piece, joe.voice.config, joe.latents, 64, 16)
+    assert item["text"] is None

@@ -128,6 +128,8 @@ def check_piper(
     largest sample step (a seam click shows there) and, for English voices, each render's word error rate."""
     from converters.families.piper.check import render_check
 
+    window = window or engines.recipe_option("decoder", "window", DEFAULT_WINDOW)
+    context = engines.recipe_option("decoder", "context", DEFAULT_CONTEXT) if context is None else context
     render_check(text=text, voice_onnx=voice_onnx, engine=engine, out=out, window=window, context=context,
                  dec_mask=dec_mask, engines=engines)
 

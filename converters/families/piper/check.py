@@ -7,14 +7,13 @@ from pathlib import Path
 import numpy as np
 
 
-def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: Path, window: int | None,
-                 context: int | None, dec_mask: bool, engines) -> dict:
+def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: Path, window: int, context: int,
+                 dec_mask: bool, engines) -> dict:
     """Write `out` (the engine render), `<out>.fp32.wav` (the same walk through fp32), `<out>.full.wav` (the full
     voice) and `<out>.png`; print the engine's SNR against fp32 per window and overall, the windowing's own SNR
     against the full voice, the largest sample step of each, and (English voices) what a recogniser heard.
-    The decoder is `engine` (an ONNX written by `convert piper`), --package's, or a fresh export at `window`
-    (default: the window the release recipe ships for the target). Returns the figures."""
-    from converters.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW
+    The decoder is `engine` (an ONNX written by `convert piper`), --package's, or a fresh export at `window` and
+    `context`. Returns the figures."""
     from converters.families.piper.decoder import export, slice_voice, voice_latents
     from converters.families.piper.voice import load_voice, sample_rate
     from runtime.board.piper import VoiceDecoder
@@ -28,8 +27,6 @@ def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: P
     if engines.package is not None:
         (engine,) = engines.package_onnx("decoder")
     if engine is None:
-        window = window or engines.recipe_option("decoder", "window", DEFAULT_WINDOW)
-        context = DEFAULT_CONTEXT if context is None else context
         print(f"exporting the decoder at window {window}, context {context} for {engines.target} ...")
         (exported,) = export(voice.onnx_path, out.parent / f"{out.stem}_engine", window, context, dec_mask,
                              engines.target)

@@ -43,9 +43,16 @@ TAIL_SLICES = 8
 MIN_PADDED_DB = 100.0
 MIN_DEC_MASK_TAIL_DB = 100.0
 SELFCHECK_TEXT = "The quick brown fox jumps over the lazy dog, while five wizards box quickly."
-# The end-to-end golden's sentence: 178 latent slices on joe, exactly 3 windows of the default 109/45/32 walk
-# (a 3-window walk covers 2*(window - context) + 1 .. 3*window - 4*context slices: 155..199 there).
-END_TO_END_TEXT = "Hello, this is a short test."
+# The end-to-end golden's sentence: the first of these whose latent a window's walk covers in exactly 3 windows (a
+# 3-window walk covers 2*(window - context) + 1 .. 3*window - 4*context slices). Kept whole, so the board can hear
+# it against its text. On joe: 178 / 234 / 487 / 656 slices, 3 windows of 109 / 127 / 237 / 301 with context 32.
+END_TO_END_TEXTS = (
+    "Hello, this is a short test.",
+    "Hello, this is a short test of the voice.",
+    "Hello, this is a short test of the voice, read one window at a time, so that every seam is heard.",
+    "Hello, this is a short test of the voice, read to you one window at a time by the decoder, so that every seam "
+    "between the windows can be heard.",
+)
 NOISE_SEED = 0
 SELFCHECK_CONTEXT = "piper decoder export self-check"
 
@@ -321,27 +328,35 @@ def selfcheck_feeds(item: dict, window: int, cond: bool) -> dict[str, np.ndarray
 
 def end_to_end_latent(voice_model, piece: DecoderSlice, config: dict, latents: list[dict], window: int,
                       context: int) -> dict:
-    """A real sentence's latent whose walk runs exactly 3 windows: END_TO_END_TEXT's, or, at a window it does not
-    fit, the longest self-check latent cut to the longest 3-window length (whole, if even that is shorter)."""
+    """A real sentence's latent whose walk runs exactly 3 windows, with its `text`: the first of END_TO_END_TEXTS
+    that fits, or, at a window none fits, the longest self-check latent cut to the longest 3-window length (whole,
+    if even that is shorter; `text` None: a cut sentence cannot be heard against its text)."""
     shortest, longest = 2 * (window - context) + 1, 3 * window - 4 * context
-    (item,) = voice_latents(voice_model, piece.seam, config, text=END_TO_END_TEXT)
-    if not shortest <= item["z"].shape[2] <= longest:
-        item = max(latents + [item], key=lambda found: found["z"].shape[2])
-        item = {**item, "z": item["z"][:, :, :longest]}
-    return item
+    tried = []
+    for text in END_TO_END_TEXTS:
+        (item,) = voice_latents(voice_model, piece.seam, config, text=text)
+        if shortest <= item["z"].shape[2] <= longest:
+            return {**item, "text": text}
+        tried.append(item)
+        if item["z"].shape[2] > longest:
+            break
+    item = max(latents + tried, key=lambda found: found["z"].shape[2])
+    return {**item, "z": item["z"][:, :, :longest], "text": None}
 
 
-def with_end_to_end(records: list[Exported], item: dict, window: int, context: int) -> list[Exported]:
-    """The decoder's end-to-end golden: `item`'s latent walked through the engine (runtime.board.piper)."""
+def with_end_to_end(records: list[Exported], item: dict, window: int, context: int, sample_rate: int) -> list[Exported]:
+    """The decoder's end-to-end golden: `item`'s latent walked through the engine (runtime.board.piper); a whole
+    sentence carries its text, so the board self-test can hear the golden (runtime.board.speech)."""
     from converters.family.pipeline import record_end_to_end
     from runtime.board.window_walk import plan_windows
 
     inputs = {"z": item["z"], **({"g": item["g"]} if item["g"] is not None else {})}
     windows = len(plan_windows(item["z"].shape[2], window, context, window - 2 * context))
     name = f"{records[0].onnx.stem}_walk"  # one per engine: exports for two windows may share a folder
-    return record_end_to_end(name, "runtime.board.piper:golden_loop", records, inputs, {},
+    params = {"speech": {"text": item["text"], "sample_rate": sample_rate, "output": "audio"}} if item["text"] else {}
+    return record_end_to_end(name, "runtime.board.piper:golden_loop", records, inputs, params,
                              f"a real sentence's latent ({item['z'].shape[2]} slices) over {windows} windows of the "
-                             "decoder walk")
+                             "decoder walk" + (f": {item['text']!r}" if item["text"] else ""))
 
 
 def export(voice_onnx: Path | None, out_dir: Path, window: int, context: int, dec_mask: bool = False,
@@ -368,4 +383,5 @@ def export(voice_onnx: Path | None, out_dir: Path, window: int, context: int, de
     onnx.save(model, str(onnx_path))
     feeds = selfcheck_feeds(latents[0], window, piece.cond_channels is not None)
     item = end_to_end_latent(voice_model, piece, voice.config, latents, window, context)
-    return with_end_to_end([record_export(onnx_path, verdicts, feeds=feeds)], item, window, context)
+    return with_end_to_end([record_export(onnx_path, verdicts, feeds=feeds)], item, window, context,
+                           sample_rate(voice.config))
