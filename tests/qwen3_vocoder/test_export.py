@@ -100,3 +100,54 @@ def test_sine_form_gate_fails_on_a_clipped_sine(tiny_step, tmp_path):
     print(sine[0].line())
     assert len(sine) == 1 and not sine[0].passed
     assert result.reference.is_file() and get_contract(result.reference)["sine_form"] == "exact"
+
+
+@pytest.fixture(scope="module")
+def low_floor_reference():
+    """Random weights whose own fp32 decode is under 80 dB from float64 (Snake spread 1.3: 79.2 dB over the
+    first-role self-check codes), as a real checkpoint's dynamic range can leave it: no two fp32 computations of
+    these weights agree to 80 dB, so a fixed 80 dB gate would refuse a faithful export."""
+    from converters.families.qwen3_vocoder.reference import randomize_, reference_decoder
+
+    torch.manual_seed(0)
+    return randomize_(reference_decoder(TINY_CONFIG), random_codes(TINY_CONFIG, 24, 0), seed=0, gain=1.0, spread=1.3)
+
+
+def _planted_weight_fault(monkeypatch):
+    """Plant: the traced graph's largest initializer off by 1% in one element, as a broken rewrite would leave it."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    import surgery.graph.fold as fold
+
+    folded = fold.fold_fixed
+
+    def fold_with_fault(model):
+        model = folded(model)
+        largest = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)))
+        values = numpy_helper.to_array(largest).copy()
+        values.flat[0] *= 1.01
+        largest.CopyFrom(numpy_helper.from_array(values, largest.name))
+        return model
+
+    monkeypatch.setattr(fold, "fold_fixed", fold_with_fault)
+
+
+@pytest.mark.parametrize("role, frames", [("first", 16), ("window", E.WINDOW_CONTEXT + 12)])
+def test_onnx_gate_follows_the_weights_fp32_floor_and_still_catches_a_planted_fault(
+        low_floor_reference, tmp_path, monkeypatch, role, frames):
+    from converters.families.qwen3_vocoder.random_model import step_of
+
+    step = step_of(low_floor_reference, TINY_CONFIG)
+    record = E.export_step(step, frames, role, tmp_path / "faithful.onnx", reference=low_floor_reference,
+                           sine_form="exact")  # the sine form's own gate judges an approximation, not rounding
+    gates = {v.name: v for v in record.verdicts if v.name.startswith("onnx_vs_torch")}
+    assert all(v.passed for v in record.verdicts), [v.line() for v in record.verdicts]
+    pcm = gates["onnx_vs_torch[pcm, exact sine]"]
+    print(pcm.line())
+    assert pcm.threshold < E.MIN_ONNX_SNR_DB and pcm.value < E.MIN_ONNX_SNR_DB, pcm.line()  # the old gate: a FAIL
+    _planted_weight_fault(monkeypatch)
+    planted = E.export_step(step, frames, role, tmp_path / "planted.onnx", reference=low_floor_reference,
+                            sine_form="exact")
+    failed = [v for v in planted.verdicts if not v.passed]
+    assert [v.name for v in failed][:1] == ["onnx_vs_torch[pcm, exact sine]"], [v.line() for v in planted.verdicts]

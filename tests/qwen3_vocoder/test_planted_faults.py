@@ -58,7 +58,7 @@ def gate(step, reference, frames: int):
     generator = torch.Generator().manual_seed(0)
     codes = torch.randint(0, TINY_CONFIG["codebook_size"], (1, TINY_CONFIG["num_quantizers"], steps * frames),
                           generator=generator)
-    verdict, _ = E.stepwise_verdict(step, reference, codes, frames)
+    verdict, _, _ = E.stepwise_verdict(step, reference, codes, frames)
     return verdict
 
 
