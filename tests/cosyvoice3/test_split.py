@@ -62,7 +62,7 @@ def test_chain_solve_equals_the_whole_rung(split_export, tiny_export, tiny_model
     whole = FlowLadder({24: OnnxBackend(tiny_export[0].onnx)}, contract)
     chained = FlowLadder({24: [OnnxBackend(split_export[0].onnx), OnnxBackend(split_export[1].onnx)]}, contract)
     assert isinstance(chained.rungs[24], Chain)
-    inputs = ode_inputs(tiny_model, 20, seed=3)
+    inputs = ode_inputs(tiny_model.mel_dim, tiny_model.input_embed.spk_dim, 20, seed=3)
     args = (inputs["noise"], inputs["mu"], inputs["spks"], inputs["cond"])
     assert snr_db(whole.solve(*args), chained.solve(*args)) > 110
 
