@@ -131,6 +131,41 @@ class Options(Table):
         return parts
 
 
+def parse_lengths(text: str) -> list[int]:
+    """--lengths: comma-separated rung lengths of at least 4 frames."""
+    try:
+        lengths = sorted({int(part) for part in text.replace(" ", "").split(",") if part})
+    except ValueError:
+        raise SetupError(f"--lengths {text!r}: expected comma-separated integers, e.g. 24,32") from None
+    if not lengths or lengths[0] < 4:
+        raise SetupError(f"--lengths {text!r}: each rung of 4 frames or more")
+    return lengths
+
+
+def check_onnx(model_dir: str | None, random_weights: str | None, onnx: list[Path], lengths: str | None, seed: int,
+               out: Path, engines) -> list[Path]:
+    """The ladder's ONNX: --onnx, --package's, or a fresh export of --model-dir / --random-weights (at --lengths,
+    else the rungs the release recipe ships for the target, with its batch, LayerNorm form and parts) into
+    `<out stem>_engine/`."""
+    earlier = [flag for flag, given in (("--onnx", onnx), ("--package", engines.package)) if given]
+    if len(earlier) > 1:
+        raise SetupError("give --onnx or --package, not both")
+    if earlier and (model_dir is not None or random_weights is not None or lengths is not None):
+        raise SetupError(f"{earlier[0]} renders through an earlier export: drop --model-dir/--random-weights/--lengths")
+    if onnx:
+        return [Path(path) for path in onnx]
+    if engines.package is not None:
+        return engines.package_onnx("flow")
+    rungs = (parse_lengths(lengths) if lengths else
+             engines.recipe_option("flow", "lengths", parse_lengths(DEFAULT_LENGTHS)))
+    shape = {key: engines.recipe_option("flow", key, default) for key, default in
+             (("batch", 1), ("ln_form", "plain"), ("parts", 1))}
+    print(f"exporting the flow estimator at rungs {rungs} for {engines.target} ...")
+    records = export_rungs(model_dir, random_weights, rungs, out.parent / f"{out.stem}_engine", engines.target,
+                           seed=seed, **shape)
+    return [record.onnx for record in records]
+
+
 def check_cosyvoice3(
     engines,
     model_dir: Annotated[Optional[str], typer.Option(
@@ -160,7 +195,7 @@ def check_cosyvoice3(
 
     if random_weights is not None and random_weights not in RANDOM_CONFIGS:
         raise SetupError(f"--random-weights {random_weights!r}: expected one of {', '.join(RANDOM_CONFIGS)}")
-    render_check(model_dir=model_dir, random_weights=random_weights, onnx=onnx or [], lengths=lengths, frames=frames,
+    render_check(check_onnx(model_dir, random_weights, onnx or [], lengths, seed, out, engines), frames=frames,
                  steps=steps, seed=seed, out=out, engines=engines)
 
 

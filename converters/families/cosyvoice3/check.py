@@ -28,51 +28,15 @@ class EstimatorOnnx:
     contract: dict
 
 
-def parse_lengths(text: str) -> list[int]:
-    """--lengths: comma-separated rung lengths of at least 4 frames."""
-    try:
-        lengths = sorted({int(part) for part in text.replace(" ", "").split(",") if part})
-    except ValueError:
-        raise SetupError(f"--lengths {text!r}: expected comma-separated integers, e.g. 24,32") from None
-    if not lengths or lengths[0] < 4:
-        raise SetupError(f"--lengths {text!r}: each rung of 4 frames or more")
-    return lengths
-
-
-def ladder_onnx(model_dir: str | None, random_weights: str | None, onnx: list[Path], lengths: str | None, seed: int,
-                out: Path, engines) -> list[Path]:
-    """The ladder's ONNX: --onnx, --package's, or a fresh export of --model-dir / --random-weights (at --lengths,
-    else the rungs the release recipe ships for the target, with its batch, LayerNorm form and parts) into
-    `<out stem>_engine/`."""
-    from converters.families.cosyvoice3 import DEFAULT_LENGTHS, export_rungs
-
-    earlier = [flag for flag, given in (("--onnx", onnx), ("--package", engines.package)) if given]
-    if len(earlier) > 1:
-        raise SetupError("give --onnx or --package, not both")
-    if earlier and (model_dir is not None or random_weights is not None or lengths is not None):
-        raise SetupError(f"{earlier[0]} renders through an earlier export: drop --model-dir/--random-weights/--lengths")
-    if onnx:
-        return [Path(path) for path in onnx]
-    if engines.package is not None:
-        return engines.package_onnx("flow")
-    rungs = parse_lengths(lengths) if lengths else engines.recipe_option("flow", "lengths", parse_lengths(DEFAULT_LENGTHS))
-    shape = {key: engines.recipe_option("flow", key, default) for key, default in
-             (("batch", 1), ("ln_form", "plain"), ("parts", 1))}
-    print(f"exporting the flow estimator at rungs {rungs} for {engines.target} ...")
-    records = export_rungs(model_dir, random_weights, rungs, out.parent / f"{out.stem}_engine", engines.target,
-                           seed=seed, **shape)
-    return [record.onnx for record in records]
-
-
 def estimator_ladder(paths: list[Path]):
     """FlowLadder over EstimatorOnnx records (no backend): the rungs the ONNX make, for choosing one."""
-    from converters.families.cosyvoice3 import NAME
+    from converters.families.cosyvoice3.export import FAMILY
     from core.contract import get_contract
     from runtime.board.cosyvoice3 import FlowLadder
 
     records = [EstimatorOnnx(Path(path), get_contract(path)) for path in paths]
     for record in records:
-        if record.contract.get("family") != NAME:
+        if record.contract.get("family") != FAMILY:
             raise SetupError(f"{record.path} is not a flow estimator written by `convert cosyvoice3` (its contract "
                              f"names family {record.contract.get('family')!r})")
     try:
@@ -81,19 +45,19 @@ def estimator_ladder(paths: list[Path]):
         raise SetupError(f"the estimator ONNX do not make a ladder: {error}") from None
 
 
-def render_check(model_dir: str | None, random_weights: str | None, onnx: list[Path], lengths: str | None,
-                 frames: int | None, steps: int, seed: int, out: Path, engines) -> dict:
+def render_check(onnx: list[Path], frames: int | None, steps: int, seed: int, out: Path, engines) -> dict:
     """Write `out` (the engine's mel, .npy), `<stem>.fp32.npy` (the same ODE through fp32) and `<stem>.png`; print
-    the engine's SNR against fp32 on the prompt and generated frames, overall and after each ODE step. `frames`
-    (default: the end-to-end golden's, on the smallest rung) picks the rung, the smallest that holds them; only
-    that rung is opened (a simulator compile per rung, or per part of a split one). Returns the figures."""
+    the engine's SNR against fp32 on the prompt and generated frames, overall and after each ODE step. `onnx` are
+    the ladder's estimator ONNX; `frames` (default: the end-to-end golden's, on the smallest rung) picks the rung,
+    the smallest that holds them, and only that rung is opened (a simulator compile per rung, or per part of a
+    split one). Returns the figures."""
     from converters.families.cosyvoice3.export import ode_inputs, padded_frames, prompt_frames
     from runtime.board.cosyvoice3 import Chain, FlowLadder, FlowLengthError
     from runtime.board.numeric import snr_db
     from runtime.host.hearing import Render, Span, compare
 
     out = Path(out)
-    choice = estimator_ladder(ladder_onnx(model_dir, random_weights, onnx, lengths, seed, out, engines))
+    choice = estimator_ladder(onnx)
     frames = frames or padded_frames(min(choice.rungs))
     try:
         rung = choice.rung_for(frames)
