@@ -22,7 +22,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-check_app = typer.Typer(help="End-to-end checks that render audio through the windowed engine path.", no_args_is_help=True)
+check_app = typer.Typer(help="End-to-end checks that run a family's runtime path (a windowed decoder, a ladder, "
+                        "an ODE) through its engines.", no_args_is_help=True)
 app.add_typer(check_app, name="check")
 
 # Old spellings of renamed flags, accepted (and not shown) for one release.

@@ -13,7 +13,7 @@ reproduce. numpy and the stdlib only, Python 3.8 (shipped in the board self-test
 from __future__ import annotations
 
 import math
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -190,13 +190,17 @@ class FlowLadder:
         combined = (1.0 + self.cfg_rate) * with_cond - self.cfg_rate * without
         return combined[..., :frames]
 
-    def solve(self, noise, mu, spks, cond, steps: int = DEFAULT_STEPS) -> np.ndarray:
-        """Upstream's fixed Euler solver on the cosine schedule from `noise` [1, mel, L]: the mel [1, mel, L]."""
+    def solve(self, noise, mu, spks, cond, steps: int = DEFAULT_STEPS,
+              trajectory: Optional[list] = None) -> np.ndarray:
+        """Upstream's fixed Euler solver on the cosine schedule from `noise` [1, mel, L]: the mel [1, mel, L].
+        `trajectory`, when given, receives x after every step (the last one is the mel)."""
         t_span = cosine_schedule(steps)
         x = np.asarray(noise, dtype=np.float32)
         t, dt = t_span[0], t_span[1] - t_span[0]
         for step in range(1, len(t_span)):
             x = (x + np.float32(dt) * self.estimate(x, mu, t, spks, cond)).astype(np.float32)
+            if trajectory is not None:
+                trajectory.append(x)
             t = t + dt
             if step < len(t_span) - 1:
                 dt = t_span[step + 1] - t

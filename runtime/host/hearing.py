@@ -23,7 +23,9 @@ SNR_PLOT_CAP_DB = 160.0  # an exact window reads +inf dB; the bar is drawn at th
 @dataclass(frozen=True)
 class Span:
     """The part of a render one engine call produced: [start, stop) along the time axis (samples for audio,
-    frames for a mel), and what kind of call it was (first / interior / last / padded, a stream step, a rung)."""
+    frames for a mel), and what kind of call it was (first / interior / last / padded, a stream step, a rung);
+    or, where every call covers the whole render (an ODE over one rung), a part the family names (prompt,
+    generated)."""
 
     start: int
     stop: int
@@ -110,9 +112,12 @@ def plot(path: Path, fp32: Render, engine: Render, rows: list[dict], title: str)
             ax.axvline(row["start"] * to_seconds, color="white" if ax is not axes[3] else "black",
                        linestyle="--", linewidth=0.7, alpha=0.8)
     axes[3].set_ylabel("SNR dB")
-    axes[3].set_xlabel("seconds (dashed: where engine calls join; blue: interior windows)")
+    axes[3].set_xlabel("seconds (dashed: where spans join; blue: interior windows)")
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
+    # the colourbars narrow the map panels: the SNR panel takes their width so its bars sit under their frames
+    maps, bars = axes[0].get_position(), axes[3].get_position()
+    axes[3].set_position([maps.x0, bars.y0, maps.width, bars.height])
     figure.savefig(path, dpi=90)
     plt.close(figure)
     return Path(path)
@@ -146,9 +151,9 @@ def compare(out: Path, fp32: Render, engine: Render, spans: list[Span], *, title
         figures["fp32_vs_full_snr_db"] = snr_db(full_signal, reference)
         figures["files"]["full"] = str(_write(out.with_name(out.stem + ".full" + out.suffix), full))
     figures["files"]["png"] = str(plot(out.with_suffix(".png"), fp32, engine, rows, title))
-    say(f"{title}: {len(rows)} engine call(s), {reference.shape[-1] / fp32.rate:.2f} s")
+    say(f"{title}: {len(rows)} span(s), {reference.shape[-1] / fp32.rate:.2f} s")
     for number, row in enumerate(rows):
-        say(f"  call {number:3d} {row['kind']:9s} [{row['start']}, {row['stop']})  engine vs fp32 "
+        say(f"  span {number:3d} {row['kind']:9s} [{row['start']}, {row['stop']})  engine vs fp32 "
             f"{row['snr_db']:7.1f} dB  max|d| {row['max_abs']:.3g}")
     say(f"engine render vs fp32 render: {figures['snr_db']:.1f} dB overall, max|d| {figures['max_abs']:.3g}")
     if full is not None:

@@ -28,3 +28,16 @@ def tiny_export(tmp_path_factory, tiny_model):
 
     out = tmp_path_factory.mktemp("cosyvoice3_tiny")
     return export(tiny_model, DEFAULT_CFM, TINY_LENGTHS, out, target="rk3588", say=lambda _: None)
+
+
+@pytest.fixture
+def check_cli():
+    """`convert check cosyvoice3 ARGS...` in-process -> typer's Result (a SetupError stays in `.exception`)."""
+    def invoke(*args: str):
+        from typer.testing import CliRunner
+
+        from converters.cli import _register_all, app
+
+        _register_all()
+        return CliRunner().invoke(app, ["check", "cosyvoice3", *args])
+    return invoke

@@ -118,7 +118,7 @@ def test_export_snr_fails_on_a_wrong_graph(tmp_path, tiny_model, tiny_model64):
 
 def test_ode_gate_fails_on_a_wrong_cfg(tiny_export, tiny_model, tiny_model64):
     contract = get_contract(tiny_export[0].onnx)
-    inputs = E.ode_inputs(tiny_model, 18, seed=2)
+    inputs = E.ode_inputs(tiny_model.mel_dim, tiny_model.input_embed.spk_dim, 18, seed=2)
     paths = {24: tiny_export[0].onnx}
     assert E.ode_verdict(paths, contract, tiny_model64, inputs).passed
     wrong = dict(contract, cfg=dict(contract["cfg"], rate=0.5))

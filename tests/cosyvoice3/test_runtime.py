@@ -38,7 +38,7 @@ def test_smallest_rung_that_fits_and_refusal_past_the_largest(ladder):
 def test_solve_makes_two_calls_per_step_on_the_right_rung(ladder, tiny_model):
     from converters.families.cosyvoice3.export import ode_inputs
 
-    inputs = ode_inputs(tiny_model, 28, seed=4)
+    inputs = ode_inputs(tiny_model.mel_dim, tiny_model.input_embed.spk_dim, 28, seed=4)
     before = {length: rung.calls for length, rung in ladder.rungs.items()}
     mel = ladder.solve(inputs["noise"], inputs["mu"], inputs["spks"], inputs["cond"])
     assert mel.shape == (1, 80, 28) and np.all(np.isfinite(mel))
@@ -60,7 +60,7 @@ def test_b2_engine_gives_the_b1_result(tmp_path, tiny_model, ladder):
     contract = contract_fields(tiny_model, DEFAULT_CFM, 24, 2, "plain")
     counting = Counting(OnnxBackend(path))
     b2 = FlowLadder({24: counting}, contract)
-    inputs = ode_inputs(tiny_model, 20, seed=6)
+    inputs = ode_inputs(tiny_model.mel_dim, tiny_model.input_embed.spk_dim, 20, seed=6)
     args = (inputs["noise"], inputs["mu"], inputs["spks"], inputs["cond"])
     assert snr_db(ladder.solve(*args), b2.solve(*args)) > 110 and counting.calls == 10
     assert onnx.load(str(path)).graph.input[7].name == "rope_sin"

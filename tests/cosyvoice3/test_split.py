@@ -62,7 +62,7 @@ def test_chain_solve_equals_the_whole_rung(split_export, tiny_export, tiny_model
     whole = FlowLadder({24: OnnxBackend(tiny_export[0].onnx)}, contract)
     chained = FlowLadder({24: [OnnxBackend(split_export[0].onnx), OnnxBackend(split_export[1].onnx)]}, contract)
     assert isinstance(chained.rungs[24], Chain)
-    inputs = ode_inputs(tiny_model, 20, seed=3)
+    inputs = ode_inputs(tiny_model.mel_dim, tiny_model.input_embed.spk_dim, 20, seed=3)
     args = (inputs["noise"], inputs["mu"], inputs["spks"], inputs["cond"])
     assert snr_db(whole.solve(*args), chained.solve(*args)) > 110
 
@@ -84,3 +84,12 @@ def test_an_incomplete_chain_is_refused(split_export):
 
     with pytest.raises(ValueError, match="incomplete chain"):
         FlowLadder.from_engines([Fake(get_contract(split_export[1].onnx))])
+
+
+def test_check_renders_through_the_chain(check_cli, split_export, tmp_path):
+    """`convert check cosyvoice3` on a split rung runs its parts in order (here onnxruntime: the fp32 render)."""
+    onnx = [arg for record in split_export for arg in ("--onnx", str(record.onnx))]
+    result = check_cli(*onnx, "--frames", "20", "--steps", "2", "--out", str(tmp_path / "chain.npy"))
+    assert result.exit_code == 0, result.output
+    assert "20 frames on the S=24 rung in 2 parts, 2-step ODE (onnx)" in result.output
+    assert np.load(tmp_path / "chain.npy").shape == (80, 20)

@@ -9,6 +9,7 @@ split by depth (`--parts`: a length whose whole compile does not fit the build m
 chained through `hidden` (contract `chain`).
 `convert aperture PACKAGE` estimates each rung's NPU address-space cost from its manifest (`aperture.py`); the
 package carries the same figures in `aperture.json`.
+`convert check cosyvoice3` renders one ODE to the mel through the ladder as fp32 and as the engine (`check.py`).
 
 `FAMILY` declares the command and the recipe adapter: the command exports from `--model-dir` or
 `--random-weights`, a recipe from its `source.dir` / `source.repo`; `--lengths` is a comma list, `--parts` a count or
@@ -24,7 +25,9 @@ from pydantic import field_validator
 
 from converters.family.declaration import Component, Family, Table, option
 from converters.families.cosyvoice3.snapshot import RANDOM_CONFIGS
+from core import paths
 from core.errors import SetupError
+from runtime.board.cosyvoice3 import DEFAULT_STEPS
 
 NAME = "cosyvoice3"
 DEFAULT_LENGTHS = "110,200,250,400,500"
@@ -128,6 +131,74 @@ class Options(Table):
         return parts
 
 
+def parse_lengths(text: str) -> list[int]:
+    """--lengths: comma-separated rung lengths of at least 4 frames."""
+    try:
+        lengths = sorted({int(part) for part in text.replace(" ", "").split(",") if part})
+    except ValueError:
+        raise SetupError(f"--lengths {text!r}: expected comma-separated integers, e.g. 24,32") from None
+    if not lengths or lengths[0] < 4:
+        raise SetupError(f"--lengths {text!r}: each rung of 4 frames or more")
+    return lengths
+
+
+def check_onnx(model_dir: str | None, random_weights: str | None, onnx: list[Path], lengths: str | None, seed: int,
+               out: Path, engines) -> list[Path]:
+    """The ladder's ONNX: --onnx, --package's, or a fresh export of --model-dir / --random-weights (at --lengths,
+    else the rungs the release recipe ships for the target, with its batch, LayerNorm form and parts) into
+    `<out stem>_engine/`."""
+    earlier = [flag for flag, given in (("--onnx", onnx), ("--package", engines.package)) if given]
+    if len(earlier) > 1:
+        raise SetupError("give --onnx or --package, not both")
+    if earlier and (model_dir is not None or random_weights is not None or lengths is not None):
+        raise SetupError(f"{earlier[0]} renders through an earlier export: drop --model-dir/--random-weights/--lengths")
+    if onnx:
+        return [Path(path) for path in onnx]
+    if engines.package is not None:
+        return engines.package_onnx("flow")
+    rungs = (parse_lengths(lengths) if lengths else
+             engines.recipe_option("flow", "lengths", parse_lengths(DEFAULT_LENGTHS)))
+    shape = {key: engines.recipe_option("flow", key, default) for key, default in
+             (("batch", 1), ("ln_form", "plain"), ("parts", 1))}
+    print(f"exporting the flow estimator at rungs {rungs} for {engines.target} ...")
+    records = export_rungs(model_dir, random_weights, rungs, out.parent / f"{out.stem}_engine", engines.target,
+                           seed=seed, **shape)
+    return [record.onnx for record in records]
+
+
+def check_cosyvoice3(
+    engines,
+    model_dir: Annotated[Optional[str], typer.Option(
+        "--model-dir", help=Source.model_fields["model_dir"].description)] = None,
+    random_weights: Annotated[Optional[str], typer.Option(
+        "--random-weights", help=Source.model_fields["random_weights"].description)] = None,
+    onnx: Annotated[Optional[list[Path]], typer.Option(
+        "--onnx", help="Estimator ONNX written by `convert cosyvoice3` (repeat it: every rung, or every part of a "
+        "split rung, to choose among) instead of a fresh export.")] = None,
+    lengths: Annotated[Optional[str], typer.Option(
+        "--lengths", help="Rungs of the fresh export (comma-separated frames; default: the release recipe's for "
+        "--target). Small rungs render the tiny model fast.")] = None,
+    frames: Annotated[Optional[int], typer.Option(
+        "--frames", min=1, help="Mel frames to render (50/s, prompt + generated); the smallest rung that holds them "
+        "runs (default: the end-to-end golden's, 3/4 of the smallest rung).")] = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Euler steps of the ODE.")] = DEFAULT_STEPS,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the noise, mu, spks and prompt (and of the random "
+                                                     "weights of a fresh export).")] = 0,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The engine's mel (.npy); the fp32 mel is written beside it "
+                                      "as <name>.fp32.npy, both mels and their difference with the SNR of the prompt "
+                                      "and generated frames as <name>.png.")] = paths.work_dir(NAME) / "check.npy",
+) -> None:
+    """Render one ODE to the mel through the flow-estimator ladder twice, through the fp32 ONNX and through the
+    engine (--backend simulator: compiled for --target), on the same seeded conditioning; print the engine's SNR
+    on the prompt and the generated frames, overall and after each step."""
+    from converters.families.cosyvoice3.check import render_check
+
+    if random_weights is not None and random_weights not in RANDOM_CONFIGS:
+        raise SetupError(f"--random-weights {random_weights!r}: expected one of {', '.join(RANDOM_CONFIGS)}")
+    render_check(check_onnx(model_dir, random_weights, onnx or [], lengths, seed, out, engines), frames=frames,
+                 steps=steps, seed=seed, out=out, engines=engines)
+
+
 def export_ladder(job) -> list:
     """The command's ladder from --model-dir or --random-weights, or a recipe's from its snapshot (MissingSource
     without one), into `job.out`."""
@@ -215,6 +286,7 @@ FAMILY = Family(
     sources=recipe_sources,
     from_onnx=from_onnx,
     after_build=after_build,
+    checks={"cosyvoice3": check_cosyvoice3},
     tools={"aperture": convert_aperture},
     loops=("runtime.board.cosyvoice3:golden_loop",),
 )

@@ -89,6 +89,11 @@ def contract_fields(model, cfm: dict, length: int, batch: int, ln_form: str, blo
     }
 
 
+def prompt_frames(frames: int) -> int:
+    """The leading frames of the self-check and ODE inputs whose cond holds a prompt mel (the rest is zero)."""
+    return frames // 3
+
+
 def make_inputs(model, length: int, frames: int, seed: int, t: float = CHECK_T, batch: int = 1) -> dict:
     """Graph feeds (float32) for one call at rung `length` with `frames` real frames (mask 1) and the rest
     zero-padded (mask 0): noise x, a mu, a cond holding a prompt over its first third, a speaker vector."""
@@ -99,7 +104,7 @@ def make_inputs(model, length: int, frames: int, seed: int, t: float = CHECK_T, 
     x = rng.standard_normal((batch, mel, frames)).astype(np.float32)
     mu = rng.standard_normal((batch, mel, frames)).astype(np.float32)
     cond = np.zeros((batch, mel, frames), dtype=np.float32)
-    cond[..., :frames // 3] = rng.standard_normal((batch, mel, frames // 3))
+    cond[..., :prompt_frames(frames)] = rng.standard_normal((batch, mel, prompt_frames(frames)))
     spks = rng.standard_normal((batch, model.input_embed.spk_dim)).astype(np.float32)
 
     def pad(value):
@@ -207,6 +212,12 @@ def forbidden_verdict(model, length: int):
                    ", ".join(found[:8]) or "no IsNaN/Not/Neg/Tile, no -inf")
 
 
+def padded_frames(length: int) -> int:
+    """The real frames of the padding gate's and the end-to-end golden's input on a rung of `length`: a quarter
+    of the rung (at least one frame) is padding (mask 0)."""
+    return length - max(1, length // 4)
+
+
 def rung_verdicts(model, model64, onnx_path, length: int, seed: int, batch: int = 1) -> tuple[list, dict]:
     """The single-call gates of one rung (`onnx_path`: the ONNX or an open backend); returns (verdicts, the
     self-check feeds)."""
@@ -220,7 +231,7 @@ def rung_verdicts(model, model64, onnx_path, length: int, seed: int, batch: int 
     got = backend.run(full)["dphi_dt"]
     verdicts = [snr_verdict(f"export_snr[S={length}]", reference_call(model64, full, length), got,
                             MIN_EXPORT_SNR_DB, "onnxruntime fp32 vs the reference DiT in float64", full_scale=None)]
-    frames = length - max(1, length // 4)
+    frames = padded_frames(length)
     padded = make_inputs(model, length, frames, seed + 1, batch=batch)
     unpadded = reference_call(model, padded, frames)
     masked = backend.run(padded)["dphi_dt"][..., :frames]
@@ -233,15 +244,14 @@ def rung_verdicts(model, model64, onnx_path, length: int, seed: int, batch: int 
     return verdicts, full
 
 
-def ode_inputs(model, frames: int, seed: int) -> dict:
+def ode_inputs(mel: int, spk: int, frames: int, seed: int) -> dict:
     """noise, mu, cond [1, mel, frames], spks [1, spk] for one ODE (cond holds a prompt over its first third)."""
     rng = np.random.default_rng(seed)
-    mel = model.mel_dim
     cond = np.zeros((1, mel, frames), dtype=np.float32)
-    cond[..., :frames // 3] = rng.standard_normal((1, mel, frames // 3))
+    cond[..., :prompt_frames(frames)] = rng.standard_normal((1, mel, prompt_frames(frames)))
     return {"noise": rng.standard_normal((1, mel, frames)).astype(np.float32),
             "mu": rng.standard_normal((1, mel, frames)).astype(np.float32),
-            "spks": rng.standard_normal((1, model.input_embed.spk_dim)).astype(np.float32), "cond": cond}
+            "spks": rng.standard_normal((1, spk)).astype(np.float32), "cond": cond}
 
 
 def reference_ode(model64, inputs: dict, steps: int, cfg_rate: float) -> np.ndarray:
@@ -315,8 +325,8 @@ def export(model, cfm: dict, lengths: list[int], out_dir: Path, target: str | No
     out_dir = Path(out_dir)
     model = model.float().eval()
     smallest = lengths[0]
-    frames = smallest - max(1, smallest // 4)
-    inputs = ode_inputs(model, frames, seed + 2)
+    frames = padded_frames(smallest)
+    inputs = ode_inputs(model.mel_dim, model.input_embed.spk_dim, frames, seed + 2)
     # One graph in memory at a time (1.3 GB at the real shape): scan it, store its contract in place, drop it;
     # the float64 reference exists only while its rung is gated.
     records_by_length = {}
