@@ -87,6 +87,15 @@ class EngineChoice:
         manifest = json.loads(next(Path(self.package).glob("*.manifest.json")).read_text())
         return manifest["target"], manifest["toolkit_version"]
 
+    @property
+    def label(self) -> str:
+        """What renders the engine, for titles: `onnxruntime`, or `simulator, <target>, toolkit <version>` (a
+        package's own target and toolkit with --package)."""
+        if self.backend == "onnx":
+            return "onnxruntime"
+        target, toolkit = self.package_target() if self.package is not None else (self.target, self.toolkit)
+        return f"simulator, {target}, toolkit {toolkit}"
+
     @contextmanager
     def open(self, onnx_path: Path) -> Iterator:
         """The engine backend of `onnx_path`: onnxruntime on the graph itself, or the simulator compiling it."""

@@ -29,7 +29,7 @@ def test_onnx_backend_renders_a_fresh_tiny_export(check_cli, tmp_path):
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "check_engine").glob("*.onnx")) == [
         "cosyvoice3_flow_s16.onnx", "cosyvoice3_flow_s24.onnx"]
-    assert "20 frames on the S=24 rung, 4-step ODE (onnx)" in result.output
+    assert "20 frames on the S=24 rung, 4-step ODE (onnxruntime)" in result.output
     assert "prompt    [0, 6)" in result.output and "generated [6, 20)" in result.output
     engine, fp32 = rendered(out)
     assert engine.shape == fp32.shape == (80, 20) and np.all(np.isfinite(fp32))
@@ -80,7 +80,7 @@ def test_package_renders_through_its_onnx(check_cli, tiny_export, tmp_path):
     out = tmp_path / "package.npy"
     result = check_cli("--package", str(package), "--frames", "10", "--steps", "2", "--out", str(out))
     assert result.exit_code == 0, result.output
-    assert "10 frames on the S=24 rung, 2-step ODE (onnx)" in result.output
+    assert "10 frames on the S=24 rung, 2-step ODE (onnxruntime)" in result.output
     assert rendered(out)[0].shape == (80, 10)
     result = check_cli("--package", str(package), "--lengths", "24", "--out", str(out))
     assert isinstance(result.exception, SetupError) and "drop --model-dir/--random-weights/--lengths" in str(

@@ -91,5 +91,5 @@ def test_check_renders_through_the_chain(check_cli, split_export, tmp_path):
     onnx = [arg for record in split_export for arg in ("--onnx", str(record.onnx))]
     result = check_cli(*onnx, "--frames", "20", "--steps", "2", "--out", str(tmp_path / "chain.npy"))
     assert result.exit_code == 0, result.output
-    assert "20 frames on the S=24 rung in 2 parts, 2-step ODE (onnx)" in result.output
+    assert "20 frames on the S=24 rung in 2 parts, 2-step ODE (onnxruntime)" in result.output
     assert np.load(tmp_path / "chain.npy").shape == (80, 20)

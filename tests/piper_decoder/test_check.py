@@ -37,7 +37,7 @@ def test_check_piper_hears_the_engine_compiled_in_the_simulator(joe_exports, tmp
     result = _check("--text", "The quick brown fox jumps over the lazy dog, twice.", "--backend", "simulator",
                     "--target", "RK3576", "--engine", str(joe_exports[False].onnx), "--out", str(out))
     assert result.exit_code == 0, result.output
-    assert "in the rknn-toolkit2 2.3.2 simulator" in result.output and "(simulator, rk3576)" in result.output
+    assert "in the rknn-toolkit2 2.3.2 simulator" in result.output and "(simulator, rk3576, toolkit 2.3.2)" in result.output
     overall = float(re.search(r"engine render vs fp32 render: ([-\d.]+) dB overall", result.output).group(1))
     per_window = [float(v) for v in re.findall(r"engine vs fp32 +([-\d.]+) dB", result.output)]
     assert 30.0 < overall < 80.0 and len(per_window) >= 2 and min(per_window) > 25.0  # fp16 noise, not silence

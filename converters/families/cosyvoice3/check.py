@@ -82,7 +82,7 @@ def render_check(onnx: list[Path], frames: int | None, steps: int, seed: int, ou
     spans = [span for span in (Span(0, prompt, "prompt"), Span(prompt, frames, "generated")) if span.stop > span.start]
     split = f" in {len(parts)} parts" if len(parts) > 1 else ""
     title = (f"cosyvoice3 flow mel, {frames} frames on the S={rung} rung{split}, {steps}-step ODE "
-             f"({engines.backend}{', ' + engines.target if engines.backend == 'simulator' else ''})")
+             f"({engines.label})")
     rate = float(contract.get("frame_rate_hz", 50))
     figures = compare(out, Render(fp32, rate), Render(engine, rate), spans, title=title)
     figures["steps_snr_db"] = [snr_db(a, b) for a, b in zip(fp32_steps, engine_steps)]
