@@ -82,10 +82,28 @@ class EngineChoice:
             raise SetupError(f"{package} has no {self.family} {component or ''} engine manifest".replace("  ", " "))
         return [path for _, path in sorted(found, key=lambda item: (item[0] is None, item[0] or 0))]
 
-    def package_target(self) -> tuple[str, str]:
-        """(target, toolkit) the package was built for, from its first manifest."""
+    def chosen_onnx(self, given: Path | None, component: str, spelt: str) -> Path | None:
+        """The engine ONNX the check renders: `given` (the check's own engine argument, spelt `spelt` on the
+        command line) or --package's one engine of `component`; None when neither (the family exports one or
+        says what to pass)."""
+        if self.package is None:
+            return given
+        if given is not None:
+            raise SetupError(f"{spelt} {given} and --package {self.package} both name an engine: give one")
+        (onnx_path,) = self.package_onnx(component)
+        return onnx_path
+
+    def compiled_for(self) -> tuple[str, str]:
+        """(target, toolkit) the simulator compiles for: --package's (from its first manifest), else the options'."""
+        if self.package is None:
+            return self.target, self.toolkit
         manifest = json.loads(next(Path(self.package).glob("*.manifest.json")).read_text())
         return manifest["target"], manifest["toolkit_version"]
+
+    @property
+    def label(self) -> str:
+        """The engine as a report's title names it: `onnx`, or `simulator, <target>`."""
+        return self.backend if self.backend == "onnx" else f"{self.backend}, {self.compiled_for()[0]}"
 
     @contextmanager
     def open(self, onnx_path: Path) -> Iterator:
@@ -95,7 +113,7 @@ class EngineChoice:
         if self.backend == "onnx":
             yield OnnxBackend(onnx_path)
             return
-        target, toolkit = self.package_target() if self.package is not None else (self.target, self.toolkit)
+        target, toolkit = self.compiled_for()
         print(f"compiling {Path(onnx_path).name} for {target} in the rknn-toolkit2 {toolkit} simulator ...")
         with SimulatorBackend(onnx_path, target, toolkit) as backend:
             yield backend

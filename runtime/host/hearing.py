@@ -97,6 +97,8 @@ def plot(path: Path, fp32: Render, engine: Render, rows: list[dict], title: str)
         ax.set_ylabel("Hz" if fp32.is_audio else "bin")
         ax.set_title(label, fontsize=9, loc="left")
         figure.colorbar(shown, ax=ax, pad=0.01, label="dB" if fp32.is_audio else "value")
+    # the SNR bars take an invisible colorbar's width too, so all four panels share one time axis on the page
+    figure.colorbar(shown, ax=axes[3], pad=0.01).ax.set_visible(False)
     to_seconds = 1.0 / fp32.rate
     for row in rows:
         left, width = row["start"] * to_seconds, (row["stop"] - row["start"]) * to_seconds

@@ -25,8 +25,7 @@ def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: P
     out = Path(out)
     voice, voice_model = load_voice(voice_onnx)
     piece = slice_voice(voice_model)
-    if engines.package is not None:
-        (engine,) = engines.package_onnx("decoder")
+    engine = engines.chosen_onnx(engine, "decoder", "--engine")
     if engine is None:
         window = window or engines.recipe_option("decoder", "window", DEFAULT_WINDOW)
         context = DEFAULT_CONTEXT if context is None else context
@@ -51,7 +50,7 @@ def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: P
     rate = sample_rate(voice.config)
     english = str(voice.config.get("language", {}).get("family", voice.config.get("espeak", {}).get("voice", "")))
     title = (f"piper {voice.onnx_path.stem}, decoder W={contract['window']} C={contract['context']} "
-             f"({engines.backend}{', ' + engines.target if engines.backend == 'simulator' else ''})")
+             f"({engines.label})")
     figures = compare(out, Render(np.concatenate(fp32), rate), Render(np.concatenate(rendered), rate), spans,
                       title=title, text=text if english.startswith("en") else None,
                       full=Render(np.concatenate(full), rate))
