@@ -1,5 +1,5 @@
 """The engine a `convert check <family>` renders through, chosen the same way for every family: `--backend onnx`
-(the engine graph in onnxruntime) or `--backend simulator` (compiled for `--target` in rknn-toolkit2's simulator,
+(the engine graph in onnxruntime; its exact fp32 twin for a graph that rounds in fp16) or `--backend simulator` (compiled for `--target` in rknn-toolkit2's simulator,
 fp16 noise and all), from a fresh export at the shape the release recipe ships for that target, or from a
 package's ONNX (`--package DIR`). The fp32 render it is judged against is the same walk through the ONNX's exact
 fp32 twin (or the ONNX itself).
@@ -21,8 +21,9 @@ from core.errors import SetupError
 BACKENDS = ("onnx", "simulator")
 
 Backend = Annotated[str, typer.Option(
-    "--backend", help="Render through the engine graph in onnxruntime (`onnx`), or through the engine compiled for "
-    "--target in the rknn-toolkit2 simulator (`simulator`: what the NPU's fp16 produces, REGTASK damage aside).")]
+    "--backend", help="Render through the engine graph in onnxruntime (`onnx`; its exact fp32 twin for a graph "
+    "that rounds in fp16), or through the engine compiled for --target in the rknn-toolkit2 simulator "
+    "(`simulator`: what the NPU's fp16 produces, REGTASK damage aside).")]
 Package = Annotated[Optional[Path], typer.Option(
     "--package", help="A package built by `convert engines` (dist/<target>/<package>_<target>/): render through "
     "its engines' ONNX (kept under work/dist/, the manifests name it) instead of a fresh export; its target and "
@@ -107,11 +108,18 @@ class EngineChoice:
 
     @contextmanager
     def open(self, onnx_path: Path) -> Iterator:
-        """The engine backend of `onnx_path`: onnxruntime on the graph itself, or the simulator compiling it."""
+        """The engine backend of `onnx_path`: the simulator compiling it, or onnxruntime on the graph itself,
+        or on its exact fp32 twin when it has one: a graph that relies on fp16 arithmetic (the `round` Snake
+        sine) computes nonsense in fp32, and the twin is what it means."""
+        from core.paths import reference_path
         from runtime.host.backends import OnnxBackend, SimulatorBackend
 
         if self.backend == "onnx":
-            yield OnnxBackend(onnx_path)
+            twin = reference_path(Path(onnx_path))
+            if twin.is_file():
+                print(f"{Path(onnx_path).name} rounds in fp16, which onnxruntime's fp32 cannot: rendering its exact "
+                      f"fp32 twin {twin.name} (--backend simulator renders the engine itself)")
+            yield self.fp32(onnx_path)
             return
         target, toolkit = self.compiled_for()
         print(f"compiling {Path(onnx_path).name} for {target} in the rknn-toolkit2 {toolkit} simulator ...")

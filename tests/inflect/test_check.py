@@ -43,3 +43,22 @@ def test_without_a_decoder_it_says_what_to_pass(nano_official, tmp_path):
     assert result.exit_code != 0 and "give the decoder: --engine" in str(result.exception)
     rknn = check(nano_official[1], "--engine", tmp_path / "x.rknn", "--backend", "simulator")
     assert rknn.exit_code != 0 and "runs on the board" in str(rknn.exception)
+
+
+def test_package_names_the_slice(nano_official, nano_slice, tmp_path, check_report):
+    """--package DIR renders the ONNX its manifest names; with --engine too it asks for one."""
+    import json
+
+    from core.contract import get_contract
+
+    package = tmp_path / "inflect_nano_v2_decoder_rk3588"
+    package.mkdir()
+    (package / "inflect_v2_decoder_c128_w256.manifest.json").write_text(json.dumps(
+        {"contract": get_contract(nano_slice), "onnx": {"path": str(nano_slice)}, "target": "rk3588",
+         "toolkit_version": "2.3.2"}))
+    out = tmp_path / "inflect.wav"
+    result = check(nano_official[1], "--package", package, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert check_report(result.output, out) == math.inf and nano_slice.stem in result.output
+    both = check(nano_official[1], "--package", package, "--engine", nano_slice, "--out", out)
+    assert both.exit_code != 0 and "both name an engine" in str(both.exception)

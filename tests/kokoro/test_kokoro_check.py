@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from converters.cli import _register_all, app
+from converters.families.kokoro import sources
 
-from tests.kokoro.kokoro_small import taps_model, voice_dir
+from tests.kokoro.kokoro_small import FRAMES, SMALL, taps_model, voice_dir
 
 SPOKEN_FRAMES = 80  # latent frames of the stand-in utterance: 3 windows (first, interior, last) at W=64
 
@@ -50,3 +51,21 @@ def test_simulator_backend_renders_the_compiled_engine(exported, model_onnx, tmp
     snr = check_report(result.output, out)
     print(f"kokoro small, simulator rk3588 vs fp32: {snr:.1f} dB")
     assert 30.0 <= snr < math.inf, result.output
+
+
+def test_without_an_engine_it_exports_one_at_the_frames_asked(state, model_onnx, tmp_path, monkeypatch,
+                                                               check_report):
+    """No ENGINE_ONNX and no --package: the generator of --model-onnx (here the small one) is exported into
+    `<out>_engine/` at --frames, in the recipe's round form; onnxruntime cannot round in fp16, so --backend onnx
+    renders its exact fp32 twin."""
+    monkeypatch.setattr(sources, "load_generator", lambda *args: (SMALL, state, "random", None))
+    out = tmp_path / "kokoro.wav"
+    _register_all()
+    result = CliRunner().invoke(app, ["check", "kokoro", "--model-onnx", str(model_onnx), "--voice-dir",
+                                      str(voice_dir(tmp_path / "voice")), "--frames", str(FRAMES), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"exporting the generator at {FRAMES} frames for rk3588" in result.output
+    engine = tmp_path / "kokoro_engine" / f"kokoro_generator_w{FRAMES}.onnx"
+    assert engine.is_file() and engine.with_suffix(".fp32.onnx").is_file()
+    assert "rounds in fp16, which onnxruntime's fp32 cannot" in result.output
+    assert check_report(result.output, out) == math.inf

@@ -3,7 +3,8 @@
 The slice runs from the pre-flow latent z [1,C,W] and its mask y_mask [1,1,W] through the reverse
 flow and HiFi-GAN to the waveform, masked in the decoder half (default), folded at the window, and
 gated by a windowed decode against a full-length decode.onnx decode. `convert check inflect` renders
-tokens end to end: duration.onnx -> noise head -> windowed engine -> WAV.
+tokens end to end, duration.onnx -> noise head -> windowed decoder, through the slice's fp32 ONNX and through
+the engine (check.py).
 
 `FAMILY` declares the command and the recipe adapter: the command reads --decode-onnx / --duration-onnx, a
 recipe the official files in its `source.dir` or the huggingface_hub cache of `source.repo`; the tail and
