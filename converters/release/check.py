@@ -1,8 +1,8 @@
 """The engine a `convert check <family>` renders through, chosen the same way for every family: `--backend onnx`
-(the engine graph in onnxruntime; its exact fp32 twin for a graph that rounds in fp16) or `--backend simulator` (compiled for `--target` in rknn-toolkit2's simulator,
-fp16 noise and all), from a fresh export at the shape the release recipe ships for that target, or from a
-package's ONNX (`--package DIR`). The fp32 render it is judged against is the same walk through the ONNX's exact
-fp32 twin (or the ONNX itself).
+(the engine graph in onnxruntime; its exact fp32 twin for a graph that rounds in fp16) or `--backend simulator`
+(compiled for `--target` in rknn-toolkit2's simulator, fp16 noise and all), from a fresh export at the shape the
+release recipe ships for that target, or from a package's ONNX (`--package DIR`). The fp32 render it is judged
+against is the same walk through the ONNX's exact fp32 twin (or the ONNX itself).
 
 A family's check declares a parameter `engines: EngineChoice`; converters/cli/families.py then gives the command
 the shared options below and passes the choice in."""
