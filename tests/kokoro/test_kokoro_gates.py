@@ -19,7 +19,7 @@ from core.errors import GateFailure, SetupError
 from runtime.board.numeric import DEGENERATE_ADVICE
 from runtime.board import kokoro as kokoro_walk
 
-from tests.kokoro.kokoro_small import FRAMES, SMALL, voice_dir
+from tests.kokoro.kokoro_small import FRAMES, SMALL, taps_model, voice_dir
 
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
 
@@ -80,6 +80,23 @@ def test_export_of_a_silent_checkpoint_stops_with_the_silent_reference_message(s
     assert [v.name for v in failure.value.verdicts] == ["onnx_vs_torch", "padded_vs_unpadded", "walk_vs_windows"]
     assert all(math.isnan(v.value) and SILENT in v.detail for v in failure.value.verdicts)
     assert failure.value.advice == DEGENERATE_ADVICE and SILENT in str(failure.value)
+
+
+
+def test_check_on_a_silent_model_stops_with_the_silent_reference_message(state, exported, tmp_path):
+    """`convert check kokoro` judges the model's own decode before rendering anything: a silent one stops it."""
+    from typer.testing import CliRunner
+
+    from converters.cli import _register_all, app
+
+    model = taps_model(tmp_path / "silent.onnx", with_conv_post(state, 0.0), FRAMES + 8)
+    _register_all()
+    result = CliRunner().invoke(app, ["check", "kokoro", str(exported[0].onnx), "--model-onnx", str(model),
+                                      "--voice-dir", str(voice_dir(tmp_path / "voice")), "--out",
+                                      str(tmp_path / "kokoro.wav")])
+    failure = result.exception
+    assert isinstance(failure, GateFailure) and [v.name for v in failure.verdicts] == ["engine_walk_vs_model"]
+    assert SILENT in str(failure) and not (tmp_path / "kokoro.wav").exists()
 
 
 # ---- planted faults: the walk's overlap one hop off ---------------------------------------------------------
