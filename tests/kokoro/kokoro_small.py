@@ -1,5 +1,6 @@
-"""The small random-init Kokoro generator the Kokoro tests share (`from tests.kokoro.kokoro_small import ...`, as
-tests/structure does: pytest runs in importlib mode from the repository root)."""
+"""The small random-init Kokoro generator the Kokoro tests share, with a voice data directory and a stand-in
+kokoro-onnx model for `convert check kokoro` (`from tests.kokoro.kokoro_small import ...`, as tests/structure
+does: pytest runs in importlib mode from the repository root)."""
 from __future__ import annotations
 
 import json
@@ -43,7 +44,7 @@ def voice_dir(path, vocab_text=None, voices=None):
     return path
 
 
-def taps_model(path: Path, state: dict, frames: int, seed: int = 0) -> Path:
+def taps_model(path: Path, state: dict, frames: int) -> Path:
     """A stand-in kokoro-onnx model file for `convert check kokoro` at `path`: it reads no input, and its
     generator seam tensors (check.TAPS) are constants, a random utterance of `frames` latent frames
     (graph.window_inputs) and the small generator's own full-length decode of it, its `audio` that decode
@@ -55,7 +56,7 @@ def taps_model(path: Path, state: dict, frames: int, seed: int = 0) -> Path:
     from converters.families.kokoro.graph import build_module, prepare, run_torch, window_inputs
     from runtime.board.kokoro import spec_phase_to_audio
 
-    feeds = window_inputs(SMALL, frames, seed=seed)
+    feeds = window_inputs(SMALL, frames)
     spec_phase = run_torch(prepare(build_module(SMALL, state), "exact", True), feeds)
     audio = spec_phase_to_audio(spec_phase, SMALL.gen_istft_n_fft, SMALL.gen_istft_hop_size)
     values = {TAPS["x"]: feeds["x"], TAPS["har"]: feeds["har"], TAPS["style"]: feeds["style"],
