@@ -22,6 +22,10 @@ TAPS = {  # generator seam tensors of the kokoro-onnx export (the int8 file and 
 }
 
 
+# What separates a walk of the exported generator from the model file's own: its windows, and the file's arithmetic
+# (kokoro-onnx's int8 file quantizes the activations of its convolutions; the export dequantizes the weights only).
+APART_FROM_MODEL = "the windowing, and an int8 model file's quantized activations"
+
 VOICE_SHAPE = (1, 256)  # each voice is [rows, 1, 256]: one style vector per token count (510 rows in the package)
 
 
@@ -150,7 +154,7 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
     rate = int(contract["sample_rate"])
     title = f"kokoro {voice} {phonemes!r}, generator W={window.window} ({engines.label})"
     figures = compare(Path(out), Render(audio["fp32"], rate), Render(audio["engine"], rate), spans, title=title,
-                      full=Render(model_audio, rate))
+                      full=Render(model_audio, rate), apart_from_full=APART_FROM_MODEL)
     figures["spec_phase_vs_model_db"] = {name: snr_db(taps["spec_phase"], spec_phase)
                                          for name, spec_phase in walked.items()}
     print("spec_phase vs the model's own generator: " + ", ".join(
