@@ -51,3 +51,25 @@ def family_cli():
         app.command("other")(lambda: None)  # two commands: typer keeps the family's as a sub-command
         return CliRunner().invoke(app, [family.command_name, *args])
     return invoke
+
+
+@pytest.fixture
+def check_report():
+    """Reads back what `convert check <family>` wrote and printed (runtime.host.hearing.compare): asserts the
+    engine WAV `out`, `<out>.fp32.wav`, `<out>.png` and (`full`) `<out>.full.wav` exist, the WAVs of one length,
+    and returns the printed SNR of the engine render against the fp32 render, overall (dB; inf when exact)."""
+    def read(output: str, out, full: bool = True) -> float:
+        import re
+        from pathlib import Path
+
+        from runtime.host.audio import read_wav
+
+        out = Path(out)
+        wavs = [out, out.with_name(out.stem + ".fp32.wav")] + ([out.with_name(out.stem + ".full.wav")] if full else [])
+        assert out.with_suffix(".png").is_file(), output
+        lengths = {read_wav(wav)[0].size for wav in wavs}
+        assert len(lengths) == 1 and lengths.pop() > 0, (wavs, output)
+        match = re.search(r"engine render vs fp32 render: (\S+) dB overall", output)
+        assert match, output
+        return float(match.group(1))
+    return read

@@ -32,10 +32,25 @@ def _checked(stage: str, code) -> None:
 
 
 class _Events:
+    """The events pipe; it also keeps the resident peak of every stage (`stage_peaks`, kB), each measured from
+    the stage's announcement to the next one's (the high-water mark is reset at each)."""
+
     def __init__(self, fd: int):
         self._stream = os.fdopen(fd, "w", buffering=1)
+        self.stage_peaks: dict = {}
+        self._stage = None
+
+    def end_stage(self) -> None:
+        """Book the peak of the stage that is ending (a repeated stage keeps its largest peak), then reset it."""
+        if self._stage is not None:
+            self.stage_peaks[self._stage] = max(self.stage_peaks.get(self._stage, 0), own_peak_rss_kb())
+            self._stage = None
+        reset_peak_rss()
 
     def send(self, **event) -> None:
+        if "stage" in event or "done" in event or "ready" in event:
+            self.end_stage()
+            self._stage = event.get("stage")
         self._stream.write(json.dumps(event) + "\n")
         self._stream.flush()
         # Mirror into the log so a reader of the build log sees where each stage starts.
@@ -165,6 +180,15 @@ def own_peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def reset_peak_rss() -> None:
+    """Start a new high-water mark at the current resident size (Linux >= 4.0; elsewhere the peak runs on)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        pass
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Have the kernel SIGKILL this process when its parent dies, however it dies (a SIGKILLed parent runs no
     cleanup); then check the parent did not die before the request was made."""
@@ -216,7 +240,8 @@ def main(request_path: str) -> int:
             events.send(ran=run["outputs"])
         events.send(stage="release")
         rknn.release()
-        events.send(done=True, peak_rss_kb=own_peak_rss_kb())
+        events.end_stage()
+        events.send(done=True, peak_rss_kb=max(events.stage_peaks.values()), stage_peak_rss_kb=events.stage_peaks)
         return 0
     except Exception as error:  # reported to the parent, which raises BuildError with the log tail
         traceback.print_exc()

@@ -178,6 +178,7 @@ class ConverterChild:
         self.stage = "start"
         self._proc = None
         self.peak_rss_bytes = None  # the child's peak resident memory, known once it closed cleanly
+        self.stage_peak_rss_bytes = {}  # and each stage's (import, config, load, build, export, init_runtime, ...)
         try:
             model = onnx.load(str(onnx_path))
             self.inputs, self.outputs = graph_io(model)
@@ -320,6 +321,7 @@ class ConverterChild:
         self._close_stdin()
         done = self._next_event("done")
         self.peak_rss_bytes = int(done.get("peak_rss_kb", 0)) * 1024
+        self.stage_peak_rss_bytes = {stage: int(kb) * 1024 for stage, kb in done.get("stage_peak_rss_kb", {}).items()}
         self._proc.wait()
         self._reap()
         self._cleanup()

@@ -174,7 +174,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
             inputs, outputs = child.inputs, child.outputs
         if not partial_rknn.is_file():
             raise BuildError("export", "the child finished but wrote no engine", log_tail(log_path), log_path)
-        build_stats = {"peak_rss_bytes": child.peak_rss_bytes,
+        build_stats = {"peak_rss_bytes": child.peak_rss_bytes, "stage_peak_rss_bytes": child.stage_peak_rss_bytes,
                        "reproducible": "byte-identical builds (MALLOC_PERTURB_ in the compiler child)"}
 
         log_text = log_path.read_text(errors="replace")

@@ -1,8 +1,8 @@
 """The engine a `convert check <family>` renders through, chosen the same way for every family: `--backend onnx`
-(the engine graph in onnxruntime) or `--backend simulator` (compiled for `--target` in rknn-toolkit2's simulator,
-fp16 noise and all), from a fresh export at the shape the release recipe ships for that target, or from a
-package's ONNX (`--package DIR`). The fp32 render it is judged against is the same walk through the ONNX's exact
-fp32 twin (or the ONNX itself).
+(the engine graph in onnxruntime; its exact fp32 twin for a graph that rounds in fp16) or `--backend simulator`
+(compiled for `--target` in rknn-toolkit2's simulator, fp16 noise and all), from a fresh export at the shape the
+release recipe ships for that target, or from a package's ONNX (`--package DIR`). The fp32 render it is judged
+against is the same walk through the ONNX's exact fp32 twin (or the ONNX itself).
 
 A family's check declares a parameter `engines: EngineChoice`; converters/cli/families.py then gives the command
 the shared options below and passes the choice in."""
@@ -21,8 +21,9 @@ from core.errors import SetupError
 BACKENDS = ("onnx", "simulator")
 
 Backend = Annotated[str, typer.Option(
-    "--backend", help="Render through the engine graph in onnxruntime (`onnx`), or through the engine compiled for "
-    "--target in the rknn-toolkit2 simulator (`simulator`: what the NPU's fp16 produces, REGTASK damage aside).")]
+    "--backend", help="Render through the engine graph in onnxruntime (`onnx`; its exact fp32 twin for a graph "
+    "that rounds in fp16), or through the engine compiled for --target in the rknn-toolkit2 simulator "
+    "(`simulator`: what the NPU's fp16 produces, REGTASK damage aside).")]
 Package = Annotated[Optional[Path], typer.Option(
     "--package", help="A package built by `convert engines` (dist/<target>/<package>_<target>/): render through "
     "its engines' ONNX (kept under work/dist/, the manifests name it) instead of a fresh export; its target and "
@@ -82,8 +83,21 @@ class EngineChoice:
             raise SetupError(f"{package} has no {self.family} {component or ''} engine manifest".replace("  ", " "))
         return [path for _, path in sorted(found, key=lambda item: (item[0] is None, item[0] or 0))]
 
-    def package_target(self) -> tuple[str, str]:
-        """(target, toolkit) the package was built for, from its first manifest."""
+    def chosen_onnx(self, given: Path | None, component: str, spelt: str) -> Path | None:
+        """The engine ONNX the check renders: `given` (the check's own engine argument, spelt `spelt` on the
+        command line) or --package's one engine of `component`; None when neither (the family exports one or
+        says what to pass)."""
+        if self.package is None:
+            return given
+        if given is not None:
+            raise SetupError(f"{spelt} {given} and --package {self.package} both name an engine: give one")
+        (onnx_path,) = self.package_onnx(component)
+        return onnx_path
+
+    def compiled_for(self) -> tuple[str, str]:
+        """(target, toolkit) the simulator compiles for: --package's (from its first manifest), else the options'."""
+        if self.package is None:
+            return self.target, self.toolkit
         manifest = json.loads(next(Path(self.package).glob("*.manifest.json")).read_text())
         return manifest["target"], manifest["toolkit_version"]
 
@@ -93,18 +107,25 @@ class EngineChoice:
         package's own target and toolkit with --package)."""
         if self.backend == "onnx":
             return "onnxruntime"
-        target, toolkit = self.package_target() if self.package is not None else (self.target, self.toolkit)
+        target, toolkit = self.compiled_for()
         return f"simulator, {target}, toolkit {toolkit}"
 
     @contextmanager
     def open(self, onnx_path: Path) -> Iterator:
-        """The engine backend of `onnx_path`: onnxruntime on the graph itself, or the simulator compiling it."""
-        from runtime.host.backends import OnnxBackend, SimulatorBackend
+        """The engine backend of `onnx_path`: the simulator compiling it, or onnxruntime on the graph itself,
+        or on its exact fp32 twin when it has one: a graph that relies on fp16 arithmetic (the `round` Snake
+        sine) computes nonsense in fp32, and the twin is what it means."""
+        from core.paths import reference_path
+        from runtime.host.backends import SimulatorBackend
 
         if self.backend == "onnx":
-            yield OnnxBackend(onnx_path)
+            twin = reference_path(Path(onnx_path))
+            if twin.is_file():
+                print(f"{Path(onnx_path).name} rounds in fp16, which onnxruntime's fp32 cannot: rendering its exact "
+                      f"fp32 twin {twin.name} (--backend simulator renders the engine itself)")
+            yield self.fp32(onnx_path)
             return
-        target, toolkit = self.package_target() if self.package is not None else (self.target, self.toolkit)
+        target, toolkit = self.compiled_for()
         print(f"compiling {Path(onnx_path).name} for {target} in the rknn-toolkit2 {toolkit} simulator ...")
         with SimulatorBackend(onnx_path, target, toolkit) as backend:
             yield backend

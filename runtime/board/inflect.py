@@ -113,11 +113,16 @@ class InflectSynth:
         m_p, logs_p = prior_stats(self.duration, np.asarray(tokens, dtype=np.int64).reshape(1, -1), length_scale)
         return noise_head(m_p, logs_p, variation, np.random.default_rng(seed))
 
-    def decode(self, latent: np.ndarray) -> np.ndarray:
-        """Mono float32 waveform of a finished latent, walked window by window over the engine."""
+    def walk(self, latent: np.ndarray):
+        """A finished latent walked window by window over the engine: the runtime.board.window_walk.WalkResult
+        (its output [1, 1, samples] and the windows that made it)."""
         from runtime.board.window_walk import walk
 
-        return walk(self.backend, latent, self.window).output.reshape(-1)
+        return walk(self.backend, latent, self.window)
+
+    def decode(self, latent: np.ndarray) -> np.ndarray:
+        """Mono float32 waveform of a finished latent, walked window by window over the engine."""
+        return self.walk(latent).output.reshape(-1)
 
 
 def golden_loop(engines: list, inputs: dict, params: dict) -> dict:

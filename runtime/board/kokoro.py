@@ -103,6 +103,11 @@ class KokoroWindow(WindowSpan):
                              f"{layout.context}, emitted {layout.emitted}), got {layout.overlap}")
         return layout
 
+    def plan(self, frames: int) -> list:
+        """The windows (runtime.board.window_walk.Window) `walk` runs over an utterance of `frames` latent
+        frames: it advances by emitted - overlap."""
+        return plan_windows(frames, self.window, self.context, self.emitted - self.overlap)
+
 
 def to_rows(array: np.ndarray, rows: int, length: int) -> np.ndarray:
     """[..., T] -> [..., rows, length]: the signal cut into rows, zero past its end (the row form's inputs)."""
@@ -175,7 +180,7 @@ def walk(backend, x: np.ndarray, har: np.ndarray, style: np.ndarray, layout: Kok
     frames = x.shape[-1]
     bins = layout.n_fft // 2 + 1
     reference = full_decode(x, har, style) if layout.gain else None
-    windows = plan_windows(frames, layout.window, layout.context, layout.emitted - layout.overlap)
+    windows = layout.plan(frames)
     out = np.zeros((1, har.shape[1], layout.hop * frames + 1))
     weight = np.zeros(out.shape[-1])
     shared = 0  # columns the previous window emitted past this window's emit_start

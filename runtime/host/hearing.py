@@ -99,6 +99,8 @@ def plot(path: Path, fp32: Render, engine: Render, rows: list[dict], title: str)
         ax.set_ylabel("Hz" if fp32.is_audio else "bin")
         ax.set_title(label, fontsize=9, loc="left")
         figure.colorbar(shown, ax=ax, pad=0.01, label="dB" if fp32.is_audio else "value")
+    # the SNR bars take an invisible colorbar's width too, so all four panels share one time axis on the page
+    figure.colorbar(shown, ax=axes[3], pad=0.01).ax.set_visible(False)
     to_seconds = 1.0 / fp32.rate
     for row in rows:
         left, width = row["start"] * to_seconds, (row["stop"] - row["start"]) * to_seconds
@@ -134,10 +136,11 @@ def _write(path: Path, render: Render) -> Path:
 
 
 def compare(out: Path, fp32: Render, engine: Render, spans: list[Span], *, title: str, text: str | None = None,
-            full: Render | None = None, say: Callable[[str], None] = print) -> dict:
+            full: Render | None = None, apart_from_full: str = "the windowing alone",
+            say: Callable[[str], None] = print) -> dict:
     """Write `<out>` (the engine render), `<stem>.fp32.wav` (the same walk through the fp32 ONNX), `<stem>.full.wav`
     (a full-length reference, when given) and `<stem>.png`; print the engine render's SNR against the fp32 render
-    per span and overall, and, when `text` is given (English speech), each render's word error rate against it
+    per span and overall, the fp32 render's against `full` (`apart_from_full` says what sets them apart), and, when `text` is given (English speech), each render's word error rate against it
     and the engine's against the fp32 render's transcript. Returns every figure (JSON-ready but for infinities)."""
     out = Path(out)
     reference = np.asarray(fp32.signal, np.float64)
@@ -157,7 +160,7 @@ def compare(out: Path, fp32: Render, engine: Render, spans: list[Span], *, title
             f"{row['snr_db']:7.1f} dB  max|d| {row['max_abs']:.3g}")
     say(f"engine render vs fp32 render: {figures['snr_db']:.1f} dB overall, max|d| {figures['max_abs']:.3g}")
     if full is not None:
-        say(f"fp32 render vs full-length reference (the windowing alone): {figures['fp32_vs_full_snr_db']:.1f} dB")
+        say(f"fp32 render vs full-length reference ({apart_from_full}): {figures['fp32_vs_full_snr_db']:.1f} dB")
     if text is not None:
         figures["asr"] = listen(text, {"fp32": fp32, "engine": engine, **({"full": full} if full else {})}, say)
     for path in figures["files"].values():

@@ -65,21 +65,31 @@ def runtime_model(duration_path: Path, config_path: Path | None = None) -> Infle
     return InflectModel(channels, hop, rate)
 
 
+def slice_contract(path: Path) -> dict:
+    """The contract in a decoder slice .onnx's metadata, refused in one line when the file is not a readable
+    ONNX or carries none."""
+    from core.onnx_graph import load_model
+
+    path = Path(path)
+    if not path.is_file():
+        raise SetupError(f"no engine at {path}")
+    contract = get_contract(load_model(path, "decoder slice"))
+    if not contract:
+        raise SetupError(f"{path} carries no rkaudio contract: give the slice written by `convert inflect`")
+    return contract
+
+
 def load_engine(path: Path):
     """(backend, contract) for a decoder engine: a slice .onnx runs in onnxruntime (contract in its
     metadata); a .rknn runs with rknn-toolkit-lite2 (contract in the manifest beside it)."""
     path = Path(path)
-    if not path.is_file():
-        raise SetupError(f"no engine at {path}")
     if path.suffix == ".onnx":
-        from core.onnx_graph import load_model
         from runtime.host.backends import OnnxBackend
 
-        model = load_model(path, "decoder slice")
-        contract = get_contract(model)
-        if not contract:
-            raise SetupError(f"{path} carries no rkaudio contract: give the slice written by `convert inflect`")
-        return OnnxBackend(model), contract
+        contract = slice_contract(path)
+        return OnnxBackend(path), contract
+    if not path.is_file():
+        raise SetupError(f"no engine at {path}")
     from runtime.board.rknnlite import RknnLiteBackend
 
     manifest = path.with_name(manifest_name(path))

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from converters.families.inflect.decoder import full_decode
 from core.contract import get_contract
 from core.errors import SetupError
 from runtime.board.numeric import snr_db
-from runtime.host.audio import read_wav
 from runtime.host.backends import OnnxBackend
 from runtime.board.inflect import InflectSynth, check_engine_matches
 from runtime.host.inflect import load_engine, runtime_model
@@ -42,19 +40,3 @@ def test_engine_of_another_model_is_refused(micro_official, nano_slice):
     nano_like = type(micro)(128, 128, 24000)
     with pytest.raises(SetupError, match=r"compiled for \{'hop': 256\}"):
         check_engine_matches(contract, nano_like, "nano.rknn")
-
-
-def test_check_command_writes_both_wavs(nano_official, nano_slice, tmp_path):
-    from converters.cli import _register_all, app
-
-    _, paths = nano_official
-    _register_all()
-    out = tmp_path / "inflect.wav"
-    result = CliRunner().invoke(app, ["check", "inflect", "--duration-onnx", str(paths["duration"]), "--engine",
-                                      str(nano_slice), "--tokens", ",".join(map(str, TOKENS)), "--out", str(out),
-                                      "--decode-onnx", str(paths["decode"])])
-    assert result.exit_code == 0, result.output
-    engine_audio, rate = read_wav(out)
-    full_audio, _ = read_wav(out.with_name("inflect.full.wav"))
-    assert rate == 24000 and engine_audio.shape == full_audio.shape and engine_audio.size % 256 == 0
-    assert "windowed engine vs full-length decode" in result.output

@@ -11,24 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from converters.families.kokoro.export import export, golden_utterance
+from converters.families.kokoro.export import export
 from converters.families.kokoro.graph import CONTEXT, build_module, prepare
 from converters.families.kokoro.verdicts import (MIN_PADDED_DB, RANDOM_WINDOW_EXPORT_DB, SPEC_PHASE_FULL_SCALE,
                                                  padded_verdict, reference_verdict, spec_verdict, walk_verdict)
-from core.contract import get_contract
 from core.errors import GateFailure, SetupError
 from runtime.board.numeric import DEGENERATE_ADVICE
 from runtime.board import kokoro as kokoro_walk
 
-from tests.kokoro.kokoro_small import SMALL, small_reference
+from tests.kokoro.kokoro_small import FRAMES, SMALL, taps_model, voice_dir
 
-FRAMES = 64  # 28 context frames per side + 8 emitted
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
-
-
-def small_state(seed: int = 0) -> dict:
-    """A small random-init kokoro Generator's state (weight norm in) with non-trivial alphas and gains."""
-    return small_reference(seed)[1]
 
 
 def with_conv_post(state: dict, bias: float) -> dict:
@@ -41,22 +34,8 @@ def with_conv_post(state: dict, bias: float) -> dict:
 
 
 @pytest.fixture(scope="module")
-def state():
-    return small_state()
-
-
-@pytest.fixture(scope="module")
 def graph(state):
     return prepare(build_module(SMALL, state), "round", True)
-
-
-@pytest.fixture(scope="module")
-def exported(state, tmp_path_factory):
-    """The real export of the small model (round form): its record, contract and the golden utterance."""
-    [record] = export(SMALL, state, "random", FRAMES, tmp_path_factory.mktemp("kokoro_export"), "round", True)
-    utterance, label, real = golden_utterance(SMALL, FRAMES, None)
-    assert not real
-    return record, get_contract(record.onnx), utterance, label
 
 
 # ---- degenerate references --------------------------------------------------------------------------------
@@ -101,6 +80,23 @@ def test_export_of_a_silent_checkpoint_stops_with_the_silent_reference_message(s
     assert [v.name for v in failure.value.verdicts] == ["onnx_vs_torch", "padded_vs_unpadded", "walk_vs_windows"]
     assert all(math.isnan(v.value) and SILENT in v.detail for v in failure.value.verdicts)
     assert failure.value.advice == DEGENERATE_ADVICE and SILENT in str(failure.value)
+
+
+
+def test_check_on_a_silent_model_stops_with_the_silent_reference_message(state, exported, tmp_path):
+    """`convert check kokoro` judges the model's own decode before rendering anything: a silent one stops it."""
+    from typer.testing import CliRunner
+
+    from converters.cli import _register_all, app
+
+    model = taps_model(tmp_path / "silent.onnx", with_conv_post(state, 0.0), FRAMES + 8)
+    _register_all()
+    result = CliRunner().invoke(app, ["check", "kokoro", str(exported[0].onnx), "--model-onnx", str(model),
+                                      "--voice-dir", str(voice_dir(tmp_path / "voice")), "--out",
+                                      str(tmp_path / "kokoro.wav")])
+    failure = result.exception
+    assert isinstance(failure, GateFailure) and [v.name for v in failure.verdicts] == ["engine_walk_vs_model"]
+    assert SILENT in str(failure) and not (tmp_path / "kokoro.wav").exists()
 
 
 # ---- planted faults: the walk's overlap one hop off ---------------------------------------------------------
@@ -238,18 +234,6 @@ def test_corrupt_checkpoint_is_refused_up_front(state, tmp_path, monkeypatch, ca
         line = convert(monkeypatch, capsys, "kokoro", "--checkpoint", directory, "--skip-rknn", "--out",
                        tmp_path / "out")
         assert str(path) in line and words in line, line
-
-
-def voice_dir(path, vocab_text=None, voices=None):
-    path.mkdir()
-    (path / "vocab.json").write_text(vocab_text if vocab_text is not None else
-                                     json.dumps({"vocab": {"k": 1, "o": 2, "i": 3}}))
-    if isinstance(voices, str):
-        (path / "voices_ja.npz").write_text(voices)
-    else:
-        np.savez(path / "voices_ja.npz", **(voices if voices is not None else
-                                            {"jf_alpha": np.zeros((510, 1, 256), np.float32)}))
-    return path
 
 
 def test_corrupt_voice_files_and_models_are_refused_up_front_by_the_check(exported, tmp_path, monkeypatch, capsys):

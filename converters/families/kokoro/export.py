@@ -81,11 +81,10 @@ def with_end_to_end(exported: list, contract: dict, utterance: dict, label: str)
     at the contract's exec params (`gain` is off there), returning the audio."""
     from converters.family import pipeline
     from runtime.board.kokoro import KokoroWindow
-    from runtime.board.window_walk import plan_windows
 
     layout = KokoroWindow.from_contract(contract)
     frames = utterance["x"].shape[-1]
-    windows = plan_windows(frames, layout.window, layout.context, layout.emitted - layout.overlap)
+    windows = layout.plan(frames)
     return pipeline.record_end_to_end(
         f"kokoro_walk_w{layout.window}", "runtime.board.kokoro:golden_loop", exported, utterance,
         dict(contract["exec_params"]),

@@ -24,8 +24,7 @@ def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: P
     out = Path(out)
     voice, voice_model = load_voice(voice_onnx)
     piece = slice_voice(voice_model)
-    if engines.package is not None:
-        (engine,) = engines.package_onnx("decoder")
+    engine = engines.chosen_onnx(engine, "decoder", "--engine")
     if engine is None:
         print(f"exporting the decoder at window {window}, context {context} for {engines.target} ...")
         (exported,) = export(voice.onnx_path, out.parent / f"{out.stem}_engine", window, context, dec_mask,
