@@ -84,10 +84,14 @@ def plot(path: Path, fp32: Render, engine: Render, rows: list[dict], title: str)
     test, _ = log_spectrogram(engine)
     difference = np.asarray(engine.signal, np.float64) - np.asarray(fp32.signal, np.float64)
     noise, _ = log_spectrogram(Render(difference, engine.rate))
-    seconds = reference.shape[1] / per_second
     top = float(np.max(reference))
     scale = dict(vmin=top - 90.0, vmax=top) if fp32.is_audio else dict(vmin=float(reference.min()), vmax=top)
-    extent = (0.0, seconds, 0.0, fp32.rate / 2.0 if fp32.is_audio else float(reference.shape[0]))
+    # STFT column i is centred on sample i * hop (log_spectrogram pads half a window in front) and the padding
+    # adds columns past the end: draw each column over its centre and end the axes with the signal, so the
+    # spectrograms line up with the SNR bars (a short render is visibly stretched otherwise).
+    shift = 0.5 / per_second if fp32.is_audio else 0.0
+    extent = (-shift, reference.shape[1] / per_second - shift, 0.0,
+              fp32.rate / 2.0 if fp32.is_audio else float(reference.shape[0]))
     figure, axes = plt.subplots(4, 1, figsize=(11, 10), sharex=True,
                                 gridspec_kw={"height_ratios": [3, 3, 3, 2]})
     panels = [(reference, "fp32 render", scale), (test, "engine render", scale),
@@ -109,6 +113,7 @@ def plot(path: Path, fp32: Render, engine: Render, rows: list[dict], title: str)
         for row in rows[1:]:
             ax.axvline(row["start"] * to_seconds, color="white" if ax is not axes[3] else "black",
                        linestyle="--", linewidth=0.7, alpha=0.8)
+    axes[3].set_xlim(0.0, np.asarray(fp32.signal).shape[-1] / fp32.rate)
     axes[3].set_ylabel("SNR dB")
     axes[3].set_xlabel("seconds (dashed: where engine calls join; blue: interior windows)")
     figure.suptitle(title, fontsize=10)
