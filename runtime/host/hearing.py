@@ -92,15 +92,21 @@ def plot(path: Path, fp32: Render, engine: Render, rows: list[dict], title: str)
     shift = 0.5 / per_second if fp32.is_audio else 0.0
     extent = (-shift, reference.shape[1] / per_second - shift, 0.0,
               fp32.rate / 2.0 if fp32.is_audio else float(reference.shape[0]))
-    figure, axes = plt.subplots(4, 1, figsize=(11, 10), sharex=True,
-                                gridspec_kw={"height_ratios": [3, 3, 3, 2]})
+    # The colour bars get a column of their own (empty beside the SNR bars), so the four panels are one width and
+    # a join drawn at one time lines up from top to bottom.
+    figure, grid = plt.subplots(4, 2, figsize=(11, 10),
+                                gridspec_kw={"height_ratios": [3, 3, 3, 2], "width_ratios": [80, 1]})
+    axes = grid[:, 0]
+    grid[3, 1].axis("off")
     panels = [(reference, "fp32 render", scale), (test, "engine render", scale),
               (noise, "engine - fp32", scale if fp32.is_audio else {})]
-    for ax, (image, label, limits) in zip(axes, panels):
+    for ax, bar, (image, label, limits) in zip(axes, grid[:3, 1], panels):
+        ax.sharex(axes[3])
+        ax.tick_params(labelbottom=False)
         shown = ax.imshow(image, origin="lower", aspect="auto", extent=extent, cmap="magma", **limits)
         ax.set_ylabel("Hz" if fp32.is_audio else "bin")
         ax.set_title(label, fontsize=9, loc="left")
-        figure.colorbar(shown, ax=ax, pad=0.01, label="dB" if fp32.is_audio else "value")
+        figure.colorbar(shown, cax=bar, label="dB" if fp32.is_audio else "value")
     to_seconds = 1.0 / fp32.rate
     for row in rows:
         left, width = row["start"] * to_seconds, (row["stop"] - row["start"]) * to_seconds
