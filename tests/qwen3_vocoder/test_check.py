@@ -18,12 +18,13 @@ from core.contract import get_contract
 from core.errors import SetupError
 from runtime.host.audio import read_wav
 
-MIN_FP32_DB = 100.0  # the fp32 stream against the package decoder's full decode (135 dB measured)
+MIN_FP32_DB = 100.0  # the fp32 stream against the package decoder's full decode (121-124 dB measured)
 OVERALL = re.compile(r"engine render vs fp32 render: (\S+) dB overall")
 
 
 def check(*args: str):
-    _register_all()
+    if not app.registered_commands:  # discovery runs once per process (main() does it at start)
+        _register_all()
     return CliRunner().invoke(app, ["check", "qwen3-vocoder", *args])
 
 
