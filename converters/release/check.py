@@ -21,8 +21,8 @@ from core.errors import SetupError
 BACKENDS = ("onnx", "simulator")
 
 Backend = Annotated[str, typer.Option(
-    "--backend", help="Render through the engine graph in onnxruntime (`onnx`; its exact fp32 twin for a graph "
-    "that rounds in fp16), or through the engine compiled for --target in the rknn-toolkit2 simulator "
+    "--backend", help="Render through the engine graph in onnxruntime (`onnx`; a graph relying on fp16 arithmetic "
+    "with every tensor rounded to fp16), or through the engine compiled for --target in the rknn-toolkit2 simulator "
     "(`simulator`: what the NPU's fp16 produces, REGTASK damage aside).")]
 Package = Annotated[Optional[Path], typer.Option(
     "--package", help="A package built by `convert engines` (dist/<target>/<package>_<target>/): render through "
@@ -66,12 +66,13 @@ class EngineChoice:
     def package_onnx(self, component: str | None = None) -> list[Path]:
         """The ONNX of each engine of --package (of `component`, when given), in the manifests' ladder order."""
         package = Path(self.package)
+        family = self.family_for(self.family).command_name  # what contracts name a family by (qwen3-vocoder)
         found = []
         for manifest_path in sorted(package.glob("*.manifest.json")):
             manifest = json.loads(manifest_path.read_text())
             contract = manifest.get("contract", {})
-            if contract.get("family") != self.family:
-                raise SetupError(f"{package} holds {contract.get('family')!r} engines, not {self.family}")
+            if contract.get("family") != family:
+                raise SetupError(f"{package} holds {contract.get('family')!r} engines, not {family}")
             if component is not None and contract.get("component", component) != component:
                 continue
             path = package / manifest["onnx"]["path"]
@@ -112,18 +113,21 @@ class EngineChoice:
 
     @contextmanager
     def open(self, onnx_path: Path) -> Iterator:
-        """The engine backend of `onnx_path`: the simulator compiling it, or onnxruntime on the graph itself,
-        or on its exact fp32 twin when it has one: a graph that relies on fp16 arithmetic (the `round` Snake
-        sine) computes nonsense in fp32, and the twin is what it means."""
+        """The engine backend of `onnx_path`: onnxruntime on the graph itself, or the simulator compiling it. A
+        graph that relies on fp16 arithmetic (it has an exact fp32 twin: the round Snake sine) computes something
+        else in fp32, so onnxruntime runs it with every tensor rounded to fp16 (gates.fp16_floor.fp16_rounded)."""
         from core.paths import reference_path
-        from runtime.host.backends import SimulatorBackend
+        from runtime.host.backends import OnnxBackend, SimulatorBackend
 
         if self.backend == "onnx":
-            twin = reference_path(Path(onnx_path))
-            if twin.is_file():
-                print(f"{Path(onnx_path).name} rounds in fp16, which onnxruntime's fp32 cannot: rendering its exact "
-                      f"fp32 twin {twin.name} (--backend simulator renders the engine itself)")
-            yield self.fp32(onnx_path)
+            graph = onnx_path
+            if reference_path(Path(onnx_path)).is_file():
+                import onnx
+
+                from gates.fp16_floor import fp16_rounded
+
+                graph = fp16_rounded(onnx.load(str(onnx_path)))
+            yield OnnxBackend(graph)
             return
         target, toolkit = self.compiled_for()
         print(f"compiling {Path(onnx_path).name} for {target} in the rknn-toolkit2 {toolkit} simulator ...")

@@ -86,21 +86,29 @@ def plot(path: Path, fp32: Render, engine: Render, rows: list[dict], title: str)
     test, _ = log_spectrogram(engine)
     difference = np.asarray(engine.signal, np.float64) - np.asarray(fp32.signal, np.float64)
     noise, _ = log_spectrogram(Render(difference, engine.rate))
-    seconds = reference.shape[1] / per_second
     top = float(np.max(reference))
     scale = dict(vmin=top - 90.0, vmax=top) if fp32.is_audio else dict(vmin=float(reference.min()), vmax=top)
-    extent = (0.0, seconds, 0.0, fp32.rate / 2.0 if fp32.is_audio else float(reference.shape[0]))
-    figure, axes = plt.subplots(4, 1, figsize=(11, 10), sharex=True,
-                                gridspec_kw={"height_ratios": [3, 3, 3, 2]})
+    # STFT column i is centred on sample i * hop (log_spectrogram pads half a window in front) and the padding
+    # adds columns past the end: draw each column over its centre and end the axes with the signal, so the
+    # spectrograms line up with the SNR bars (a short render is visibly stretched otherwise).
+    shift = 0.5 / per_second if fp32.is_audio else 0.0
+    extent = (-shift, reference.shape[1] / per_second - shift, 0.0,
+              fp32.rate / 2.0 if fp32.is_audio else float(reference.shape[0]))
+    # The colour bars get a column of their own (empty beside the SNR bars), so the four panels are one width and
+    # a join drawn at one time lines up from top to bottom.
+    figure, grid = plt.subplots(4, 2, figsize=(11, 10),
+                                gridspec_kw={"height_ratios": [3, 3, 3, 2], "width_ratios": [80, 1]})
+    axes = grid[:, 0]
+    grid[3, 1].axis("off")
     panels = [(reference, "fp32 render", scale), (test, "engine render", scale),
               (noise, "engine - fp32", scale if fp32.is_audio else {})]
-    for ax, (image, label, limits) in zip(axes, panels):
+    for ax, bar, (image, label, limits) in zip(axes, grid[:3, 1], panels):
+        ax.sharex(axes[3])
+        ax.tick_params(labelbottom=False)
         shown = ax.imshow(image, origin="lower", aspect="auto", extent=extent, cmap="magma", **limits)
         ax.set_ylabel("Hz" if fp32.is_audio else "bin")
         ax.set_title(label, fontsize=9, loc="left")
-        figure.colorbar(shown, ax=ax, pad=0.01, label="dB" if fp32.is_audio else "value")
-    # the SNR bars take an invisible colorbar's width too, so all four panels share one time axis on the page
-    figure.colorbar(shown, ax=axes[3], pad=0.01).ax.set_visible(False)
+        figure.colorbar(shown, cax=bar, label="dB" if fp32.is_audio else "value")
     to_seconds = 1.0 / fp32.rate
     for row in rows:
         left, width = row["start"] * to_seconds, (row["stop"] - row["start"]) * to_seconds
@@ -113,13 +121,11 @@ def plot(path: Path, fp32: Render, engine: Render, rows: list[dict], title: str)
         for row in rows[1:]:
             ax.axvline(row["start"] * to_seconds, color="white" if ax is not axes[3] else "black",
                        linestyle="--", linewidth=0.7, alpha=0.8)
+    axes[3].set_xlim(0.0, np.asarray(fp32.signal).shape[-1] / fp32.rate)
     axes[3].set_ylabel("SNR dB")
     axes[3].set_xlabel("seconds (dashed: where spans join; blue: interior windows)")
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
-    # the colourbars narrow the map panels: the SNR panel takes their width so its bars sit under their frames
-    maps, bars = axes[0].get_position(), axes[3].get_position()
-    axes[3].set_position([maps.x0, bars.y0, maps.width, bars.height])
     figure.savefig(path, dpi=90)
     plt.close(figure)
     return Path(path)

@@ -10,11 +10,14 @@ cache size, head dim and kv_len back from the graph and only compiles.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
+
+import typer
 
 from converters.family import pipeline
 from converters.family.declaration import Component, Family, Table, option
-from converters.families.qwen3_vocoder.step_export import FAMILY as CONTRACT_FAMILY, ROLES, describe
+from converters.families.qwen3_vocoder.step_export import COMPONENT, FAMILY as CONTRACT_FAMILY, ROLES, describe
+from core import paths
 from core.errors import SetupError
 
 NAME = "qwen3_vocoder"
@@ -57,6 +60,10 @@ class Options(Table):
     sine_form: Literal[SINE_FORMS] = option(
         "round", "SnakeBeta sine in the engine graph: round (default; a polynomial after native fp16 rounding, all "
         "NPU), exact (Sin: CPU on rk3588), clip or floor (see surgery/modules/snake.py).")
+
+
+# The shipped stream (recipes/qwen3_tts_0_6b_base_speech_decoder.toml), for a check's target no recipe lists.
+SHIPPED_FRAMES = {"first": 16, "main": 64}
 
 
 def onnx_name(role: str, frames: int) -> str:
@@ -185,14 +192,72 @@ def _say_contract(onnx_path: Path) -> None:
         print(describe(onnx_path, contract, "from the ONNX contract"))
 
 
+def check_qwen3_vocoder(
+    engines,
+    model_dir: Annotated[Optional[str], typer.Option("--model-dir", help=Source.model_fields["model_dir"].description
+                         + " The steps are exported from it, random codes drawn from its codebook and the whole "
+                         "codes decoded by its package decoder (<name>.full.wav).")] = None,
+    steps: Annotated[Optional[list[Path]], typer.Option("--engine", exists=True, dir_okay=False, help="A step ONNX "
+                     "written by `convert qwen3-vocoder` (repeat it for the first and the main step; default: export "
+                     "them from --model-dir).")] = None,
+    codes: Annotated[Optional[Path], typer.Option("--codes", exists=True, dir_okay=False, help="Code ids to render: "
+                     "an .npy of integers shaped (num_quantizers, frames) (default: random codes of --frames from "
+                     "--seed).")] = None,
+    frames: Annotated[Optional[int], typer.Option("--frames", min=1, help="Random code frames (default: a group on "
+                      "first, two on main and half a main group flushed right-padded).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random codes.")] = 0,
+    first: Annotated[Optional[int], typer.Option("--first", min=0, help="Code frames of the exported first step (the "
+                     "first group: time to first audio; 0: none). Default: the recipe's for --target (16).")] = None,
+    main: Annotated[Optional[int], typer.Option("--main", min=0, help="Code frames of the exported main step (every "
+                    "later group; 0: none, a lone first step plays main as on the board). Default: the recipe's for "
+                    "--target (64).")] = None,
+    sine_form: Annotated[Optional[str], typer.Option("--sine-form", help=Options.model_fields["sine_form"].description
+                         + " Default: the recipe's.")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="WAV of the engine render; the same stream through the fp32 "
+                   "twins is written beside it as <name>.fp32.wav, the full decode as <name>.full.wav, and the "
+                   "spectrograms with the SNR of every stream call as <name>.png.")] = paths.work_dir(NAME) / "check.wav",
+) -> None:
+    """Render code frames through the stateful stream the board runs (first step, then main, the cache carried on)
+    twice, through the fp32 twins and through the engines (--backend simulator: compiled for --target), beside the
+    package decoder's full decode; print the engine's SNR per stream call and overall."""
+    from converters.families.qwen3_vocoder.check import render_check
+
+    given = steps or (engines.package_onnx(COMPONENT) if engines.package is not None else None)
+    if given and (first is not None or main is not None or sine_form is not None):
+        raise SetupError("--first, --main and --sine-form shape an export; --engine / --package bring their own steps")
+    if not given:
+        given = export_stream(engines, model_dir, first, main, sine_form, out.parent / f"{out.stem}_engines")
+    render_check(engines, given, model_dir=model_dir, codes=codes, frames=frames, seed=seed, out=out)
+
+
+def export_stream(engines, model_dir: str | None, first: int | None, main: int | None, sine_form: str | None,
+                  directory: Path) -> list[Path]:
+    """The stream's steps exported from `model_dir` into `directory` at `first` / `main` code frames (0: leave that
+    step out; default: what the release recipe ships for the check's target) and `sine_form` (the recipe's)."""
+    if model_dir is None:
+        raise SetupError("give --model-dir SNAPSHOT (export the steps), --engine STEP.onnx or --package DIR")
+    shipped = {engine["role"]: engine["codes_length"]
+               for engine in engines.recipe_option(COMPONENT, "engines", [])} or SHIPPED_FRAMES
+    sizes = {"first": shipped.get("first", 0) if first is None else first,
+             "main": shipped.get("main", 0) if main is None else main}
+    chosen = [(role, frames, directory / onnx_name(role, frames)) for role, frames in sizes.items() if frames]
+    if not chosen:
+        raise SetupError("--first 0 --main 0 leaves the stream no step")
+    print(f"exporting the {' and '.join(f'{role} B={frames}' for role, frames, _ in chosen)} step(s) into "
+          f"{directory} ...")
+    return [record.onnx for record in export(model_dir, chosen,
+                                             sine_form or engines.recipe_option(COMPONENT, "sine_form"))]
+
+
 FAMILY = Family(
     name=NAME,
     help="Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role.",
     source=Source,
-    components=(Component("speech_decoder", export_steps, Options, advice=ADVICE),),
+    components=(Component(COMPONENT, export_steps, Options, advice=ADVICE),),
     build_defaults={"max_regtask_lines": 0, "min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
     sources=recipe_sources,
     from_onnx=from_onnx,
     after_build=pipeline.say_engines,  # each engine's CPU ops: the figure its NPU shaping is measured by
     loops=(GOLDEN_LOOP,),
+    checks={"qwen3-vocoder": check_qwen3_vocoder},
 )
