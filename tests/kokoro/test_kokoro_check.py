@@ -56,8 +56,8 @@ def test_simulator_backend_renders_the_compiled_engine(exported, model_onnx, tmp
 def test_without_an_engine_it_exports_one_at_the_frames_asked(state, model_onnx, tmp_path, monkeypatch,
                                                                check_report):
     """No ENGINE_ONNX and no --package: the generator of --model-onnx (here the small one) is exported into
-    `<out>_engine/` at --frames, in the recipe's round form; onnxruntime cannot round in fp16, so --backend onnx
-    renders its exact fp32 twin."""
+    `<out>_engine/` at --frames, in the recipe's round form; its sine relies on fp16 rounding, so --backend onnx
+    renders it with every tensor rounded to fp16 (its fp16 floor), judged against its exact fp32 twin."""
     monkeypatch.setattr(sources, "load_generator", lambda *args: (SMALL, state, "random", None))
     out = tmp_path / "kokoro.wav"
     _register_all()
@@ -67,5 +67,6 @@ def test_without_an_engine_it_exports_one_at_the_frames_asked(state, model_onnx,
     assert f"exporting the generator at {FRAMES} frames for rk3588" in result.output
     engine = tmp_path / "kokoro_engine" / f"kokoro_generator_w{FRAMES}.onnx"
     assert engine.is_file() and engine.with_suffix(".fp32.onnx").is_file()
-    assert "rounds in fp16, which onnxruntime's fp32 cannot" in result.output
-    assert check_report(result.output, out) == math.inf
+    engine_vs_fp32 = check_report(result.output, out)
+    print(f"fp16-rounded round-form engine vs its fp32 twin: {engine_vs_fp32:.1f} dB")
+    assert 25.0 < engine_vs_fp32 < math.inf
