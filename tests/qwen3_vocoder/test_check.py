@@ -55,7 +55,7 @@ def test_onnx_backend_renders_every_kind_of_stream_call(onnx_render):
     snr = overall_snr(result)
     # Run in fp32, the engine graph's round Snake sine is another function (13 dB): it runs rounded to fp16.
     assert math.isfinite(snr) and snr > MIN_SIMULATOR_SNR_DB
-    calls = re.findall(r"call +\d+ (\w+) ", result.output)
+    calls = re.findall(r"span +\d+ (\w+) ", result.output)
     assert calls == ["first", "main", "main", "padded"]  # 16 + 2 x 64 + 32 frames
     fp32_vs_full = float(re.search(r"fp32 render vs full-length reference .*: (\S+) dB", result.output).group(1))
     assert fp32_vs_full > MIN_FP32_DB
@@ -75,7 +75,7 @@ def test_simulator_backend_renders_given_codes_through_a_lone_first_step(onnx_re
     snr = overall_snr(result)
     assert "in the rknn-toolkit2 2.3.2 simulator" in result.output
     assert math.isfinite(snr) and snr > MIN_SIMULATOR_SNR_DB
-    assert re.findall(r"call +\d+ (\w+) ", result.output) == ["first", "first", "padded"]
+    assert re.findall(r"span +\d+ (\w+) ", result.output) == ["first", "first", "padded"]
     assert_written(out, 40)
 
 
@@ -93,7 +93,7 @@ def test_a_package_renders_through_its_engines_onnx(onnx_render, tmp_path):
     out = tmp_path / "package.wav"
     result = check("--package", str(package), "--codes", str(tmp_path / "codes.npy"), "--out", str(out))
     assert overall_snr(result) > MIN_SIMULATOR_SNR_DB
-    assert re.findall(r"call +\d+ (\w+) ", result.output) == ["first", "padded"]
+    assert re.findall(r"span +\d+ (\w+) ", result.output) == ["first", "padded"]
     assert not out.with_suffix(".full.wav").exists()
 
 
