@@ -40,7 +40,7 @@ def render_check(engines, steps: list[Path], model_dir: str | None, codes: Path 
     full = Render(_full_decode(source, code_ids, fp32.size), rate) if source is not None else None
     steps_said = " + ".join(f"{c['role']} B={c['frames']}" for c in contracts)
     title = (f"qwen3-vocoder stream of {code_ids.shape[1]} code frames, {steps_said} "
-             f"({engines.backend}{', ' + engines.target if engines.backend == 'simulator' else ''})")
+             f"({engines.label})")
     return compare(Path(out), Render(fp32, rate), Render(rendered, rate), spans, title=title, full=full)
 
 
