@@ -152,7 +152,8 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
     spans = [Span(win.emit_start * per_frame, win.emit_end * per_frame, win.kind)
              for win in window.plan(taps["x"].shape[-1])]
     rate = int(contract["sample_rate"])
-    title = f"kokoro {voice} {phonemes!r}, generator W={window.window} ({engines.label})"
+    said = phonemes if len(phonemes) <= 40 else phonemes[:37] + "..."  # a paragraph would run off the page
+    title = f"kokoro {voice} {said!r}, generator W={window.window} ({engines.label})"
     figures = compare(Path(out), Render(audio["fp32"], rate), Render(audio["engine"], rate), spans, title=title,
                       full=Render(model_audio, rate), apart_from_full=APART_FROM_MODEL)
     figures["spec_phase_vs_model_db"] = {name: snr_db(taps["spec_phase"], spec_phase)
