@@ -1,20 +1,10 @@
-"""WAV I/O for rendered audio: float waveforms in [-1, 1] to 16-bit PCM and back."""
+"""Reading rendered audio back (the writer is the board kit's, runtime.board.speech.write_wav, so a WAV written on
+the host and one written on the board are alike), and the largest sample step of a render."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-
-
-def write_wav(path: Path, audio: np.ndarray, sample_rate: int) -> Path:
-    """Write mono `audio` (any shape, flattened) as 16-bit PCM, clipped to [-1, 1]."""
-    import soundfile
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pcm = np.clip(np.asarray(audio, dtype=np.float64).reshape(-1), -1.0, 1.0)
-    soundfile.write(str(path), pcm, int(sample_rate), subtype="PCM_16")
-    return path
 
 
 def read_wav(path: Path) -> tuple[np.ndarray, int]:

@@ -323,7 +323,7 @@ def test_check_command_decodes_a_wav(small_plan, tmp_path):
     from typer.testing import CliRunner
 
     from converters.families.audio8 import FAMILY
-    from runtime.host.audio import write_wav
+    from runtime.board.speech import write_wav
 
     app, check_app = typer.Typer(), typer.Typer()
     app.add_typer(check_app, name="check")

@@ -65,7 +65,7 @@ def render_on_board(ids: list[int], duration_onnx: Path, engine: Path, out: Path
     decode of the same latent beside it as `<out>.full.wav`, and the SNR between the two."""
     from runtime.board.inflect import InflectSynth
     from runtime.board.numeric import snr_db
-    from runtime.host.audio import write_wav
+    from runtime.board.speech import write_wav
     from runtime.host.inflect import load_engine
 
     model, duration = synthesis(duration_onnx, config)
