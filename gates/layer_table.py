@@ -85,8 +85,11 @@ def _rank_adapting(layer: Layer) -> bool:
 def _boundary_ids(layers: list[Layer]) -> frozenset:
     """I/O operators, plus the rank-adapting Reshapes in the runs right after the inputs / before the outputs."""
     ids = {l.id for l in layers if l.op_type in BOUNDARY_OPS}
-    # The toolkit names an input's adapter '<input>_rs' and may place it later, right before its first use.
+    # The toolkit names an input's adapter '<input>_rs' and may place it later, right before its first use, and an
+    # output's '<output>-rs', placed right before that output's operator, which may sit before another output's
+    # last layers (a step's cache_out before its pcm).
     adapters = {f"{l.node}_rs" for l in layers if l.op_type == "InputOperator"}
+    adapters |= {f"{l.node}-rs" for l in layers if l.op_type == "OutputOperator"}
     ids |= {l.id for l in layers if l.node in adapters and l.target == "CPU" and _rank_adapting(l)}
     for run in (layers, layers[::-1]):
         for layer in run:

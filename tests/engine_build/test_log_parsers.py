@@ -14,6 +14,8 @@ DATA = Path(__file__).parent / "data"
 RK3566_SIN = DATA / "rk3566_conv_sin_x3_t16385_2.3.2.log"   # 3 x (Conv, Sin, Add) on [1,22,16385]
 RK3576_SIN = DATA / "rk3576_conv_sin_t16385_2.5.0.log"      # has the extra SparseRatio column
 RK3588_FLOOR = DATA / "rk3588_conv_floor_t64_2.5.0.log"
+# The I/O rows of a tiny Qwen3 step's table (rk3588, 2.3.2): its cache_out adapter sits before the pcm's last layers.
+RK3588_STEP_IO = DATA / "rk3588_qwen3_tiny_step_io_2.3.2.log"
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -77,6 +79,15 @@ def test_cpu_compute_ops_exclude_io_glue():
     assert [(op["type"], op["name"]) for op in table.ops_json()["cpu_ops"]] == [("Sin", f"sin{i}") for i in range(3)]
     verdict = cpu_ops_verdict(table)
     assert not verdict.passed and verdict.value == 3 and "Sin:sin0" in verdict.detail
+
+
+def test_an_output_adapter_before_another_outputs_layers_is_io_glue():
+    table = parse_layer_table(RK3588_STEP_IO.read_text())
+    assert "Reshape:cache_out-rs" in [l.name for l in table.layers if l.target == "CPU"]
+    assert [op["name"] for op in table.ops_json()["cpu_ops"]] == ["/step/quantizer/Add"]
+    # The same shape change under any other name is compute.
+    renamed = parse_layer_table(RK3588_STEP_IO.read_text().replace("Reshape:cache_out-rs", "Reshape:cache_join"))
+    assert [op["name"] for op in renamed.ops_json()["cpu_ops"]] == ["/step/quantizer/Add", "cache_join"]
 
 
 def test_cpu_ops_gate_on_floor_and_clean_npu_sin():
