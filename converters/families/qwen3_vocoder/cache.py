@@ -63,36 +63,39 @@ class CacheLayout:
 
 
 def extend_rows(x: torch.Tensor, tail: torch.Tensor, context: int):
-    """x [1,C,R,L] rows of one signal, tail [1,C,1,context] the samples before it -> (extended
-    [1,C,R,context+L], each row preceded by the `context` samples before it in the signal; the new tail)."""
-    channels, rows, length = (int(d) for d in x.shape[1:])  # python ints: the graph stays fixed-shape
+    """x [1,R,L,C] rows of one signal, channels last; tail [1,1,context,C] the samples before it -> (extended
+    [1,R,context+L,C], each row preceded by the `context` samples before it in the signal; the new tail)."""
+    rows, length, channels = (int(d) for d in x.shape[1:])  # python ints: the graph stays fixed-shape
     spans = -(-context // length)  # how many rows back a halo reaches
     if spans == 1:
         halo = tail
         if rows > 1:
-            halo = torch.cat([halo, x[:, :, : rows - 1, length - context :]], dim=2)
+            halo = torch.cat([halo, x[:, : rows - 1, length - context :]], dim=1)
     else:
-        padding = torch.zeros(1, channels, spans * length - context, dtype=x.dtype)
-        before = torch.cat([padding, tail.reshape(1, channels, context)], dim=-1).reshape(1, channels, spans, length)
-        stacked = torch.cat([before, x], dim=2)  # [1, C, spans + R, L]
-        halo = torch.cat([stacked[:, :, spans - back : spans - back + rows] for back in range(spans, 0, -1)],
-                         dim=-1)[..., spans * length - context :]
-    extended = torch.cat([halo, x], dim=-1)
-    return extended, extended[:, :, rows - 1 :, -context:]
+        padding = torch.zeros(1, 1, spans * length - context, channels, dtype=x.dtype)
+        before = torch.cat([padding, tail], dim=2).reshape(1, spans, length, channels)
+        stacked = torch.cat([before, x], dim=1)  # [1, spans + R, L, C]
+        halo = torch.cat([stacked[:, spans - back : spans - back + rows] for back in range(spans, 0, -1)],
+                         dim=2)[:, :, spans * length - context :]
+    extended = torch.cat([halo, x], dim=2)
+    return extended, extended[:, rows - 1 :, -context:]
 
 
 def add_row_tail(layout: CacheLayout, name: str, channels: int, context: int) -> str:
-    """A row conv's tail in the cache, time-major [1, 1, context, C]: read from the flat cache in that order it is
-    an NPU Reshape + Transpose; channel-major [1, C, 1, context] reshapes landed on the CPU (rk3588, 34 of them
-    in the real-shape step: the narrow context axis is the innermost one)."""
+    """A row conv's tail in the cache, time-major [1, 1, context, C]: a slice of the flat cache read in that order
+    is a plain NPU Reshape. Channel-major [1, C, 1, context] reshapes landed on the CPU (rk3588, 34 of them in the
+    real-shape step: the narrow context axis is the innermost one)."""
     return layout.add(name, (1, 1, context, channels))
 
 
 def extend_rows_from_cache(x: torch.Tensor, state: dict, new_state: dict, name: str, context: int) -> torch.Tensor:
-    """`extend_rows` with the tail read from and written back to the cache entry `name` (see add_row_tail)."""
-    extended, tail = extend_rows(x, state[name].permute(0, 3, 1, 2), context)
-    new_state[name] = tail.permute(0, 2, 3, 1)
-    return extended
+    """`extend_rows` of rows x [1,C,R,L] with the tail read from and written back to the cache entry `name`.
+    The halo is joined in the cache's own channels-last order and the extended rows transposed once after the
+    join: a tail transposed to [1,C,1,context] before it was a Transpose the compiler put on the CPU, batch-major
+    (context,C,1,1) (rk3588: 14 CPU Transposes in the real-shape B=16 step, 8 in the tiny one; joined channels
+    last, none, at the tiny step's estimated cycles)."""
+    extended, new_state[name] = extend_rows(x.permute(0, 2, 3, 1), state[name], context)
+    return extended.permute(0, 3, 1, 2)
 
 
 class RowCausalConv(nn.Module):
