@@ -19,6 +19,9 @@ import numpy as np
 from runtime.board.window_walk import WindowSpan, read_contract
 
 CODES, CACHE_IN, PCM, CACHE_OUT = "codes", "cache_in", "pcm", "cache_out"
+# Steps exported before the contract named `codes_dtype` take int64 code ids (published packages); later ones
+# float32 (the exporter's one-hot quantizer runs on the NPU only on float inputs).
+CODES_DTYPE_BEFORE = "int64"
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class StepContract:
     cache_numel: int
     samples_per_frame: int
     num_quantizers: int
+    codes_dtype: str = CODES_DTYPE_BEFORE  # the dtype the engine takes code ids in
 
     @classmethod
     def from_contract(cls, contract: dict) -> "StepContract":
@@ -36,9 +40,9 @@ class StepContract:
         return read_contract(cls, contract)
 
 
-def _padded(codes: np.ndarray, frames: int) -> np.ndarray:
-    """codes [K, n<=frames] -> [1, K, frames] int64, right-padded with code 0."""
-    out = np.zeros((1, codes.shape[0], frames), dtype=np.int64)
+def _padded(codes: np.ndarray, frames: int, dtype: str) -> np.ndarray:
+    """codes [K, n<=frames] -> [1, K, frames] in the engine's `dtype`, right-padded with code 0."""
+    out = np.zeros((1, codes.shape[0], frames), dtype=dtype)
     out[0, :, : codes.shape[1]] = codes
     return out
 
@@ -70,7 +74,7 @@ class StatefulStream:
 
     def _run(self, backend, step: StepContract, codes: np.ndarray) -> np.ndarray:
         real = codes.shape[1]
-        outputs = backend.run({CODES: _padded(codes, step.frames), CACHE_IN: self.cache})
+        outputs = backend.run({CODES: _padded(codes, step.frames, step.codes_dtype), CACHE_IN: self.cache})
         self.cache = np.asarray(outputs[CACHE_OUT], dtype=np.float32).reshape(-1)
         self.started, self.steps = True, self.steps + 1
         return np.asarray(outputs[PCM]).reshape(-1)[: real * step.samples_per_frame]
@@ -122,6 +126,7 @@ class WindowRole(WindowSpan):
     """The window role's contract: `window` = `context` frames on the left + `emitted` new ones."""
 
     samples_per_frame: int
+    codes_dtype: str = CODES_DTYPE_BEFORE
 
 
 def window_decode(codes: np.ndarray, backend, contract: dict) -> np.ndarray:
@@ -132,7 +137,8 @@ def window_decode(codes: np.ndarray, backend, contract: dict) -> np.ndarray:
     for start in range(0, codes.shape[1], role.emitted):
         new = min(role.emitted, codes.shape[1] - start)
         context = min(role.context, start)
-        pcm = np.asarray(backend.run({CODES: _padded(codes[:, start - context : start + new], role.window)})[PCM])
+        codes_in = _padded(codes[:, start - context : start + new], role.window, role.codes_dtype)
+        pcm = np.asarray(backend.run({CODES: codes_in})[PCM])
         pieces.append(pcm.reshape(-1)[context * role.samples_per_frame : (context + new) * role.samples_per_frame])
     return np.concatenate(pieces)
 

@@ -32,6 +32,9 @@ from runtime.board.soc import ROW_SAMPLES_LIMIT
 from surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
 
 SAMPLES_PER_FRAME_KEY = "samples_per_frame"
+# The engine's `codes` input: code ids as floats (see Quantizer), named in the contract for the runtime.
+CODES_DTYPE = "float32"
+FP16_EXACT_INTEGERS = 2048  # every integer up to 2^11 is exact in fp16
 # Additive mask value: exp(-1e4) is exactly 0 in fp32 and the value stays finite in fp16.
 MASK_NEGATIVE = 1.0e4
 
@@ -314,29 +317,38 @@ class QuantizerGroup(nn.Module):
 
 
 class Quantizer(nn.Module):
-    """Codes -> embeddings: one Gather of every codebook from one stacked table, then per group the sum and the
-    group's 1x1 projection. The codes tensor is never sliced: the toolkit rewrites slices of it into a Split
-    whose sizes it gets wrong (rk3588, B=64: sizes summing to 226 for 16 rows, then garbage indices and inf)."""
+    """Codes -> embeddings: every code one-hot against its codebook's ids, one batched MatMul with the stacked
+    tables, then per group the sum and the group's 1x1 projection. The codes come as floats (CODES_DTYPE): an
+    index Gather, and the Add of per-codebook offsets and the Cast before any float op on int64 codes, run on the
+    CPU (rk3588, 2.3.2: the Add and the Gather in every step). One-hot as relu(1 - |code - id|) is exact in fp16
+    for ids under 2048 (integers stay exact) and exactly 0 or 1, so each embedding is its table row. The codes
+    tensor is never sliced: the toolkit rewrote slices of it into a Split whose sizes it got wrong (rk3588, B=64:
+    sizes summing to 226 for 16 rows, then garbage indices and inf)."""
 
     def __init__(self, dims: dict):
         super().__init__()
         size, outer = dims["codebook_size"], dims["codebook_dim"]
+        if size > FP16_EXACT_INTEGERS:
+            raise ValueError(f"codebook_size {size}: code ids past {FP16_EXACT_INTEGERS} are not exact in fp16")
         self.rvq_first = QuantizerGroup(1, size, outer // 2, outer)
         self.rvq_rest = QuantizerGroup(dims["num_quantizers"] - 1, size, outer // 2, outer)
-        self.register_buffer("offsets", torch.arange(dims["num_quantizers"])[:, None] * size, persistent=False)
+        self.register_buffer("ids", torch.arange(size, dtype=torch.float32), persistent=False)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes [1,K,B] -> [1,B,codebook_dim] (time-major)."""
+        """codes [1,K,B] (code ids, any numeric dtype) -> [1,B,codebook_dim] (time-major)."""
         quantizers, frames = (int(d) for d in codes.shape[1:])
-        table = torch.cat([self.rvq_first.table(), self.rvq_rest.table()])
-        embedded = F.embedding(codes.reshape(quantizers, frames) + self.offsets, table)  # [K, B, dim]
+        size = int(self.ids.shape[0])
+        tables = torch.cat([self.rvq_first.table(), self.rvq_rest.table()]).reshape(quantizers, size, -1)
+        ids = codes.to(torch.float32).reshape(quantizers, frames, 1)
+        one_hot = torch.relu(1.0 - (ids - self.ids).abs())  # [K, B, size]
+        embedded = torch.matmul(one_hot, tables)  # [K, B, dim]
         first = F.linear(embedded[0], self.rvq_first.output_proj.weight[:, :, 0])
         rest = F.linear(embedded[1:].sum(0), self.rvq_rest.output_proj.weight[:, :, 0])
         return (first + rest)[None]
 
 
 class StreamingDecoder(nn.Module):
-    """(codes [1,K,B] int64, cache [N] fp32) -> (pcm [1, B*samples_per_frame], cache [N]).
+    """(codes [1,K,B] code ids, cache [N] fp32) -> (pcm [1, B*samples_per_frame], cache [N]).
 
     After the transformer the signal travels as rows of `frames_per_row(B)` code frames, so that no time axis
     in the graph exceeds `row_samples_limit` samples (see ROW_SAMPLES_LIMIT)."""
@@ -408,6 +420,7 @@ class StreamingDecoder(nn.Module):
         """What the runtime and the conversion stage read back instead of restating."""
         return {
             "cache_numel": self.cache_numel,
+            "codes_dtype": CODES_DTYPE,
             "head_dim": self.dims["head_dim"],
             "kv_len": self.kv_len,
             "kv_heads": self.dims["kv_heads"],

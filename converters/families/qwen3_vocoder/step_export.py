@@ -155,6 +155,7 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
         wrap = _FixedStep.stateful
         feeds = {"codes": codes_all[..., -frames:], "cache_in": warm}
         names_in, names_out = ["codes", "cache_in"], ["pcm", "cache_out"]
+    feeds["codes"] = feeds["codes"].to(getattr(torch, fields["codes_dtype"]))  # the engine's input type
     fields.update(frames=frames, sine_form=sine_form)
     contract = make_contract(FAMILY, COMPONENT, role, EXEC_PLAN_OPTION, ladder_key=frames, **fields)
 
