@@ -30,7 +30,9 @@ def independent_cache_numel(config: dict) -> int:
     slot, and (kernel-1)*dilation input frames of every causal conv (one frame per overlapping transposed conv)."""
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     history = config["sliding_window"] - 1
-    count = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * history * head_dim + history
+    flags = -(-history // 16) * 16  # one per slot, padded to the cache's 16-float alignment (every other entry is
+    # a multiple of 16 floats in the tiny and the real config)
+    count = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * history * head_dim + flags
     count += 2 * config["codebook_dim"]                                  # pre_conv, kernel 3
     count += len(config["upsampling_ratios"]) * 6 * config["latent_dim"]  # ConvNeXt depthwise, kernel 7
     count += 6 * config["latent_dim"]                                    # decoder input conv, kernel 7

@@ -23,8 +23,15 @@ class CacheEntry:
         return math.prod(self.shape)
 
 
+# Every cache entry starts at a multiple of this many floats (the gap after an entry holds zeros). The flat cache
+# reaches the NPU as one channel vector [1, N, 1, 1]: with the 31 (tiny) / 71 (real shape) validity flags shifting
+# every later entry off the channel groups, the Concat that joins the entries ran on the CPU (rk3576 tiny step;
+# rk3588 real shape).
+CACHE_ALIGNMENT = 16
+
+
 class CacheLayout:
-    """Ordered (name, shape) entries of the flat cache vector."""
+    """Ordered (name, shape) entries of the flat cache vector, each at an offset aligned to CACHE_ALIGNMENT."""
 
     def __init__(self) -> None:
         self.entries: list[CacheEntry] = []
@@ -35,26 +42,37 @@ class CacheLayout:
         self.entries.append(CacheEntry(name, tuple(int(d) for d in shape)))
         return name
 
-    @property
-    def numel(self) -> int:
-        return sum(e.numel for e in self.entries)
+    @staticmethod
+    def _slots(entry: CacheEntry) -> int:
+        """The floats an entry occupies: its own, then zeros up to the next aligned offset."""
+        return -(-entry.numel // CACHE_ALIGNMENT) * CACHE_ALIGNMENT
 
-    def split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        out, offset = {}, 0
-        for entry in self.entries:
-            out[entry.name] = flat[offset : offset + entry.numel].reshape(entry.shape)
-            offset += entry.numel
-        return out
-
-    def join(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([parts[e.name].reshape(-1) for e in self.entries])
-
-    def to_json(self) -> list[dict]:
+    def _offsets(self) -> list[int]:
         offsets, offset = [], 0
         for entry in self.entries:
-            offsets.append({"name": entry.name, "shape": list(entry.shape), "offset": offset})
-            offset += entry.numel
+            offsets.append(offset)
+            offset += self._slots(entry)
         return offsets
+
+    @property
+    def numel(self) -> int:
+        return sum(self._slots(e) for e in self.entries)
+
+    def split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {entry.name: flat[offset : offset + entry.numel].reshape(entry.shape)
+                for entry, offset in zip(self.entries, self._offsets())}
+
+    def join(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        pieces = []
+        for entry in self.entries:
+            pieces.append(parts[entry.name].reshape(-1))
+            if self._slots(entry) > entry.numel:
+                pieces.append(torch.zeros(self._slots(entry) - entry.numel, dtype=pieces[-1].dtype))
+        return torch.cat(pieces)
+
+    def to_json(self) -> list[dict]:
+        return [{"name": entry.name, "shape": list(entry.shape), "offset": offset}
+                for entry, offset in zip(self.entries, self._offsets())]
 
 
 # The conv decoder never holds one time axis past the NPU's 13-bit field (runtime.board.soc.ROW_SAMPLES_LIMIT):
