@@ -101,7 +101,8 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
-    layout: dict[str, tuple[int, int]] = {}  # phase-layout tensors -> (channels per phase, phases)
+    # phase-layout tensors -> (channels per phase, the strides of the levels its phases come from)
+    layout: dict[str, tuple[int, tuple[int, ...]]] = {}
     new_nodes: list[onnx.NodeProto] = []
 
     def initializer(name: str, value: np.ndarray) -> str:
@@ -109,34 +110,43 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
         graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    def as_conv(node: onnx.NodeProto, taps: np.ndarray, shifts: list[int], stride: int, phases: int):
-        """Replace `node` (a full-rate conv with these taps) by its coarse Conv on `phases` input phases."""
+    def as_conv(node: onnx.NodeProto, taps: np.ndarray, shifts: list[int], stride: int, strides: tuple[int, ...]):
+        """Replace `node` (a full-rate conv with these taps) by its coarse Conv on the input's phases."""
         bias = constant_value(index, node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        weight, bias, pads = _phase_conv(taps, shifts, stride, phases, bias)
+        weight, bias, pads = _phase_conv(taps, shifts, stride, math.prod(strides), bias)
         result = node.output[0]
         new_nodes.append(helper.make_node(
             "Conv", [node.input[0], initializer(f"{result}_polyphase_w", weight),
                      initializer(f"{result}_polyphase_b", bias)],
             [result], name=f"{node.name or result}_polyphase", pads=pads))
-        layout[result] = (taps.shape[0], phases * stride)
+        layout[result] = (taps.shape[0], strides + ((stride,) if stride > 1 else ()))
 
     def interleave(name: str) -> str:
-        """Phase layout [1, P*C, L] -> [1, C, P*L] by a 0/1 ConvTranspose (kernel = stride = P): exact,
-        and an op the NPU runs at full rate where a Reshape/Transpose interleave becomes a long Gather."""
-        c, phases = layout[name]
-        select = np.zeros((phases * c, c, phases), dtype=np.float32)
-        for p in range(phases):
-            select[p * c + np.arange(c), np.arange(c), p] = 1.0
-        new_nodes.append(helper.make_node(
-            "ConvTranspose", [name, initializer(f"{name}_interleave_w", select)], [f"{name}_interleaved"],
-            name=f"{name}_interleave", kernel_shape=[phases], strides=[phases]))
-        return f"{name}_interleaved"
+        """Phase layout [1, P*C, L] -> [1, C, P*L] by 0/1 ConvTransposes (kernel = stride = a), one per level's
+        stride a, the largest first: stage a turns P phases at L into P/a phases at a*L (phase p' at a*t + k is phase
+        (P/a)*k + p' at t). Exact, and ops the NPU runs where a Reshape/Transpose interleave becomes a long Gather
+        or a CPU Reshape; the compiler lowers one stride-P ConvTranspose through a CPU pad once its zero-inserted axis
+        passes 65535 (measured on rk3566: one stride-32 interleave to 65,536 samples, 1 CPU op and 186 REGTASK lines;
+        stages of 8 and 4, or five of 2, none)."""
+        c, strides = layout[name]
+        phases, current = math.prod(strides), name
+        for stage, a in enumerate(sorted(strides, reverse=True)):
+            select = np.zeros((phases * c, phases // a * c, a), dtype=np.float32)
+            for k in range(a):
+                for p in range(phases // a):
+                    select[(phases // a * k + p) * c + np.arange(c), p * c + np.arange(c), k] = 1.0
+            result = f"{name}_interleaved" if phases == a else f"{name}_interleave{stage}"
+            new_nodes.append(helper.make_node(
+                "ConvTranspose", [current, initializer(f"{result}_w", select)], [result],
+                name=f"{name}_interleave{stage}", kernel_shape=[a], strides=[a]))
+            current, phases = result, phases // a
+        return current
 
     interleaved: dict[str, str] = {}
     for original in graph.node:
         node = onnx.NodeProto()
         node.CopyFrom(original)
-        phases = layout[node.input[0]][1] if node.input and node.input[0] in layout else 1
+        strides = layout[node.input[0]][1] if node.input and node.input[0] in layout else ()
         if node.op_type == "ConvTranspose" and depth.get(node.output[0], 0) >= first_level:
             weight = constant_value(index, node.input[1])
             stride = int(node_attr(node, "strides", [1])[0])
@@ -145,7 +155,7 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
                     or any(node_attr(node, "output_padding", [0])):
                 raise PolyphaseError(f"{node.name!r}: output length must be exactly stride x input "
                                      "(kernel - 2*pad = stride, no groups or output padding)")
-            as_conv(node, weight.transpose(1, 0, 2), [pads[0] - j for j in range(weight.shape[2])], stride, phases)
+            as_conv(node, weight.transpose(1, 0, 2), [pads[0] - j for j in range(weight.shape[2])], stride, strides)
             continue
         phased = [i for i in node.input if i in layout]
         if not phased:
@@ -158,16 +168,16 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
             dilation = int(node_attr(node, "dilations", [1])[0])
             if conv_pads[0] + conv_pads[1] != dilation * (weight.shape[2] - 1):
                 raise PolyphaseError(f"conv {node.name!r} does not keep its length ('same' padding needed)")
-            as_conv(node, weight, [j * dilation - conv_pads[0] for j in range(weight.shape[2])], 1, phases)
+            as_conv(node, weight, [j * dilation - conv_pads[0] for j in range(weight.shape[2])], 1, strides)
             continue
         if node.op_type in UNARY or node.op_type in BINARY:
-            phases = layout[phased[0]][1]
+            strides = layout[phased[0]][1]
             rewritten = []
             for name in node.input:
                 value = constant_value(index, name)
-                if name in layout and layout[name][1] == phases or value is not None and value.size == 1:
+                if name in layout and layout[name][1] == strides or value is not None and value.size == 1:
                     rewritten.append(name)
-                elif name not in layout and (source := _nearest_source(index, name, phases)) is not None:
+                elif name not in layout and (source := _nearest_source(index, name, math.prod(strides))) is not None:
                     rewritten.append(source)  # every phase of a nearest-upsampled signal is the coarse signal
                 else:
                     rewritten = None
