@@ -20,6 +20,11 @@ from onnx import helper, numpy_helper
 from core.onnx_graph import GraphIndex, constant_value, node_attr
 from runtime.board.soc import TIME_FIELD_LIMIT
 
+# The widest interleave stage: rknn.build lowers a wider 0/1 ConvTranspose through a CPU pad (measured on rk3566: one
+# stride-32 interleave to 65,536 samples, 1 CPU op exConvTransposePad and 186 REGTASK lines; stages of 4 then 8 build
+# clean on rk3566 and rk3576). The widest stage goes last so every stage reads a short axis: stages of 8, 2, 2 there
+# log 14 REGTASK lines on rk3576, where the 2-stages read 16,384 and 32,768 samples.
+MAX_INTERLEAVE_STRIDE = 8
 UNARY = {"LeakyRelu", "Tanh", "Relu", "Sigmoid", "Neg", "Exp", "Abs"}
 BINARY = {"Add", "Sub", "Mul", "Div"}
 
@@ -42,6 +47,27 @@ def overflowing_levels(target: str | None, window: int, strides: list[int]) -> i
 def phase_count(strides: list[int], levels: int) -> int:
     """The phases the last `levels` upsampling levels end in: the product of their strides (1 for none)."""
     return math.prod(strides[len(strides) - levels :])
+
+
+def lacks_phases(contract: dict, target: str | None) -> bool:
+    """Whether an exported window (its contract's window, level strides and polyphase phases) holds fewer phases than
+    `target`'s time field needs: an export for a wider field, which the build could only refuse."""
+    strides = contract.get("strides")
+    if not strides or "window" not in contract:
+        return False
+    return (contract.get("polyphase") or 1) < phase_count(strides, overflowing_levels(target, contract["window"], strides))
+
+
+def interleave_stages(phases: int) -> list[int]:
+    """The strides of the interleave stages of `phases` phases: the widest divisor up to MAX_INTERLEAVE_STRIDE last,
+    then the same for what is left (32 -> [4, 8], 4 -> [4], 12 -> [2, 6])."""
+    stages = []
+    while phases > 1:
+        divisors = [a for a in range(2, MAX_INTERLEAVE_STRIDE + 1) if phases % a == 0]
+        stage = max(divisors) if divisors else phases  # a prime past the widest stage: one stage of it
+        stages.insert(0, stage)
+        phases //= stage
+    return stages
 
 
 def source_phase(offset: int, phases: int) -> tuple[int, int]:
@@ -101,8 +127,7 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
-    # phase-layout tensors -> (channels per phase, the strides of the levels its phases come from)
-    layout: dict[str, tuple[int, tuple[int, ...]]] = {}
+    layout: dict[str, tuple[int, int]] = {}  # phase-layout tensors -> (channels per phase, phases)
     new_nodes: list[onnx.NodeProto] = []
 
     def initializer(name: str, value: np.ndarray) -> str:
@@ -110,27 +135,24 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
         graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    def as_conv(node: onnx.NodeProto, taps: np.ndarray, shifts: list[int], stride: int, strides: tuple[int, ...]):
-        """Replace `node` (a full-rate conv with these taps) by its coarse Conv on the input's phases."""
+    def as_conv(node: onnx.NodeProto, taps: np.ndarray, shifts: list[int], stride: int, phases: int):
+        """Replace `node` (a full-rate conv with these taps) by its coarse Conv on `phases` input phases."""
         bias = constant_value(index, node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        weight, bias, pads = _phase_conv(taps, shifts, stride, math.prod(strides), bias)
+        weight, bias, pads = _phase_conv(taps, shifts, stride, phases, bias)
         result = node.output[0]
         new_nodes.append(helper.make_node(
             "Conv", [node.input[0], initializer(f"{result}_polyphase_w", weight),
                      initializer(f"{result}_polyphase_b", bias)],
             [result], name=f"{node.name or result}_polyphase", pads=pads))
-        layout[result] = (taps.shape[0], strides + ((stride,) if stride > 1 else ()))
+        layout[result] = (taps.shape[0], phases * stride)
 
     def interleave(name: str) -> str:
-        """Phase layout [1, P*C, L] -> [1, C, P*L] by 0/1 ConvTransposes (kernel = stride = a), one per level's
-        stride a, the largest first: stage a turns P phases at L into P/a phases at a*L (phase p' at a*t + k is phase
-        (P/a)*k + p' at t). Exact, and ops the NPU runs where a Reshape/Transpose interleave becomes a long Gather
-        or a CPU Reshape; the compiler lowers one stride-P ConvTranspose through a CPU pad once its zero-inserted axis
-        passes 65535 (measured on rk3566: one stride-32 interleave to 65,536 samples, 1 CPU op and 186 REGTASK lines;
-        stages of 8 and 4, or five of 2, none)."""
-        c, strides = layout[name]
-        phases, current = math.prod(strides), name
-        for stage, a in enumerate(sorted(strides, reverse=True)):
+        """Phase layout [1, P*C, L] -> [1, C, P*L] by 0/1 ConvTransposes (kernel = stride = a, `interleave_stages`):
+        stage a turns P phases at L into P/a phases at a*L (phase p' at a*t + k is phase (P/a)*k + p' at t). Exact,
+        and ops the NPU runs where a Reshape/Transpose interleave becomes a long Gather or a CPU Reshape."""
+        c, phases = layout[name]
+        current = name
+        for stage, a in enumerate(interleave_stages(phases)):
             select = np.zeros((phases * c, phases // a * c, a), dtype=np.float32)
             for k in range(a):
                 for p in range(phases // a):
@@ -146,7 +168,7 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
     for original in graph.node:
         node = onnx.NodeProto()
         node.CopyFrom(original)
-        strides = layout[node.input[0]][1] if node.input and node.input[0] in layout else ()
+        phases = layout[node.input[0]][1] if node.input and node.input[0] in layout else 1
         if node.op_type == "ConvTranspose" and depth.get(node.output[0], 0) >= first_level:
             weight = constant_value(index, node.input[1])
             stride = int(node_attr(node, "strides", [1])[0])
@@ -155,7 +177,7 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
                     or any(node_attr(node, "output_padding", [0])):
                 raise PolyphaseError(f"{node.name!r}: output length must be exactly stride x input "
                                      "(kernel - 2*pad = stride, no groups or output padding)")
-            as_conv(node, weight.transpose(1, 0, 2), [pads[0] - j for j in range(weight.shape[2])], stride, strides)
+            as_conv(node, weight.transpose(1, 0, 2), [pads[0] - j for j in range(weight.shape[2])], stride, phases)
             continue
         phased = [i for i in node.input if i in layout]
         if not phased:
@@ -168,16 +190,16 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
             dilation = int(node_attr(node, "dilations", [1])[0])
             if conv_pads[0] + conv_pads[1] != dilation * (weight.shape[2] - 1):
                 raise PolyphaseError(f"conv {node.name!r} does not keep its length ('same' padding needed)")
-            as_conv(node, weight, [j * dilation - conv_pads[0] for j in range(weight.shape[2])], 1, strides)
+            as_conv(node, weight, [j * dilation - conv_pads[0] for j in range(weight.shape[2])], 1, phases)
             continue
         if node.op_type in UNARY or node.op_type in BINARY:
-            strides = layout[phased[0]][1]
+            phases = layout[phased[0]][1]
             rewritten = []
             for name in node.input:
                 value = constant_value(index, name)
-                if name in layout and layout[name][1] == strides or value is not None and value.size == 1:
+                if name in layout and layout[name][1] == phases or value is not None and value.size == 1:
                     rewritten.append(name)
-                elif name not in layout and (source := _nearest_source(index, name, math.prod(strides))) is not None:
+                elif name not in layout and (source := _nearest_source(index, name, phases)) is not None:
                     rewritten.append(source)  # every phase of a nearest-upsampled signal is the coarse signal
                 else:
                     rewritten = None

@@ -114,3 +114,15 @@ def test_overflowing_levels_per_target():
     assert [pl.overflowing_levels(t, 128, inflect) for t in ("rk3588", "rk3576", "rk3566")] == [0, 2, 3]
     assert [pl.overflowing_levels(t, 127, piper) for t in ("rk3588", "rk3576", "rk3566")] == [0, 1, 1]
     assert pl.phase_count(inflect, 3) == 32 and pl.phase_count(inflect, 0) == 1
+
+
+def test_lacks_phases_of_an_export_for_a_wider_field():
+    contract = {"window": 256, "strides": [8, 8, 2, 2], "polyphase": None}
+    assert not pl.lacks_phases(contract, "rk3588") and pl.lacks_phases(contract, "rk3566")
+    assert not pl.lacks_phases({**contract, "polyphase": 32}, "rk3566")
+    assert pl.lacks_phases({**contract, "polyphase": 4}, "rk3576")  # two levels where three overflow
+
+
+def test_interleave_stages_keep_the_widest_last_and_within_bounds():
+    assert pl.interleave_stages(32) == [4, 8] and pl.interleave_stages(4) == [4] and pl.interleave_stages(1) == []
+    assert pl.interleave_stages(12) == [2, 6] and pl.interleave_stages(64) == [8, 8] and pl.interleave_stages(11) == [11]

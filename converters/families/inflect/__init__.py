@@ -157,10 +157,18 @@ def export_decoder(job) -> list:
 
 
 def from_onnx(job, onnx_path: Path) -> list:
-    """An earlier slice: re-measured against --decode-onnx when the command names it (so the thresholds given
-    now apply), else its export verdicts as its contract holds them."""
+    """An earlier slice: refused when exported for a SoC with a wider time field; re-measured against --decode-onnx
+    when the command names it (so the thresholds given now apply), else its export verdicts as its contract holds
+    them."""
     from converters.family.pipeline import Exported
+    from core.contract import get_contract
+    from surgery.graph.polyphase_levels import lacks_phases
 
+    contract = get_contract(onnx_path) if Path(onnx_path).is_file() else {}
+    if lacks_phases(contract, job.target):
+        raise SetupError(f"{onnx_path} was exported without the polyphase levels {job.target}'s time field needs; "
+                         f"re-export for this target: convert inflect --window {contract['window']} --context "
+                         f"{contract['context']} --target {job.target} --skip-rknn")
     if job.recipe is None and job.source.decode_onnx is not None:
         return _rechecked(onnx_path, job.source.decode_onnx, job.source.duration_onnx, job.target,
                           job.gates.min_tail_db, job.gates.min_interior_db)

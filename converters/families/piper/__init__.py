@@ -79,7 +79,7 @@ def from_onnx(job, onnx_path: Path) -> list:
     time field, an encoder ONNX that is not one, or a drift threshold that is measured at export only."""
     from converters.family.pipeline import Exported
     from core.contract import get_contract
-    from surgery.graph.polyphase_levels import overflowing_levels, phase_count
+    from surgery.graph.polyphase_levels import lacks_phases
 
     contract = get_contract(onnx_path) if Path(onnx_path).is_file() else {}
     if job.component.name == "duration_encoder":
@@ -88,8 +88,7 @@ def from_onnx(job, onnx_path: Path) -> list:
         if job.gates.max_drift_pct is not None:
             raise SetupError("--max-drift-pct is measured at export (a refused width is never exported): export "
                              "with --encoder --max-drift-pct P --skip-rknn, then build its --onnx without it")
-    elif contract.get("family") == "piper" and (contract.get("polyphase") or 1) < phase_count(
-            contract["strides"], overflowing_levels(job.target, contract["window"], contract["strides"])):
+    elif contract.get("family") == "piper" and lacks_phases(contract, job.target):
         raise SetupError(f"{onnx_path} was exported without the polyphase levels {job.target}'s time field needs (it "
                          f"is shorter than its {contract['window'] * contract['hop']}-sample axis); re-export for "
                          f"this target: convert piper --window {contract['window']} --context {contract['context']} "
