@@ -8,7 +8,8 @@ of channel c is channel p*C + c at time t): the level's ConvTranspose of stride 
 phases of P, every later ConvTranspose multiplies the phases by its stride the same way, every full-rate conv
 becomes a conv over phase-stacked channels (weights rearranged, zeros where a tap falls in another phase),
 element-wise ops are unchanged, a nearest-upsampled mask is read at the coarse rate, and the phases are
-interleaved back (a 0/1 ConvTranspose) only where the graph leaves this form. Exact: only weights are rearranged."""
+interleaved back (0/1 ConvTransposes, in stages) only where the graph leaves this form. Exact: only weights are
+rearranged."""
 from __future__ import annotations
 
 import math
@@ -19,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from core.onnx_graph import GraphIndex, constant_value, node_attr
 from runtime.board.soc import TIME_FIELD_LIMIT
+from surgery.graph.mask import upsample_levels
 
 # The widest interleave stage: rknn.build lowers a wider 0/1 ConvTranspose through a CPU pad (measured on rk3566: one
 # stride-32 interleave to 65,536 samples, 1 CPU op exConvTransposePad and 186 REGTASK lines; stages of 4 then 8 build
@@ -113,8 +115,6 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
     """Rewrite the last `levels` upsampling levels below `decoder_input` (their ConvTransposes and every layer
     below the first of them) to run on their phases at the coarse rate (exact), interleaving back where the graph
     leaves that form."""
-    from surgery.graph.mask import upsample_levels
-
     if levels < 1:
         return model
     index = GraphIndex(model)

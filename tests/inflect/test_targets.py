@@ -4,8 +4,6 @@ it to about a minute) builds from the recipe for rk3566 with its overflowing lev
 lines, 0 CPU ops and every export and build gate passing."""
 from __future__ import annotations
 
-import pytest
-
 from converters.cli.families import declaration
 from converters.families.inflect import FAMILY
 from converters.families.inflect.reference import InflectConfig, export_official
@@ -16,9 +14,9 @@ from surgery.graph.polyphase_levels import overflowing_levels, phase_count
 NARROW = InflectConfig("Narrow", inter_channels=16, hidden_channels=16, upsample_initial_channel=32)
 
 
-@pytest.mark.parametrize("target", ["rk3566"])
-def test_inflect_shaped_decoder_builds_with_no_regtask_line(target, require_converter, tmp_path):
+def test_inflect_shaped_decoder_builds_for_rk3566_with_no_regtask_line(require_converter, tmp_path):
     require_converter("2.3.2")
+    target = "rk3566"
     official = export_official(tmp_path / "official", NARROW, seed=0)
     recipe = load_recipe(REPO_ROOT / "recipes" / "inflect_nano_v2_decoder.toml", declaration)
     recipe["source"] = {"dir": str(official["config"].parent)}
