@@ -23,8 +23,8 @@ NPU_CORES = {"rk3588": 3, "rk3588s": 3, "rk3576": 2, "rk3566": 1, "rk3568": 1, "
 # Register-field limits: past them the compiler logs REGTASK field-overflow lines (the build's REGTASK gate).
 # The longest full-rate time axis a target's op registers hold (the REGTASK "limit" field, measured on this
 # toolkit: rk3576 0x3fff, rk3566/rk3568 0x1fff; rk3588 and rk3562 log no REGTASK line even at 65537 samples,
-# so they have no entry). A Piper decoder window whose last upsampling level overflows it runs that level in
-# polyphase form (surgery/graph/polyphase_tail.py).
+# so they have no entry). A decoder window (Piper, Inflect) runs every upsampling level whose full-rate axis
+# overflows it in polyphase form (surgery/graph/polyphase_levels.py: overflowing_levels, polyphase_levels).
 TIME_FIELD_LIMIT = {"rk3576": 0x3FFF, "rk3566": 0x1FFF, "rk3568": 0x1FFF}
 # The NPU encodes a Concat/Slice/conv axis in a 13-bit field: along a time axis longer than this the rk3588
 # compiler logs REGTASK lines (measured: 10240 samples logs them, 7680 does not). So the row forms (the Kokoro
