@@ -8,6 +8,8 @@ from runtime.board.errors import SetupError
 
 # Targets that build fp16 (w16a16) with both toolkits (measured on this machine kind).
 FP16_TARGETS = ("rk3588", "rk3576", "rk3566", "rk3568", "rk3562")
+# The SoCs every shipped recipe answers for: each builds there, or its recipe's `refused` says why not (measured).
+PROMISED_TARGETS = ("rk3588", "rk3576", "rk3566")
 REFUSED_TARGETS = {
     "rv1106": "rv1106 has no fp16 build (the toolkit says 'not support do_quantization = False'); "
     "rkaudio builds fp16 engines only, because Snake activations make int8 audibly noisy",
