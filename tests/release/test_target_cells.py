@@ -66,7 +66,8 @@ def test_audio8_random_source_replaces_the_recipe_snapshot(tmp_path, monkeypatch
     monkeypatch.setattr(export, "export", lambda model, out, buckets, shards, stress, target: seen.update(
         buckets=buckets, stress=stress) or [])
     part = _part(HOOKED["audio8"])
-    job = recipe_job(family.FAMILY, part, "rk3566", tmp_path, "2.3.2", family.FAMILY.random_source(tmp_path, "small", part))
+    source = family.FAMILY.random_source(tmp_path, "small", part)
+    job = recipe_job(family.FAMILY, part, "rk3566", tmp_path, "2.3.2", source)
     family.FAMILY.component(None).export(job)
     assert seen == {"model": (None, "small"), "buckets": part["options"]["kv_buckets"], "stress": True}
 
