@@ -85,7 +85,9 @@ def build_cell_rows(package: str, component: str, target: str) -> list[dict]:
 
 
 def cells(recipes: list[dict], family_for, targets, patterns: list[str] | None) -> list[tuple]:
-    """(recipe, component, target) of every promised cell, restricted to `patterns` (`package[.component]:target`)."""
+    """(recipe, component, target) of every promised cell, restricted to `patterns` (`package[.component]:target`;
+    without `:target`, every target)."""
+    pairs = [(p if ":" in p else f"{p}:*").rsplit(":", 1) for p in patterns or ()]
     chosen = []
     for recipe in recipes:
         components = list(recipe["components"]) or [family_for(recipe["family"]).components[0].name]
@@ -93,7 +95,7 @@ def cells(recipes: list[dict], family_for, targets, patterns: list[str] | None) 
             for target in targets:
                 names = (recipe["package"], f"{recipe['package']}.{component}")
                 if patterns is None or any(fnmatch.fnmatch(name, where) and fnmatch.fnmatch(target, soc)
-                                           for where, soc in (p.rsplit(":", 1) for p in patterns) for name in names):
+                                           for where, soc in pairs for name in names):
                     chosen.append((recipe, component, target))
     return chosen
 

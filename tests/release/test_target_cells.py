@@ -180,6 +180,6 @@ def test_a_cell_the_recipe_leaves_out_says_why():
 def test_cells_select_by_package_component_and_target_patterns():
     recipe = {"package": "piper_joe_medium", "family": "piper", "components": {"decoder": {}, "duration_encoder": {}}}
     chosen = bench_targets.cells([recipe], declaration, ("rk3588", "rk3576", "rk3566"),
-                                 ["piper_joe_medium.decoder:*", "piper_joe_medium:rk3566"])
+                                 ["piper_joe_medium.decoder", "piper_joe_medium:rk3566", "kokoro*:rk3588"])
     assert [(c, t) for _, c, t in chosen] == [("decoder", "rk3588"), ("decoder", "rk3576"), ("decoder", "rk3566"),
                                               ("duration_encoder", "rk3566")]
