@@ -27,8 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 SKIPPED = ("example_conv",)  # no checkpoint and no real shape: the example is not a promised model
-TOOLKIT = "2.3.2"
-SHAPE = "real"
+SHAPE = "real"  # random weights where a checkpoint is missing: the published shapes
 COLUMNS = ["package", "component", "engine", "target", "source", "engine_bytes", "est_cycles_per_unit", "unit",
            "regtask_lines", "cpu_ops", "simulator_db", "fp16_floor_db", "peak_rss_bytes", "peak_stage",
            "stage_peak_rss_bytes", "cell_s", "status", "measured_at", "commit"]
@@ -68,12 +67,13 @@ def build_cell_rows(package: str, component: str, target: str) -> list[dict]:
     from converters.cli.families import declaration
     from converters.release import recipes
     from core.errors import GateFailure, MissingSource
+    from toolkit.versions import DEFAULT_TOOLKIT
 
     recipe = recipes.load_recipe(recipes.RECIPES_DIR / f"{package}.toml", declaration)
     family = declaration(recipe["family"])
     with tempfile.TemporaryDirectory(prefix=f"bench-targets-{package}-{target}-") as work:
         try:
-            results, source = recipes.build_cell(recipe, component, target, TOOLKIT, Path(work), family, SHAPE,
+            results, source = recipes.build_cell(recipe, component, target, DEFAULT_TOOLKIT, Path(work), family, SHAPE,
                                                  random_weights=os.environ.get("TARGETS_RANDOM") == "1")
         except GateFailure as failure:
             failed = ", ".join(v.name for v in failure.verdicts if not v.passed)
