@@ -114,9 +114,9 @@ def measure(recipe: dict, component: str, target: str, commit: str) -> list[dict
     """The rows of one cell: a worker process's, or one row saying why it was not built or how it died."""
     cell = {"package": recipe["package"], "component": component, "target": target}
     started = time.monotonic()
-    status = not_built(recipe, component, target)
+    status = reason = not_built(recipe, component, target)
     rows = [{}]
-    if status is None:
+    if reason is None:
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             # the worker imports this checkout (a worktree's, not the venv's editable install)
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -130,17 +130,22 @@ def measure(recipe: dict, component: str, target: str, commit: str) -> list[dict
                 lines = worker.stderr.strip().splitlines() or ["no output"]
                 status = f"FAILED: {lines[-1]}"
                 print(worker.stderr[-3000:], file=sys.stderr)
-    measured = {"cell_s": round(time.monotonic() - started, 1),
+    measured = {"cell_s": None if reason else round(time.monotonic() - started, 1),
                 "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit}
     return [{column: {**cell, **({"status": status} if status else {}), **row, **measured}.get(column)
              for column in COLUMNS} for row in rows]
 
 
 def merge(old: list[dict], new: list[dict], order: list[tuple]) -> list[dict]:
-    """`new` in place of the rows of the cells it measured; every other row of `old` kept as it was measured.
+    """`new` in place of the rows of the cells it measured; every other row of `old` kept as it was measured; a
+    cell of `order` that neither holds is one "not measured" row, so the table always has every cell.
     Rows sorted by cell in `order` (package, component, target), each cell's engines in build order."""
     measured = {(r["package"], r["component"], r["target"]) for r in new}
     rows = [r for r in old if (r["package"], r["component"], r["target"]) not in measured] + new
+    held = {(r["package"], r["component"], r["target"]) for r in rows}
+    rows += [{column: None for column in COLUMNS} | {"package": package, "component": component, "target": target,
+                                                     "status": "not measured"}
+             for package, component, target in order if (package, component, target) not in held]
     rank = {cell: index for index, cell in enumerate(order)}
     return sorted(rows, key=lambda r: rank.get((r["package"], r["component"], r["target"]), len(rank)))
 
@@ -178,7 +183,7 @@ def markdown(rows: list[dict]) -> str:
         cells = [r["package"], r["component"], r["engine"], r["target"], r["source"],
                  f"{r['engine_bytes'] / 1e6:.1f}" if r["engine_bytes"] else None, cycles, r["regtask_lines"],
                  r["cpu_ops"], r["simulator_db"], r["fp16_floor_db"], peak, r["cell_s"], r["status"],
-                 f"{r['measured_at'][:10]} {r['commit'][:10]}"]
+                 f"{r['measured_at'][:10]} {r['commit'][:10]}" if r["measured_at"] else None]
         lines.append("| " + " | ".join("-" if c is None else str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -201,7 +206,7 @@ def main() -> list[dict]:
     for index, (recipe, component, target) in enumerate(chosen, 1):
         print(f"[{index}/{len(chosen)}] {recipe['package']}.{component} on {target} ...", flush=True)
         rows += measure(recipe, component, target, commit)
-        print(f"[{index}/{len(chosen)}] {rows[-1]['status']} in {rows[-1]['cell_s']} s", flush=True)
+        print(f"[{index}/{len(chosen)}] {rows[-1]['status']}", flush=True)
     committed = RESULTS / "targets.json"
     old = json.loads(committed.read_text())["rows"] if patterns and committed.is_file() else []
     rows = merge(old, rows, [(r["package"], c, t) for r, c, t in every])

@@ -165,6 +165,10 @@ def test_a_rerun_cell_replaces_its_rows_and_keeps_every_other_as_measured():
     merged = bench_targets.merge(old, new, order)
     assert [(r["target"], r["status"], r["commit"]) for r in merged] == [
         ("rk3588", "ok", "old"), ("rk3566", "ok", "new"), ("rk3566", "ok", "new"), ("rk3588", "ok", "old")]
+    # a cell no run has measured yet still has its row
+    merged = bench_targets.merge(old[:1], [], order)
+    assert [(r["package"], r["target"], r["status"]) for r in merged] == [
+        ("p", "rk3588", "ok"), ("p", "rk3566", "not measured"), ("q", "rk3588", "not measured")]
 
 
 def test_a_cell_the_recipe_leaves_out_says_why():
