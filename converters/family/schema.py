@@ -256,8 +256,9 @@ def _problems_of(model: type[BaseModel], data: dict, where: str) -> list[str]:
         return problems(error, model, where)
 
 
-def recipe_job(family, recipe: dict, target: str, work_dir, toolkit: str):
-    """The `Job` of one built part of a recipe (`recipes_for`'s: component set, per-target values resolved)."""
+def recipe_job(family, recipe: dict, target: str, work_dir, toolkit: str, source: dict | None = None):
+    """The `Job` of one built part of a recipe (`recipes_for`'s: component set, per-target values resolved).
+    `source` replaces the recipe's [source] with the family's command-level fields (`Family.random_source`'s)."""
     from pathlib import Path
 
     from converters.family.declaration import Job, subset
@@ -265,6 +266,7 @@ def recipe_job(family, recipe: dict, target: str, work_dir, toolkit: str):
     component = family.component(recipe.get("component"))
     where = f"recipe {recipe['path']}: "
     return Job(family, component,
+               validate(family.source, source, f"{family.name} random_source: ") if source is not None else
                validate(subset(family.source, "recipe"), recipe.get("source", {}), where + "source."),
                validate(subset(component.options, "recipe"), recipe.get("options", {}), where + "options."),
                validate(subset(family.gates_model(component), "recipe"), recipe.get("gates", {}), where + "gates."),

@@ -217,13 +217,49 @@ def recipe_sources(family, recipe: dict, target: str, toolkit: str) -> list[Path
                    for path in family.sources(recipe_job(family, part, target, Path("."), toolkit))})
 
 
-def build_part(family, recipe: dict, target: str, toolkit: str, work_dir: Path, reproduce: bool = False) -> list:
+def build_part(family, recipe: dict, target: str, toolkit: str, work_dir: Path, reproduce: bool = False,
+               source: dict | None = None) -> list:
     """The recipe adapter made from the declaration: one part of a recipe (`recipes_for`'s) validated into a `Job`
-    and built by the same `pipeline.run` a `convert <family>` command calls."""
+    and built by the same `pipeline.run` a `convert <family>` command calls. `source`: command-level [source]
+    fields in place of the recipe's (`build_cell`'s random weights)."""
     from converters.family import pipeline
     from converters.family.schema import recipe_job
 
-    return pipeline.run(recipe_job(family, recipe, target, work_dir, toolkit), reproduce=reproduce)
+    return pipeline.run(recipe_job(family, recipe, target, work_dir, toolkit, source), reproduce=reproduce)
+
+
+CHECKPOINT = "checkpoint"  # what a cell was built from: the recipe's own source, or random weights of a shape
+
+
+def random_source_name(shape: str) -> str:
+    return f"random {shape}-shape"
+
+
+def build_cell(recipe: dict, component: str, target: str, toolkit: str, work_dir: Path, family,
+               shape: str = "real", random_weights: bool = False) -> tuple[list, str]:
+    """One (component, target) cell of `recipe`: that part of `recipes_for` (the recipe's options and gates for
+    `target`) built by `build_part` into `work_dir/engines`, as `convert engines` builds it, from the recipe's
+    checkpoint; where that is missing (MissingSource), or always with `random_weights`, from the family's
+    `random_source` of `shape` written under `work_dir/source`. Returns the `EngineResult`s and what they were
+    built from (CHECKPOINT or `random_source_name(shape)`)."""
+    from converters.family.schema import recipe_job
+
+    part = next(p for p in recipes_for(recipe, target) if family.component(p.get("component")).name == component)
+    engines_dir = Path(work_dir) / "engines"
+    if not random_weights:
+        try:  # the family names the checkpoint's files without exporting anything (MissingSource when absent)
+            if family.sources is not None:
+                family.sources(recipe_job(family, part, target, engines_dir, toolkit))
+        except MissingSource:
+            if family.random_source is None:
+                raise
+        else:
+            return build_part(family, part, target, toolkit, engines_dir), CHECKPOINT
+    if family.random_source is None:
+        raise SetupError(f"family {family.name} declares no random_source: {recipe['package']} builds from its "
+                         "checkpoint only")
+    source = family.random_source(Path(work_dir) / "source", shape, part)
+    return build_part(family, part, target, toolkit, engines_dir, source=source), random_source_name(shape)
 
 
 def build_components(recipe: dict, target: str, toolkit: str, work_dir: Path, family, reproduce: bool = False) -> list:

@@ -142,7 +142,8 @@ def _rechecked(onnx_path: Path, decode_path: Path, duration_path: Path | None, t
 def export_decoder(job) -> list:
     """The slice of the command's --decode-onnx (--duration-onnx), or of a recipe's official files (MissingSource
     when absent), exported into `job.out` and gated at the job's tail and interior bars."""
-    if job.recipe is None:
+    # A recipe's source lacks the command's decode_onnx, unless `random_source`'s replaced it (build_cell)
+    if job.recipe is None or getattr(job.source, "decode_onnx", None) is not None:
         if job.source.decode_onnx is None:
             raise SetupError("give --decode-onnx (the official onnx/decode.onnx) to export, or --onnx with a slice "
                              "written earlier by `convert inflect --skip-rknn`")
@@ -220,6 +221,24 @@ def check_inflect(
     render_check(ids, duration_onnx, engine, out, config, decode_onnx, variation, length_scale, seed, text, engines)
 
 
+def random_source(directory: Path, shape: str, recipe: dict) -> dict:
+    """Official-format decode.onnx / duration.onnx of random weights, written under `directory`: at the size the
+    recipe's package names ("real": Micro or Nano), or Nano, the smaller, for "small" (the published sizes are
+    the tests' models too: tests/inflect/conftest.py)."""
+    from converters.families.inflect.reference import NANO, SIZES, export_official
+
+    if shape == "real":
+        sizes = [config for name, config in SIZES.items() if name in recipe["package"]]
+        if len(sizes) != 1:
+            raise SetupError(f"inflect recipe {recipe['package']}: its package name names none of the sizes "
+                             f"{sorted(SIZES)} (or several), so no real shape is known")
+        config = sizes[0]
+    else:
+        config = NANO
+    paths = export_official(directory, config)
+    return {"decode_onnx": paths["decode"], "duration_onnx": paths["duration"]}
+
+
 def recipe_sources(job) -> list[Path]:
     """The official files the recipe builds from (source.FILES; MissingSource when absent)."""
     from converters.families.inflect.source import FILES, resolve_source
@@ -236,6 +255,7 @@ FAMILY = Family(
     source=Source,
     components=(Component("decoder", export_decoder, Options, Gates, advice=ADVICE, context=f"convert {NAME}"),),
     sources=recipe_sources,
+    random_source=random_source,
     from_onnx=from_onnx,
     checks={"inflect": check_inflect},
     loops=(GOLDEN_LOOP,),
