@@ -23,10 +23,13 @@ from converters.families import inflect
 from converters.families.inflect.reference import MICRO, NANO
 from core.errors import GateFailure
 
-TARGETS = ("rk3588", "rk3576", "rk3566")
 TOOLKIT = "2.3.2"
 CONTEXT = 32
-WINDOWS = (256, 512)
+# Per target: 256 and 512, and on the SoCs with a time field a window whose second level (64 samples per slice)
+# fits it, so only the last two levels run in polyphase form: rk3566 127 (8,128 samples, the widest), rk3576 237
+# (15,168; Piper's window there, where 255 logs REGTASK lines).
+WINDOWS = {"rk3588": (256, 512), "rk3576": (237, 256, 512), "rk3566": (127, 256, 512)}
+BASELINE = 256
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -65,10 +68,10 @@ def main() -> list[dict]:
         for config in (MICRO, NANO):
             official = export_official(Path(scratch) / config.name, config, seed=0)
             rows += [sweep_row(Path(scratch), official, config.name, target, window)
-                     for target in TARGETS for window in WINDOWS]
+                     for target, windows in WINDOWS.items() for window in windows]
     RESULTS.mkdir(parents=True, exist_ok=True)
     for config in (MICRO, NANO):
-        sweep.relative_to([r for r in rows if r["size"] == config.name and r["status"] == "built"], WINDOWS[0])
+        sweep.relative_to([r for r in rows if r["size"] == config.name and r["status"] == "built"], BASELINE)
         sweep.plot([r for r in rows if r["size"] == config.name and r["status"] == "built"],
                    RESULTS / f"inflect_window_{config.name}.png",
                    f"Inflect v2 {config.name} decoder (random weights), context {CONTEXT}, toolkit {TOOLKIT}",

@@ -107,12 +107,18 @@ def engines(
         print(json.dumps({"include": pairs}))
         return
     if list_recipes:
+        loaded = recipes.load_recipes(recipes_dir, declaration)
         rows = [{"package": r["package"], "family": r["family"], "targets": ",".join(r["targets"]),
                  "components": ", ".join(f"{name} ({'/'.join(c['targets'])})" for name, c in r["components"].items())
                  or "-", "builds_for_target": target in r["targets"],
                  "source": ", ".join(f"{key}={value}" for key, value in r["source"].items()) or "-"}
-                for r in recipes.load_recipes(recipes_dir, declaration)]
+                for r in loaded]
         print(format_table(rows))
+        refusals = [f"{r['package']}{'.' + name if name else ''} on {t}: {reason}" for r in loaded
+                    for name, table in [(None, r), *r["components"].items()] for t, reason in table["refused"].items()
+                    if target in (None, t)]
+        if refusals:
+            print("\nrefused (measured):\n" + "\n".join(f"  {line}" for line in refusals))
         return
     if target is None:
         raise SetupError(f"--target is required to build: one of {', '.join(FP16_TARGETS)}")

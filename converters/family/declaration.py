@@ -138,7 +138,12 @@ class Family:
     None: always rebuilt). `from_onnx(job, onnx)` replaces the plain read-back of `--onnx` where the family checks
     or re-measures an earlier export (None: `Exported.from_onnx`). `after_build(job, results)` reports or writes
     what the family adds beside its engines. `checks` / `tools` are its `convert check <name>` and extra commands
-    (typer functions); `loops` the runtime loops its end-to-end goldens name."""
+    (typer functions); `loops` the runtime loops its end-to-end goldens name.
+    `random_source(directory, shape, recipe) -> dict` stands in for a checkpoint this machine lacks: random weights
+    of `shape` ("real": the published shapes; "small": the tests' model), written under `directory` where the
+    family reads files, returned as the family's command-level `[source]` fields; `recipe` is the recipe part it
+    stands in for (a family of several sizes reads which one from it). None: the family's checkpoint ships in the
+    export venv (or it needs none), so a recipe always builds from its own source."""
 
     name: str
     help: str
@@ -152,6 +157,7 @@ class Family:
     checks: dict = field(default_factory=dict)
     tools: dict = field(default_factory=dict)
     loops: tuple[str, ...] = ()
+    random_source: Callable[[Path, str, dict], dict] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.build_defaults) - set(BuildGates.model_fields)

@@ -90,6 +90,8 @@ def _recipe_models():
         over the recipe's own."""
 
         targets: Optional[list[str]] = option(None, "Targets this component is built for.")
+        refused: dict[str, str] = option({}, "Targets of the recipe this component is left out on, each with the "
+                                         "measured reason (`convert engines --list` and the summary say it).")
         options: dict = option({}, "Export options over the recipe's [options].")
         gates: dict = option({}, "Gates over the recipe's [gates].")
 
@@ -99,6 +101,8 @@ def _recipe_models():
         package: str = option(..., "Published as dist/<target>/<package>_<target>/.")
         family: str = option(..., "converters/families/<family>/, whose declaration builds it.")
         targets: list[str] = option(..., "The SoCs it is built for.", min_length=1)
+        refused: dict[str, str] = option({}, "SoCs it is not built for, each with the measured reason "
+                                         "(`convert engines --list` and the summary say it).")
         source: dict = option({}, "Where the checkpoint comes from (the family's [source] fields).")
         options: dict = option({}, "The family's export options.")
         gates: dict = option({}, "Thresholds: the shared build gates and the family's own.")
@@ -164,12 +168,18 @@ def load_recipe_table(recipe: dict, where: str, family_for) -> dict:
         except SetupError as error:
             lines.append(f"{where}: targets: {error}")
     recipe["targets"] = targets
+    recipe["refused"], refusal_lines = _refusals(recipe.get("refused", {}), targets, f"{where}: refused.")
+    lines += refusal_lines
     for name, table in recipe["components"].items():
         table = recipe["components"][name] = {"options": {}, "gates": {}, **table}
-        named = [n.lower() for n in table.get("targets") or targets]
+        refused = {str(n).lower() for n in table.get("refused", {})}
+        named = [n.lower() for n in table.get("targets") or [t for t in targets if t not in refused]]
         lines += [unknown_line(f"{where}: components.{name}.targets.", n, targets).replace(
             ": unknown;", ": not a target of this recipe;") for n in named if n not in targets]
         table["targets"] = [n for n in named if n in targets]
+        table["refused"], refusal_lines = _refusals(table.get("refused", {}), table["targets"],
+                                                    f"{where}: components.{name}.refused.", within=targets)
+        lines += refusal_lines
     if recipe["components"]:
         empty = [t for t in targets if not any(t in c["targets"] for c in recipe["components"].values())]
         lines += [f"{where}: no component lists target {t}; drop it from `targets`" for t in empty]
@@ -181,6 +191,28 @@ def load_recipe_table(recipe: dict, where: str, family_for) -> dict:
         raise SetupError(f"{where}: family: {error}") from None
     recipe["per_target"] = check_family_tables(recipe, family, where)
     return recipe
+
+
+def _refusals(refused: dict, built: list[str], where: str, within: list[str] | None = None) -> tuple[dict, list[str]]:
+    """A `refused` table with its targets normalised, and one line per problem: an unknown target, one that is also
+    built, one outside `within` (a component can only be refused on a target of its recipe), an empty reason."""
+    from runtime.board.soc import check_target
+
+    normalised, lines = {}, []
+    for name, reason in refused.items():
+        try:
+            target = check_target(name)
+        except SetupError as error:
+            lines.append(f"{where}{name}: {error}")
+            continue
+        if target in built:
+            lines.append(f"{where}{target}: also listed in targets; a target is built or refused, not both")
+        elif within is not None and target not in within:
+            lines.append(f"{where}{target}: not a target of this recipe (refuse it in the recipe's own `refused`)")
+        elif not reason.strip():
+            lines.append(f"{where}{target}: give the measured reason")
+        normalised[target] = reason.strip()
+    return normalised, lines
 
 
 def check_family_tables(recipe: dict, family, where: str) -> dict:
@@ -224,8 +256,9 @@ def _problems_of(model: type[BaseModel], data: dict, where: str) -> list[str]:
         return problems(error, model, where)
 
 
-def recipe_job(family, recipe: dict, target: str, work_dir, toolkit: str):
-    """The `Job` of one built part of a recipe (`recipes_for`'s: component set, per-target values resolved)."""
+def recipe_job(family, recipe: dict, target: str, work_dir, toolkit: str, source: dict | None = None):
+    """The `Job` of one built part of a recipe (`recipes_for`'s: component set, per-target values resolved).
+    `source` replaces the recipe's [source] with the family's command-level fields (`Family.random_source`'s)."""
     from pathlib import Path
 
     from converters.family.declaration import Job, subset
@@ -233,6 +266,7 @@ def recipe_job(family, recipe: dict, target: str, work_dir, toolkit: str):
     component = family.component(recipe.get("component"))
     where = f"recipe {recipe['path']}: "
     return Job(family, component,
+               validate(family.source, source, f"{family.name} random_source: ") if source is not None else
                validate(subset(family.source, "recipe"), recipe.get("source", {}), where + "source."),
                validate(subset(component.options, "recipe"), recipe.get("options", {}), where + "options."),
                validate(subset(family.gates_model(component), "recipe"), recipe.get("gates", {}), where + "gates."),

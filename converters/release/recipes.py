@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from converters.release.package import KEY_NAME, assemble, onnx_dir, package_name, staged_package, summary_row
-from converters.release.scheduler import available_memory, build_parallel, dist_lock, last_peak_rss
+from converters.release.scheduler import available_memory, build_parallel, dist_lock, expected_peak_rss
 from core.errors import BuildError, GateFailure, MissingSource, PackageError, SetupError
 from core.paths import REPO_ROOT
 from runtime.board.soc import check_target
@@ -78,9 +78,15 @@ def components_cell(recipe: dict, target: str) -> str:
     if not recipe["components"]:
         return "-"
     held = [name for name, component in recipe["components"].items() if target in component["targets"]]
-    lacking = [f"no {name} ({'/'.join(component['targets'])} only)"
+    lacking = [f"no {name} ({refusal(component, target) or '/'.join(component['targets']) + ' only'})"
                for name, component in recipe["components"].items() if target not in component["targets"]]
     return "+".join(held) + (f"; {', '.join(lacking)}" if lacking else "")
+
+
+def refusal(table: dict, target: str) -> str | None:
+    """Why a recipe (or one of its components) is not built for `target`: its `refused` reason, if it gives one."""
+    reason = table.get("refused", {}).get(target)
+    return f"refused on {target}: {reason}" if reason else None
 
 
 def load_recipes(directory: Path, family_for: FamilyFor) -> list[dict]:
@@ -167,6 +173,12 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, famil
         manifests = [json.loads(p.read_text()) for p in sorted((target_dir / name).glob("*.manifest.json"))]
         say(f"{name} is up to date (same recipe, checkpoint, code, toolkit and target; --force rebuilds)")
         return summary_row(name, "up to date", manifests, package_dir=target_dir / name, components=cell)
+    needed, whence = expected_peak_rss(recipe["package"], target, target_dir / name)
+    free = available_memory()
+    if needed > free:  # said before it starts, rather than killed halfway by the OOM killer
+        say(f"skip {name}: its build needs {needed / 2**30:.1f} GiB at its peak ({whence}) and this machine has "
+            f"{free / 2**30:.1f} GiB available; free memory or build it on a larger machine")
+        return summary_row(name, "too big for this machine", components=cell)
     kept_onnx = onnx_dir(dist_dir, target, name)
     try:
         with staged_package(target_dir, name, keep_work_at=kept_onnx) as (work_dir, package_dir):
@@ -205,13 +217,49 @@ def recipe_sources(family, recipe: dict, target: str, toolkit: str) -> list[Path
                    for path in family.sources(recipe_job(family, part, target, Path("."), toolkit))})
 
 
-def build_part(family, recipe: dict, target: str, toolkit: str, work_dir: Path, reproduce: bool = False) -> list:
+def build_part(family, recipe: dict, target: str, toolkit: str, work_dir: Path, reproduce: bool = False,
+               source: dict | None = None) -> list:
     """The recipe adapter made from the declaration: one part of a recipe (`recipes_for`'s) validated into a `Job`
-    and built by the same `pipeline.run` a `convert <family>` command calls."""
+    and built by the same `pipeline.run` a `convert <family>` command calls. `source`: command-level [source]
+    fields in place of the recipe's (`build_cell`'s random weights)."""
     from converters.family import pipeline
     from converters.family.schema import recipe_job
 
-    return pipeline.run(recipe_job(family, recipe, target, work_dir, toolkit), reproduce=reproduce)
+    return pipeline.run(recipe_job(family, recipe, target, work_dir, toolkit, source), reproduce=reproduce)
+
+
+CHECKPOINT = "checkpoint"  # what a cell was built from: the recipe's own source, or random weights of a shape
+
+
+def random_source_name(shape: str) -> str:
+    return f"random {shape}-shape"
+
+
+def build_cell(recipe: dict, component: str, target: str, toolkit: str, work_dir: Path, family,
+               shape: str = "real", random_weights: bool = False) -> tuple[list, str]:
+    """One (component, target) cell of `recipe`: that part of `recipes_for` (the recipe's options and gates for
+    `target`) built by `build_part` into `work_dir/engines`, as `convert engines` builds it, from the recipe's
+    checkpoint; where that is missing (MissingSource), or always with `random_weights`, from the family's
+    `random_source` of `shape` written under `work_dir/source`. Returns the `EngineResult`s and what they were
+    built from (CHECKPOINT or `random_source_name(shape)`)."""
+    from converters.family.schema import recipe_job
+
+    part = next(p for p in recipes_for(recipe, target) if family.component(p.get("component")).name == component)
+    engines_dir = Path(work_dir) / "engines"
+    if not random_weights:
+        try:  # the family names the checkpoint's files without exporting anything (MissingSource when absent)
+            if family.sources is not None:
+                family.sources(recipe_job(family, part, target, engines_dir, toolkit))
+        except MissingSource:
+            if family.random_source is None:
+                raise
+        else:
+            return build_part(family, part, target, toolkit, engines_dir), CHECKPOINT
+    if family.random_source is None:
+        raise SetupError(f"family {family.name} declares no random_source: {recipe['package']} builds from its "
+                         "checkpoint only")
+    source = family.random_source(Path(work_dir) / "source", shape, part)
+    return build_part(family, part, target, toolkit, engines_dir, source=source), random_source_name(shape)
 
 
 def build_components(recipe: dict, target: str, toolkit: str, work_dir: Path, family, reproduce: bool = False) -> list:
@@ -246,14 +294,19 @@ def build_all(target: str, family_for: FamilyFor, toolkit: str = DEFAULT_TOOLKIT
     if unknown:
         raise SetupError(f"--only names no recipe: {unknown}; recipes: {[r['package'] for r in recipes]}")
     chosen = [r for r in recipes if target in r["targets"] and (not only or r["package"] in only)]
+    refused = []  # summary rows of the recipes that refuse the target, each said with its measured reason
+    for recipe in (r for r in recipes if refusal(r, target) and (not only or r["package"] in only)):
+        say(f"refused {package_name(recipe['package'], target)}: {recipe['refused'][target]}")
+        refused.append(summary_row(package_name(recipe["package"], target), "refused"))
     with dist_lock(Path(dist_dir) / target):
         tasks = [(index, len(chosen), recipe, target, toolkit, dist_dir, family_for, force, reproduce)
                  for index, recipe in enumerate(chosen, 1)]
         if jobs <= 1 or len(chosen) <= 1:
-            return [build_numbered(*task, say=say) for task in tasks]
-        estimates = [last_peak_rss(Path(dist_dir) / target / package_name(r["package"], target)) for r in chosen]
+            return [build_numbered(*task, say=say) for task in tasks] + refused
+        estimates = [expected_peak_rss(r["package"], target, Path(dist_dir) / target / package_name(r["package"], target))[0]
+                     for r in chosen]
         return build_parallel(tasks, build_numbered, jobs, estimates, available_memory(), say,
-                              [package_name(r["package"], target) for r in chosen])
+                              [package_name(r["package"], target) for r in chosen]) + refused
 
 
 def build_numbered(index: int, count: int, recipe: dict, target: str, toolkit: str, dist_dir: Path,

@@ -1,6 +1,6 @@
 """How `convert engines` runs its packages: one run at a time per dist/<target> (`dist_lock`), and with `--jobs`
 several packages at once in spawned processes, bounded by a memory budget (`build_parallel`: MemAvailable
-against each package's compiler peak RSS at its last build, `last_peak_rss`)."""
+against each package's expected compiler peak RSS, `expected_peak_rss`: its last build, else the committed table)."""
 from __future__ import annotations
 
 import os
@@ -9,20 +9,49 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from core.errors import SetupError
+from core.paths import REPO_ROOT
 
 LOCK_NAME = ".lock"
 
-DEFAULT_PEAK_RSS = 4 << 30  # a package never built here: assume 4 GiB
+DEFAULT_PEAK_RSS = 4 << 30  # a package neither measured nor built here: assume 4 GiB
+# The committed table of measured cells (bench/targets.py): a clean clone has no old manifests, yet must know
+# before it starts which builds fit this machine.
+MEASURED_TABLE = REPO_ROOT / "bench" / "results" / "targets.json"
 
 
-def last_peak_rss(package_dir: Path) -> int:
-    """The largest compiler-child peak RSS the package's manifests recorded at its last build (DEFAULT_PEAK_RSS
-    when it was never built here)."""
+def measured_peak_rss(package: str, target: str) -> tuple[int, str] | None:
+    """The largest compiler-child peak RSS the committed table (MEASURED_TABLE) measured for (package, target), and
+    where it was measured (for the message); None when the table has no such row."""
+    import json
+
+    table = MEASURED_TABLE
+    if not Path(table).is_file():
+        return None
+    rows = [row for row in json.loads(Path(table).read_text()).get("rows", [])
+            if row.get("package") == package and row.get("target") == target and row.get("peak_rss_bytes")]
+    if not rows:
+        return None
+    peak = max(rows, key=lambda row: row["peak_rss_bytes"])
+    return int(peak["peak_rss_bytes"]), f"the measured table {table} ({peak.get('measured_at', 'undated')})"
+
+
+def last_peak_rss(package_dir: Path) -> int | None:
+    """The largest compiler-child peak RSS the package's manifests recorded at its last build here (None when it
+    was never built here)."""
     import json
 
     peaks = [json.loads(p.read_text()).get("build", {}).get("peak_rss_bytes") or 0
              for p in Path(package_dir).glob("*.manifest.json")]
-    return max(peaks) if peaks and max(peaks) > 0 else DEFAULT_PEAK_RSS
+    return max(peaks) if peaks and max(peaks) > 0 else None
+
+
+def expected_peak_rss(package: str, target: str, package_dir: Path) -> tuple[int, str]:
+    """What a package's build will need at its peak, and whence the figure: its last build here, else the
+    committed table, else DEFAULT_PEAK_RSS."""
+    last = last_peak_rss(package_dir)
+    if last is not None:
+        return last, f"its last build in {package_dir}"
+    return measured_peak_rss(package, target) or (DEFAULT_PEAK_RSS, "a default for unmeasured packages")
 
 
 def available_memory() -> int:

@@ -8,6 +8,8 @@ from runtime.board.errors import SetupError
 
 # Targets that build fp16 (w16a16) with both toolkits (measured on this machine kind).
 FP16_TARGETS = ("rk3588", "rk3576", "rk3566", "rk3568", "rk3562")
+# The SoCs every shipped recipe answers for: each builds there, or its recipe's `refused` says why not (measured).
+PROMISED_TARGETS = ("rk3588", "rk3576", "rk3566")
 REFUSED_TARGETS = {
     "rv1106": "rv1106 has no fp16 build (the toolkit says 'not support do_quantization = False'); "
     "rkaudio builds fp16 engines only, because Snake activations make int8 audibly noisy",
@@ -21,8 +23,8 @@ NPU_CORES = {"rk3588": 3, "rk3588s": 3, "rk3576": 2, "rk3566": 1, "rk3568": 1, "
 # Register-field limits: past them the compiler logs REGTASK field-overflow lines (the build's REGTASK gate).
 # The longest full-rate time axis a target's op registers hold (the REGTASK "limit" field, measured on this
 # toolkit: rk3576 0x3fff, rk3566/rk3568 0x1fff; rk3588 and rk3562 log no REGTASK line even at 65537 samples,
-# so they have no entry). A Piper decoder window whose last upsampling level overflows it runs that level in
-# polyphase form (surgery/graph/polyphase_tail.py).
+# so they have no entry). A decoder window (Piper, Inflect) runs every upsampling level whose full-rate axis
+# overflows it in polyphase form (surgery/graph/polyphase_levels.py: overflowing_levels, polyphase_levels).
 TIME_FIELD_LIMIT = {"rk3576": 0x3FFF, "rk3566": 0x1FFF, "rk3568": 0x1FFF}
 # The NPU encodes a Concat/Slice/conv axis in a 13-bit field: along a time axis longer than this the rk3588
 # compiler logs REGTASK lines (measured: 10240 samples logs them, 7680 does not). So the row forms (the Kokoro

@@ -1,2 +1,2 @@
 """ONNX passes, each one `ModelProto -> ModelProto`: fold, cut at the VITS seam, fold flips, mask the decoder,
-polyphase the last level, cap conv pads, band the relative attention, swap the fp16 rounding shift."""
+polyphase the last levels, cap conv pads, band the relative attention, swap the fp16 rounding shift."""

@@ -29,3 +29,11 @@ def test_export_needs_decode_onnx(tmp_path):
     assert run.returncode == 2 and "give --decode-onnx (the official onnx/decode.onnx) to export" in run.stderr
     bad = convert("--skip-rknn", "--window", "0", "--out", str(tmp_path))
     assert bad.returncode == 2 and "--window: input should be greater than or equal to 1" in bad.stderr
+
+
+def test_slice_exported_for_a_wider_field_is_refused_before_the_build(nano_record):
+    """The rk3588 slice holds the full-rate axes rk3566's field cannot: refused in one line, nothing compiled."""
+    run = convert("--onnx", str(nano_record.onnx), "--target", "rk3566")
+    assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "exported without the polyphase levels rk3566's time field needs" in run.stderr
+    assert "--target rk3566 --skip-rknn" in run.stderr

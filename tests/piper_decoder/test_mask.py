@@ -14,7 +14,7 @@ from runtime.host.backends import OnnxBackend
 from runtime.board.window_walk import WindowContract, walk
 from surgery.graph.mask import level_strides, mask_decoder
 from core.contract import get_contract
-from surgery.graph.polyphase_tail import polyphase_tail
+from surgery.graph.polyphase_levels import overflowing_levels, polyphase_levels
 
 
 def conv1d(x, w, b, pad, dilation=1):
@@ -83,9 +83,8 @@ def test_mask_decoder_and_polyphase_match_float64_reference():
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-4)
     assert np.all(got[0, :, 7 * 6 :] == 0.0)  # the padding stays exactly zero at the output rate
     # The polyphase last level (phases of the stride-3 ConvTranspose stacked on channels) is the same map.
-    last = decoder.last_upsampler_output(masked, "x")
-    phased = polyphase_tail(masked, last)
-    assert {n.op_type for n in phased.graph.node if n.output[0] == last} == {"Conv"}
+    phased = polyphase_levels(masked, "x", 1)
+    assert {n.op_type for n in phased.graph.node if n.output[0] == "h3_unmasked"} == {"Conv"}
     got = OnnxBackend(phased, threads=1).run({"x": x.astype(np.float32), "m": m.astype(np.float32)})["y"]
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-4)
     # With the mask all ones the pass changes nothing.
@@ -174,12 +173,13 @@ def test_export_records_the_window_contract(joe_exports):
 
 def test_polyphase_joe_engine_is_the_same_map(joe):
     plain = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050)
-    phased = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050, polyphase=True)
+    phased = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050, phase_levels=1)
     assert get_contract(phased)["polyphase"] == 4
     feeds = {decoder.LATENT: joe.latents[0]["z"][:, :, :93], decoder.MASK: np.ones((1, 1, 93), np.float32)}
     from runtime.board.numeric import snr_db
 
     assert snr_db(OnnxBackend(plain, threads=1).run(feeds)["output"],
                   OnnxBackend(phased, threads=1).run(feeds)["output"]) > 120.0
-    assert decoder.needs_polyphase("rk3566", 93, 256) and decoder.needs_polyphase("rk3576", 93, 256)
-    assert not decoder.needs_polyphase("rk3588", 93, 256) and not decoder.needs_polyphase("rk3566", 31, 256)
+    strides = joe.piece.strides  # [8, 8, 4]: 93 slices are 744 / 5,952 / 23,808 samples at its three levels
+    assert overflowing_levels("rk3566", 93, strides) == 1 and overflowing_levels("rk3576", 93, strides) == 1
+    assert overflowing_levels("rk3588", 93, strides) == 0 and overflowing_levels("rk3566", 31, strides) == 0

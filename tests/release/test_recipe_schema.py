@@ -86,3 +86,24 @@ def test_a_misspelled_family_names_the_closest(tmp_path, monkeypatch, capsys):
     recipes_dir = _planted(tmp_path, EXAMPLE, 'family = "example"', 'family = "exampel"')
     code, err = _convert(monkeypatch, capsys, "engines", "--list", "--recipes", recipes_dir)
     assert code == 2 and "no family 'exampel'" in err and "did you mean example?" in err, err
+
+
+REFUSAL_PROBLEMS = {
+    "built and refused": ('targets = ["rk3588", "rk3566"]\n[refused]\nrk3566 = "too slow"\n',
+                          "refused.rk3566: also listed in targets; a target is built or refused, not both"),
+    "unknown refused target": ('targets = ["rk3588"]\n[refused]\nrk3599 = "no such SoC"\n',
+                               "refused.rk3599: unknown target 'rk3599'"),
+    "no reason": ('targets = ["rk3588"]\n[refused]\nrk3566 = " "\n', "refused.rk3566: give the measured reason"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSAL_PROBLEMS))
+def test_a_refusal_must_name_a_target_left_out_and_its_reason(tmp_path, monkeypatch, capsys, case):
+    head, said = REFUSAL_PROBLEMS[case]
+    text = (REPO_ROOT / "recipes" / EXAMPLE).read_text()
+    recipes_dir = tmp_path / "recipes"
+    recipes_dir.mkdir()
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("targets"))
+    (recipes_dir / EXAMPLE).write_text(body.replace('family = "example"\n', f'family = "example"\n{head}', 1))
+    code, err = _convert(monkeypatch, capsys, "engines", "--list", "--recipes", recipes_dir)
+    assert code == 2 and said in err, err

@@ -194,10 +194,15 @@ def test_unknown_family_fails_before_anything_is_built(tmp_path, fake_families):
     assert not (tmp_path / "dist" / "rk3588" / "a_ok_rk3588").exists()
 
 
-def test_engines_command_prints_the_summary_and_exits_3_on_a_failed_recipe(tmp_path, fake_families):
+def _engines_app() -> typer.Typer:
     app = typer.Typer()
     app.callback()(lambda: None)  # a group, like `convert`: the command is chosen by name
     app.command("engines")(engines)
+    return app
+
+
+def test_engines_command_prints_the_summary_and_exits_3_on_a_failed_recipe(tmp_path, fake_families):
+    app = _engines_app()
     recipes_dir = tmp_path / "r"
     _write_recipe(recipes_dir, "good", "fake_ok")
     _write_recipe(recipes_dir, "missing", "fake_missing", extra='[source]\npath = "/nowhere/x.pt"\n')
@@ -357,3 +362,36 @@ def test_an_option_may_be_per_target_and_only_its_own_target_rebuilds(tmp_path, 
     _write_recipe(tmp_path, "short", "fake_ok", targets=("rk3588", "rk3566"), extra=extra)
     with pytest.raises(SetupError, match=r"options.window: per target, and names no value for rk3566"):
         recipes.load_recipe(tmp_path / "short.toml", declaration)
+
+
+def test_a_build_the_measured_table_says_will_not_fit_is_skipped_before_it_starts(tmp_path, fake_families,
+                                                                                   monkeypatch):
+    """A clean clone has no manifests: the committed table's peak decides, and the skip says both figures."""
+    table = tmp_path / "targets.json"
+    table.write_text(json.dumps({"rows": [
+        {"package": "big", "target": "rk3588", "peak_rss_bytes": 18 << 30, "measured_at": "2026-12-02"},
+        {"package": "big", "target": "rk3566", "peak_rss_bytes": 2 << 30}]}))
+    monkeypatch.setattr(scheduler, "MEASURED_TABLE", table)
+    monkeypatch.setattr(recipes, "available_memory", lambda: 16 << 30)
+    _write_recipe(tmp_path / "r", "big", "fake_ok", targets=("rk3588", "rk3566"))
+    lines = []
+    rows = recipes.build_all("rk3588", declaration, recipes_dir=tmp_path / "r", dist_dir=tmp_path / "dist",
+                             say=lines.append)
+    assert [r["status"] for r in rows] == ["too big for this machine"]
+    assert f"skip big_rk3588: its build needs 18.0 GiB at its peak (the measured table {table} (2026-12-02)) and " \
+           "this machine has 16.0 GiB available" in "\n".join(lines)
+    assert not (tmp_path / "dist" / "rk3588" / "big_rk3588").exists()
+    rows = recipes.build_all("rk3566", declaration, recipes_dir=tmp_path / "r", dist_dir=tmp_path / "dist",
+                             say=lines.append)
+    assert [r["status"] for r in rows] == ["ok"]
+
+
+def test_a_refused_target_is_a_summary_row_with_its_reason(tmp_path, fake_families):
+    _write_recipe(tmp_path / "r", "slow", "fake_ok", extra='[refused]\nrk3566 = "1 core: 3.1x the time budget"\n')
+    lines = []
+    rows = recipes.build_all("rk3566", declaration, recipes_dir=tmp_path / "r", dist_dir=tmp_path / "dist",
+                             say=lines.append)
+    assert [(r["package"], r["status"]) for r in rows] == [("slow_rk3566", "refused")]
+    assert lines == ["refused slow_rk3566: 1 core: 3.1x the time budget"]
+    result = CliRunner().invoke(_engines_app(), ["engines", "--list", "--recipes", str(tmp_path / "r")])
+    assert "slow on rk3566: 1 core: 3.1x the time budget" in result.output, result.output

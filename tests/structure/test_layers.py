@@ -165,10 +165,11 @@ def test_the_board_folder_is_closed_and_python_3_8():
     assert not wrong, "the board folder imports from outside itself:\n" + "\n".join(wrong)
 
 
-def test_the_converter_child_imports_only_the_stdlib_numpy_and_rknn():
+def test_the_converter_child_imports_only_the_stdlib_numpy_onnxruntime_and_rknn():
+    """What the converter venv pins for the toolkit; onnxruntime runs the toolkit's simulator sessions."""
     tree = ast.parse((REPO_ROOT / "toolkit" / "child.py").read_text())
     roots = {name.split(".")[0] for _, name in imported_names(tree, "toolkit.child", is_package=False)}
-    assert roots - set(sys.stdlib_module_names) <= {"numpy", "rknn"}, roots
+    assert roots - set(sys.stdlib_module_names) <= {"numpy", "onnxruntime", "rknn"}, roots
 
 
 BOARD_PROBE = textwrap.dedent("""

@@ -92,10 +92,12 @@ def export_graphs(job) -> list:
     from converters.families.audio8 import model as M
     from converters.families.audio8.export import export
 
-    if job.recipe is not None:
+    # A recipe's source lacks the command's fields, unless `random_source`'s replaced it (build_cell)
+    model_dir, random_weights = getattr(job.source, "model_dir", None), getattr(job.source, "random_weights", None)
+    if job.recipe is not None and model_dir is None and random_weights is None:
         model = M.load_snapshot(_snapshot_dir(job.source.model_dump()))
     else:
-        model = load_model(job.source.model_dir, job.source.random_weights)
+        model = load_model(model_dir, random_weights)
     stress = not getattr(job.options, "no_stress", False)  # a command-only switch: a recipe's options lack it
     return export(model, job.out, job.options.kv_buckets, job.options.head_shards, stress, job.target)
 
@@ -105,6 +107,11 @@ def source_files(job) -> list[Path]:
     from core.paths import snapshot_files
 
     return snapshot_files(_snapshot_dir(job.source.model_dump()))
+
+
+def random_source(directory: Path, shape: str, recipe: dict) -> dict:
+    """A random-init model of `shape` (built in memory: nothing is written)."""
+    return {"random_weights": shape}
 
 
 def check_audio8(
@@ -141,6 +148,7 @@ FAMILY = Family(
     components=(Component("asr", export_graphs, Options, advice=ADVICE, context="audio8 graphs"),),
     build_defaults={"max_regtask_lines": 0},
     sources=source_files,
+    random_source=random_source,
     checks={"audio8": check_audio8},
     loops=("runtime.board.audio8:golden_loop",),
 )

@@ -203,15 +203,14 @@ def export_ladder(job) -> list:
     """The command's ladder from --model-dir or --random-weights, or a recipe's from its snapshot (MissingSource
     without one), into `job.out`."""
     options = job.options
-    if job.recipe is None:
-        model_dir, random_weights = job.source.model_dir, job.source.random_weights
-    else:
+    # A recipe's source lacks the command's fields, unless `random_source`'s replaced it (build_cell)
+    model_dir, random_weights = getattr(job.source, "model_dir", None), getattr(job.source, "random_weights", None)
+    if job.recipe is not None and model_dir is None and random_weights is None:
         from converters.family import pipeline
         from converters.families.cosyvoice3 import snapshot
 
         model_dir = str(snapshot.resolve(pipeline.recipe_snapshot(job.source.model_dump(), snapshot.resolve,
                                                                   snapshot.REPO_ID)))
-        random_weights = None
     return export_rungs(model_dir, random_weights, options.lengths, job.out, job.target, options.batch,
                         options.ln_form, options.seed, options.parts)
 
@@ -234,6 +233,11 @@ def recipe_sources(job) -> list[Path]:
 
     return snapshot_files(Path(snapshot.resolve(pipeline.recipe_snapshot(job.source.model_dump(), snapshot.resolve,
                                                                          snapshot.REPO_ID))))
+
+
+def random_source(directory: Path, shape: str, recipe: dict) -> dict:
+    """Random estimator weights of `shape` (built in memory: nothing is written)."""
+    return {"random_weights": shape}
 
 
 def after_build(job, results: list) -> None:
@@ -284,6 +288,7 @@ FAMILY = Family(
     components=(Component("flow", export_ladder, Options, advice=ADVICE, context="cosyvoice3 export"),),
     build_defaults={"max_regtask_lines": 0, "min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
     sources=recipe_sources,
+    random_source=random_source,
     from_onnx=from_onnx,
     after_build=after_build,
     checks={"cosyvoice3": check_cosyvoice3},

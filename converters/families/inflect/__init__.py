@@ -69,7 +69,7 @@ def _export_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: P
 def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window: int = WINDOW,
            context: int = CONTEXT, dec_mask: bool = True, target: str | None = None,
            min_tail_db: float = MIN_TAIL_DB, min_interior_db: float = MIN_INTERIOR_DB, say=print) -> list:
-    """Write the fixed-window slice `inflect_v2_decoder_c<C>_w<W>.onnx` and its self-check npz; returns its
+    """Write the fixed-window slice `inflect_v2_decoder_c<C>_w<W>[_poly<P>].onnx` and its self-check npz; returns its
     one `Exported` record, whose verdicts (problem-op scan, windowed vs full-length decode) travel in its contract,
     with the family's end-to-end golden declared beside it (`with_end_to_end`)."""
     import numpy as np
@@ -80,14 +80,17 @@ def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window:
     from core.contract import get_contract
 
     model, info = D.describe(decode_path, duration_path)
-    sliced = D.slice_decoder(model, info, window, context, dec_mask)
+    sliced = D.slice_decoder(model, info, window, context, dec_mask, target)
     contract = get_contract(sliced)
+    phases = contract["polyphase"]
     say(f"decode.onnx {len(model.graph.node)} nodes; slice {contract['nodes_before_fold']} nodes -> "
         f"{contract['nodes_after_fold']} after the fold at window {window} (C={info.channels}, hop {info.hop}, "
-        f"decoder-half mask {'on' if dec_mask else 'off'})")
+        f"decoder-half mask {'on' if dec_mask else 'off'}" +
+        (f", last levels in {phases} phases for {target}" if phases else "") + ")")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    onnx_path = out_dir / f"inflect_v2_decoder_c{info.channels}_w{window}.onnx"
+    onnx_path = out_dir / (f"inflect_v2_decoder_c{info.channels}_w{window}" + (f"_poly{phases}" if phases else "") +
+                           ".onnx")
     onnx.save(sliced, str(onnx_path))
     try:
         verdicts = _export_verdicts(onnx_path, decode_path, duration_path, target, min_tail_db, min_interior_db, say)
@@ -139,7 +142,8 @@ def _rechecked(onnx_path: Path, decode_path: Path, duration_path: Path | None, t
 def export_decoder(job) -> list:
     """The slice of the command's --decode-onnx (--duration-onnx), or of a recipe's official files (MissingSource
     when absent), exported into `job.out` and gated at the job's tail and interior bars."""
-    if job.recipe is None:
+    # A recipe's source lacks the command's decode_onnx, unless `random_source`'s replaced it (build_cell)
+    if job.recipe is None or getattr(job.source, "decode_onnx", None) is not None:
         if job.source.decode_onnx is None:
             raise SetupError("give --decode-onnx (the official onnx/decode.onnx) to export, or --onnx with a slice "
                              "written earlier by `convert inflect --skip-rknn`")
@@ -154,10 +158,18 @@ def export_decoder(job) -> list:
 
 
 def from_onnx(job, onnx_path: Path) -> list:
-    """An earlier slice: re-measured against --decode-onnx when the command names it (so the thresholds given
-    now apply), else its export verdicts as its contract holds them."""
+    """An earlier slice: refused when exported for a SoC with a wider time field; re-measured against --decode-onnx
+    when the command names it (so the thresholds given now apply), else its export verdicts as its contract holds
+    them."""
     from converters.family.pipeline import Exported
+    from core.contract import get_contract
+    from surgery.graph.polyphase_levels import lacks_phases
 
+    contract = get_contract(onnx_path) if Path(onnx_path).is_file() else {}
+    if lacks_phases(contract, job.target):
+        raise SetupError(f"{onnx_path} was exported without the polyphase levels {job.target}'s time field needs; "
+                         f"re-export for this target: convert inflect --window {contract['window']} --context "
+                         f"{contract['context']} --target {job.target} --skip-rknn")
     if job.recipe is None and job.source.decode_onnx is not None:
         return _rechecked(onnx_path, job.source.decode_onnx, job.source.duration_onnx, job.target,
                           job.gates.min_tail_db, job.gates.min_interior_db)
@@ -209,6 +221,24 @@ def check_inflect(
     render_check(ids, duration_onnx, engine, out, config, decode_onnx, variation, length_scale, seed, text, engines)
 
 
+def random_source(directory: Path, shape: str, recipe: dict) -> dict:
+    """Official-format decode.onnx / duration.onnx of random weights, written under `directory`: at the size the
+    recipe's package names ("real": Micro or Nano), or Nano, the smaller, for "small" (the published sizes are
+    the tests' models too: tests/inflect/conftest.py)."""
+    from converters.families.inflect.reference import NANO, SIZES, export_official
+
+    if shape == "real":
+        sizes = [config for name, config in SIZES.items() if name in recipe["package"]]
+        if len(sizes) != 1:
+            raise SetupError(f"inflect recipe {recipe['package']}: its package name names none of the sizes "
+                             f"{sorted(SIZES)} (or several), so no real shape is known")
+        config = sizes[0]
+    else:
+        config = NANO
+    paths = export_official(directory, config)
+    return {"decode_onnx": paths["decode"], "duration_onnx": paths["duration"]}
+
+
 def recipe_sources(job) -> list[Path]:
     """The official files the recipe builds from (source.FILES; MissingSource when absent)."""
     from converters.families.inflect.source import FILES, resolve_source
@@ -225,6 +255,7 @@ FAMILY = Family(
     source=Source,
     components=(Component("decoder", export_decoder, Options, Gates, advice=ADVICE, context=f"convert {NAME}"),),
     sources=recipe_sources,
+    random_source=random_source,
     from_onnx=from_onnx,
     checks={"inflect": check_inflect},
     loops=(GOLDEN_LOOP,),

@@ -76,14 +76,17 @@ def _declare_inputs(model, channels: int):
     return model
 
 
-def slice_decoder(decode_model, model: InflectModel, window: int, context: int, dec_mask: bool = True):
-    """decode.onnx -> fixed-window engine graph z [1,C,W], y_mask [1,1,W] -> waveform, folded, with its contract."""
+def slice_decoder(decode_model, model: InflectModel, window: int, context: int, dec_mask: bool = True,
+                  target: str | None = None):
+    """decode.onnx -> fixed-window engine graph z [1,C,W], y_mask [1,1,W] -> waveform, folded, with its contract;
+    the upsampling levels whose full-rate axis overflows `target`'s time field run in polyphase form."""
     from core.contract import make_contract
     from surgery.graph.conv_pad import cap_conv_padding
     from runtime.board.window_walk import WindowContract
     from surgery.graph.flip_fold import FlipFoldError, fold_flips
     from surgery.graph.fold import fold_fixed
-    from surgery.graph.mask import mask_decoder
+    from surgery.graph.mask import level_strides, mask_decoder
+    from surgery.graph.polyphase_levels import PolyphaseError, overflowing_levels, phase_count, polyphase_levels
     from core.contract import set_contract
     from surgery.graph.vits_seam import SeamError, cut_at_seam, find_vits_seam
     from core.onnx_graph import rename_tensors
@@ -107,10 +110,19 @@ def slice_decoder(decode_model, model: InflectModel, window: int, context: int, 
         raise SetupError(f"decode.onnx's reverse flow has a channel flip that cannot be folded: {error}") from None
     if dec_mask:
         sliced = mask_decoder(sliced, seam.decoder_input, MASK_INPUT)
+    strides = level_strides(sliced, seam.decoder_input)
+    phase_levels = overflowing_levels(target, window, strides)
+    try:
+        sliced = polyphase_levels(sliced, seam.decoder_input, phase_levels)
+    except PolyphaseError as error:
+        raise SetupError(f"the window's full-rate axes overflow {target}'s op registers and decode.onnx's last "
+                         f"{phase_levels} upsampling level(s) cannot run in polyphase form ({error}); use a smaller "
+                         "--window") from None
     folded = cap_conv_padding(fold_fixed(sliced, {LATENT_INPUT: [1, model.channels, window],
                                                   MASK_INPUT: [1, 1, window]}))
     contract = make_contract(FAMILY, COMPONENT, ROLE, EXEC_PLAN_OPTION, **walk_contract.fields(),
-                             sample_rate=model.sample_rate, dec_mask=dec_mask,
+                             sample_rate=model.sample_rate, dec_mask=dec_mask, strides=strides,
+                             polyphase=phase_count(strides, phase_levels) if phase_levels else None,
                              nodes_before_fold=len(sliced.graph.node), nodes_after_fold=len(folded.graph.node))
     return set_contract(folded, contract)
 

@@ -58,7 +58,7 @@ class EncoderGates(Table):
 
 
 def export_decoder(job) -> list:
-    """The decoder's one fixed-window engine (its last level's form chosen for job.target)."""
+    """The decoder's one fixed-window engine (its last levels' form chosen for job.target)."""
     from converters.families.piper import decoder
 
     options = job.options
@@ -78,8 +78,8 @@ def from_onnx(job, onnx_path: Path) -> list:
     """An earlier export, refused before a build that could only fail: a decoder exported for a SoC with a wider
     time field, an encoder ONNX that is not one, or a drift threshold that is measured at export only."""
     from converters.family.pipeline import Exported
-    from converters.families.piper import decoder
     from core.contract import get_contract
+    from surgery.graph.polyphase_levels import lacks_phases
 
     contract = get_contract(onnx_path) if Path(onnx_path).is_file() else {}
     if job.component.name == "duration_encoder":
@@ -88,10 +88,9 @@ def from_onnx(job, onnx_path: Path) -> list:
         if job.gates.max_drift_pct is not None:
             raise SetupError("--max-drift-pct is measured at export (a refused width is never exported): export "
                              "with --encoder --max-drift-pct P --skip-rknn, then build its --onnx without it")
-    elif contract.get("family") == "piper" and contract.get("polyphase") is None and \
-            decoder.needs_polyphase(job.target, contract["window"], contract["hop"]):
-        raise SetupError(f"{onnx_path} was exported without the polyphase last level, and {job.target}'s time field "
-                         f"is shorter than its {contract['window'] * contract['hop']}-sample axis; re-export for "
+    elif contract.get("family") == "piper" and lacks_phases(contract, job.target):
+        raise SetupError(f"{onnx_path} was exported without the polyphase levels {job.target}'s time field needs (it "
+                         f"is shorter than its {contract['window'] * contract['hop']}-sample axis); re-export for "
                          f"this target: convert piper --window {contract['window']} --context {contract['context']} "
                          f"--target {job.target} --skip-rknn")
     return [Exported.from_onnx(onnx_path, "piper")]

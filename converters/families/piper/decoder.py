@@ -10,7 +10,6 @@ import numpy as np
 from converters.family.pipeline import Exported, record_export
 from core.errors import SetupError
 from gates.verdict import refuse_degenerate
-from runtime.board.soc import TIME_FIELD_LIMIT
 from runtime.board.verdict import judged
 from runtime.host.backends import OnnxBackend
 
@@ -120,33 +119,17 @@ def _cond_channels(model) -> int:
     raise SetupError("the multi-speaker slice has a g input but no conv reads it directly")
 
 
-def needs_polyphase(target: str | None, window: int, hop: int) -> bool:
-    """Whether the window's full-rate axis overflows the target's time field (then the last level runs
-    in polyphase form): runtime.board.soc.TIME_FIELD_LIMIT, which says what was measured."""
-    limit = TIME_FIELD_LIMIT.get(target or "")
-    return limit is not None and window * hop > limit
-
-
-def last_upsampler_output(model, decoder_input: str) -> str:
-    """Output of the decoder's deepest upsampling ConvTranspose (mask upsamplers are not below decoder_input)."""
-    from surgery.graph.mask import upsample_levels
-
-    level = upsample_levels(model, decoder_input)
-    ups = [n for n in model.graph.node if n.op_type == "ConvTranspose" and n.output[0] in level]
-    return max(ups, key=lambda n: level[n.output[0]]).output[0]
-
-
 def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask: bool, voice_name: str,
-                       sample_rate: int, polyphase: bool = False):
-    """The engine graph: flips folded, optional decoder mask, optional polyphase last level, shapes
-    pinned at `window`, contract set."""
+                       sample_rate: int, phase_levels: int = 0):
+    """The engine graph: flips folded, optional decoder mask, the last `phase_levels` upsampling levels in
+    polyphase form, shapes pinned at `window`, contract set."""
     from core.contract import make_contract
     from runtime.board.window_walk import WindowContract
     from surgery.graph.flip_fold import fold_flips
     from surgery.graph.fold import fold_fixed
     from surgery.graph.mask import mask_decoder
     from core.contract import set_contract
-    from surgery.graph.polyphase_tail import PolyphaseError, polyphase_tail
+    from surgery.graph.polyphase_levels import PolyphaseError, phase_count, polyphase_levels
 
     emitted = window - 2 * context
     if emitted < 1:
@@ -155,13 +138,13 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     model = fold_flips(piece.model)
     if dec_mask:
         model = mask_decoder(model, piece.decoder_input, MASK)
-    if polyphase:
-        try:
-            model = polyphase_tail(model, last_upsampler_output(model, piece.decoder_input))
-        except PolyphaseError as error:
-            raise SetupError(f"the window's full-rate axis ({window} x {piece.hop}) overflows the target's op "
-                             f"registers and the last level cannot run in polyphase form ({error}); "
-                             "use a smaller --window") from None
+    try:
+        model = polyphase_levels(model, piece.decoder_input, phase_levels)
+    except PolyphaseError as error:
+        raise SetupError(f"the window's full-rate axis ({window} x {piece.hop}) overflows the target's op "
+                         f"registers and its last {phase_levels} level(s) cannot run in polyphase form ({error}); "
+                         "use a smaller --window") from None
+    phases = phase_count(piece.strides, phase_levels) if phase_levels else None
     shapes = {LATENT: [1, piece.channels, window], MASK: [1, 1, window]}
     if piece.cond_channels:
         shapes[COND] = [1, piece.cond_channels, 1]
@@ -169,7 +152,7 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     contract = WindowContract(window=window, context=context, emitted=emitted, hop=piece.hop, latent_input=LATENT,
                               output=model.graph.output[0].name, mask_input=MASK, latent_channels=piece.channels)
     fields = {**contract.fields(), "sample_rate": sample_rate, "dec_mask": dec_mask, "voice": voice_name,
-              "strides": piece.strides, "polyphase": piece.strides[-1] if polyphase else None,
+              "strides": piece.strides, "polyphase": phases,
               "cond_input": COND if piece.cond_channels else None,
               "cond_channels": piece.cond_channels}
     return set_contract(model, make_contract(FAMILY, COMPONENT, "main", EXEC_PLAN_OPTION, **fields))
@@ -367,18 +350,20 @@ def export(voice_onnx: Path | None, out_dir: Path, window: int, context: int, de
     import onnx
 
     from converters.families.piper.voice import load_voice, sample_rate
+    from core.contract import get_contract
+    from surgery.graph.polyphase_levels import overflowing_levels
 
     voice, voice_model = load_voice(voice_onnx)
     piece = slice_voice(voice_model)
     voice_name = voice.onnx_path.name.removesuffix(".onnx")
-    polyphase = needs_polyphase(target, window, piece.hop)
-    model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config), polyphase)
+    phase_levels = overflowing_levels(target, window, piece.strides)
+    model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config), phase_levels)
     latents = voice_latents(voice_model, piece.seam, voice.config)
     verdicts = selfcheck(model, piece, latents, noise_length=3 * window + window // 2, target=target)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{voice_name}_decoder_w{window}_c{context}" + ("_decmask" if dec_mask else "") + \
-        (f"_poly{piece.strides[-1]}" if polyphase else "")
+        (f"_poly{get_contract(model)['polyphase']}" if phase_levels else "")
     onnx_path = out_dir / f"{stem}.onnx"
     onnx.save(model, str(onnx_path))
     feeds = selfcheck_feeds(latents[0], window, piece.cond_channels is not None)

@@ -155,7 +155,8 @@ def export_steps(job) -> list[pipeline.Exported]:
         return export(job.source.model_dir, [(options.role, options.codes_length, onnx_path)], options.sine_form)
     engines = [(engine.role, engine.codes_length, Path(job.out) / onnx_name(engine.role, engine.codes_length))
                for engine in job.options.engines]
-    return export(_recipe_snapshot(job), engines, job.options.sine_form)
+    # A recipe's source lacks the command's model_dir, unless `random_source`'s replaced it (build_cell)
+    return export(getattr(job.source, "model_dir", None) or _recipe_snapshot(job), engines, job.options.sine_form)
 
 
 def _recipe_snapshot(job) -> str:
@@ -163,6 +164,16 @@ def _recipe_snapshot(job) -> str:
     from converters.families.qwen3_vocoder import snapshot
 
     return pipeline.recipe_snapshot(job.source.model_dump(), snapshot.resolve, snapshot.REPO_ID)
+
+
+def random_source(directory: Path, shape: str, recipe: dict) -> dict:
+    """A speech-tokenizer snapshot of random weights at the released decoder's shapes ("real") or the tests'
+    tiny ones ("small"), written under `directory`."""
+    from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, write_random_snapshot
+    from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
+
+    config = REAL_SHAPE_DECODER_CONFIG if shape == "real" else TINY_CONFIG
+    return {"model_dir": str(write_random_snapshot(directory, config))}
 
 
 def recipe_sources(job) -> list[Path]:
@@ -256,6 +267,7 @@ FAMILY = Family(
     components=(Component(COMPONENT, export_steps, Options, advice=ADVICE),),
     build_defaults={"max_regtask_lines": 0, "min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
     sources=recipe_sources,
+    random_source=random_source,
     from_onnx=from_onnx,
     after_build=pipeline.say_engines,  # each engine's CPU ops: the figure its NPU shaping is measured by
     loops=(GOLDEN_LOOP,),
