@@ -3,8 +3,8 @@ K/V history one row short. Each must FAIL while the real step passes.
 
 The gate (step_export.stepwise_verdict) is relative: the fp32 stepwise decode against the package decoder's float64
 full decode, held to the package's own fp32 floor (its fp32 full decode against the same float64 one) less
-STEPWISE_MARGIN_DB = 6 dB. The old gate was an absolute 40 dB, which every fault below passed. Measured (dB,
-fp32 stepwise vs float64 full decode; threshold = floor - 6):
+gates.fp32_floor.FLOOR_MARGIN_DB = 6 dB. The old gate was an absolute 40 dB, which every fault below passed.
+Measured (dB, fp32 stepwise vs float64 full decode; threshold = floor - 6):
 
 | model, B                     | real step | tail one frame off | K/V one row short | threshold |
 |------------------------------|-----------|--------------------|-------------------|-----------|

@@ -1,0 +1,129 @@
+"""The fp32 floor: how close an fp32 computation of a checkpoint's weights comes to the same computation in
+float64. No two fp32 computations of those weights (a traced graph and its source, a windowed decode and a full
+one) can be expected to agree better than that, so an export gate comparing two such computations is held to
+`floor_threshold`: its fixed level, or the floor less `FLOOR_MARGIN_DB` where that is lower. A checkpoint with a
+wide dynamic range (a held-out real-shape Qwen3 snapshot: 78.4 dB) then passes a faithful export, while a
+conversion fault, which costs tens of dB below the floor, still fails.
+
+For a checkpoint that is an ONNX graph (Piper's voice, Inflect's decode.onnx) the floor is its onnxruntime fp32
+run against `float64_run`: the same graph with every float tensor made double, run by the onnx reference
+evaluator (onnxruntime has no double Conv, ConvTranspose or LeakyRelu CPU kernels), its convolutions in torch
+float64 (the evaluator's own are Python loops: 16 s for 40 Piper slices)."""
+from __future__ import annotations
+
+import numpy as np
+
+# Two fp32 computations each sit about the floor from exact, so their difference sits about 3 dB under it when
+# the roundings are independent; 6 dB (the margin of the fp16 floor and of the board self-test) leaves room for
+# a quieter stretch of the same signal. Planted conversion faults land 30-100 dB under the floor.
+FLOOR_MARGIN_DB = 6.0
+
+
+def floor_threshold(fixed_db: float, floor_db: float) -> float:
+    """The gate's threshold: `fixed_db`, or the weights' fp32 floor less FLOOR_MARGIN_DB where that is lower."""
+    return min(fixed_db, floor_db - FLOOR_MARGIN_DB)
+
+
+def floor_detail(fixed_db: float, floor_db: float) -> str:
+    """How `floor_threshold` was set, for a verdict's detail."""
+    return (f"the weights' fp32 floor is {floor_db:.1f} dB (threshold: {fixed_db:g} dB, or that floor - "
+            f"{FLOOR_MARGIN_DB:g} dB where lower)")
+
+
+def float64_model(model):
+    """`model` with every float tensor (initializers, constants, Cast targets, graph inputs and outputs) made
+    double (a new model)."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+
+    def double(tensor):
+        return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float64), tensor.name)
+
+    for index, tensor in enumerate(graph.initializer):
+        if tensor.data_type == TensorProto.FLOAT:
+            graph.initializer[index].CopyFrom(double(tensor))
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.TENSOR and attribute.t.data_type == TensorProto.FLOAT:
+                attribute.t.CopyFrom(double(attribute.t))
+            elif node.op_type == "Cast" and attribute.name == "to" and attribute.i == TensorProto.FLOAT:
+                attribute.i = TensorProto.DOUBLE
+    for value in [*graph.input, *graph.output]:
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
+            value.type.tensor_type.elem_type = TensorProto.DOUBLE
+    del graph.value_info[:]  # the fp32 types inferred before would contradict the double ones
+    return out
+
+
+def _torch_conv_ops():
+    """Conv and ConvTranspose for the onnx reference evaluator, computed by torch in the inputs' dtype."""
+    from onnx.reference.op_run import OpRun
+
+    def arguments(op, x, w, kernel_shape, pads, strides, dilations, auto_pad):
+        spatial = x.ndim - 2
+        if auto_pad not in (None, "NOTSET", b"NOTSET"):
+            raise NotImplementedError(f"{op} auto_pad={auto_pad!r}: only explicit pads are run in float64")
+        pads = list(pads) if pads is not None else [0] * 2 * spatial
+        return (list(strides or [1] * spatial), list(dilations or [1] * spatial), pads[:spatial], pads[spatial:])
+
+    def torch_call(name, x, w, b, **kwargs):
+        import torch
+        import torch.nn.functional as F
+
+        spatial = x.ndim - 2
+        tensors = [torch.from_numpy(np.array(v)) for v in (x, w)]  # copies: the evaluator's arrays are read-only
+        bias = None if b is None else torch.from_numpy(np.array(b))
+        with torch.no_grad():
+            return getattr(F, f"{name}{spatial}d")(*tensors, bias, **kwargs).numpy()
+
+    class Conv(OpRun):
+        def _run(self, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None, pads=None,
+                 strides=None):
+            strides, dilations, begin, end = arguments("Conv", X, W, kernel_shape, pads, strides, dilations,
+                                                       auto_pad)
+            if begin != end:  # torch pads symmetrically: pad the input itself
+                X = np.pad(X, [(0, 0), (0, 0), *zip(begin, end)])
+                begin = [0] * len(begin)
+            return (torch_call("conv", X, W, B, stride=strides, padding=begin, dilation=dilations,
+                               groups=group or 1),)
+
+    class ConvTranspose(OpRun):
+        def _run(self, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None,
+                 output_padding=None, output_shape=None, pads=None, strides=None):
+            strides, dilations, begin, end = arguments("ConvTranspose", X, W, kernel_shape, pads, strides,
+                                                       dilations, auto_pad)
+            if output_shape is not None:
+                raise NotImplementedError("ConvTranspose output_shape: only explicit pads are run in float64")
+            extra = list(output_padding or [0] * len(begin))
+            # torch crops `padding` at both ends and adds output_padding at the end: crop the excess end here
+            full = torch_call("conv_transpose", X, W, B, stride=strides, padding=0, dilation=dilations,
+                              groups=group or 1, output_padding=extra)
+            index = tuple([slice(None), slice(None)] + [slice(b, full.shape[2 + i] - e)
+                                                       for i, (b, e) in enumerate(zip(begin, end))])
+            return (full[index],)
+
+    return [Conv, ConvTranspose]
+
+
+def float64_run(model, feeds: dict) -> dict:
+    """Every output of `model` computed in float64 (`float64_model`, by the onnx reference evaluator), from
+    `feeds` made float64."""
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(float64_model(model), new_ops=_torch_conv_ops())
+    names = [value.name for value in model.graph.output]
+    feeds = {name: np.asarray(value, np.float64) if np.asarray(value).dtype.kind == "f" else value
+             for name, value in feeds.items()}
+    return dict(zip(names, evaluator.run(None, feeds)))
+
+
+def floor_verdict(name: str, value: float, fixed_db: float, floor_db: float, detail: str):
+    """`value` (dB) >= `floor_threshold(fixed_db, floor_db)`, the floor said in the detail."""
+    from runtime.board.verdict import at_least
+
+    return at_least(name, value, floor_threshold(fixed_db, floor_db), "dB",
+                    f"{detail}; {floor_detail(fixed_db, floor_db)}")
