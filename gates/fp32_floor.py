@@ -7,8 +7,8 @@ conversion fault, which costs tens of dB below the floor, still fails.
 
 For a checkpoint that is an ONNX graph (Piper's voice, Inflect's decode.onnx) the floor is its onnxruntime fp32
 run against `float64_run`: the same graph with every float tensor made double, run by the onnx reference
-evaluator (onnxruntime has no double Conv, ConvTranspose or LeakyRelu CPU kernels), its convolutions in torch
-float64 (the evaluator's own are Python loops: 16 s for 40 Piper slices)."""
+evaluator (onnxruntime has no double Conv, ConvTranspose or LeakyRelu CPU kernels) with its convolutions
+replaced (`_conv_ops`: the evaluator's own are Python loops, 16 s for 40 Piper slices)."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,52 +59,58 @@ def float64_model(model):
     return out
 
 
-def _torch_conv_ops():
-    """Conv and ConvTranspose for the onnx reference evaluator, computed by torch in the inputs' dtype."""
+def _conv_ops():
+    """Conv and ConvTranspose for the onnx reference evaluator in the inputs' dtype: Conv as one BLAS product
+    over the input's sliding windows (torch's float64 conv is a direct loop, 8 s for 120 Inflect slices),
+    ConvTranspose by torch (few calls, at the low rates)."""
     from onnx.reference.op_run import OpRun
 
-    def arguments(op, x, w, kernel_shape, pads, strides, dilations, auto_pad):
+    def explicit(op, x, pads, strides, dilations, auto_pad):
         spatial = x.ndim - 2
         if auto_pad not in (None, "NOTSET", b"NOTSET"):
             raise NotImplementedError(f"{op} auto_pad={auto_pad!r}: only explicit pads are run in float64")
         pads = list(pads) if pads is not None else [0] * 2 * spatial
-        return (list(strides or [1] * spatial), list(dilations or [1] * spatial), pads[:spatial], pads[spatial:])
-
-    def torch_call(name, x, w, b, **kwargs):
-        import torch
-        import torch.nn.functional as F
-
-        spatial = x.ndim - 2
-        tensors = [torch.from_numpy(np.array(v)) for v in (x, w)]  # copies: the evaluator's arrays are read-only
-        bias = None if b is None else torch.from_numpy(np.array(b))
-        with torch.no_grad():
-            return getattr(F, f"{name}{spatial}d")(*tensors, bias, **kwargs).numpy()
+        return list(strides or [1] * spatial), list(dilations or [1] * spatial), pads[:spatial], pads[spatial:]
 
     class Conv(OpRun):
         def _run(self, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None, pads=None,
                  strides=None):
-            strides, dilations, begin, end = arguments("Conv", X, W, kernel_shape, pads, strides, dilations,
-                                                       auto_pad)
-            if begin != end:  # torch pads symmetrically: pad the input itself
-                X = np.pad(X, [(0, 0), (0, 0), *zip(begin, end)])
-                begin = [0] * len(begin)
-            return (torch_call("conv", X, W, B, stride=strides, padding=begin, dilation=dilations,
-                               groups=group or 1),)
+            strides, dilations, begin, end = explicit("Conv", X, pads, strides, dilations, auto_pad)
+            spatial, group = X.ndim - 2, group or 1
+            X = np.pad(X, [(0, 0), (0, 0), *zip(begin, end)])
+            extents = [(k - 1) * d + 1 for k, d in zip(W.shape[2:], dilations)]
+            windows = np.lib.stride_tricks.sliding_window_view(X, extents, axis=tuple(range(2, 2 + spatial)))
+            windows = windows[(slice(None), slice(None), *(slice(None, None, s) for s in strides),
+                               *(slice(None, None, d) for d in dilations))]  # [N, C, *out, *kernel]
+            per_in, per_out = W.shape[1], W.shape[0] // group
+            kernel_axes = list(range(2 + spatial, 2 + 2 * spatial))
+            parts = [np.tensordot(windows[:, g * per_in:(g + 1) * per_in], W[g * per_out:(g + 1) * per_out],
+                                  axes=([1, *kernel_axes], [1, *range(2, 2 + spatial)])) for g in range(group)]
+            out = np.moveaxis(np.concatenate(parts, axis=-1), -1, 1)  # [N, O, *out]
+            if B is not None:
+                out = out + B.reshape(1, -1, *[1] * spatial)
+            return (out.astype(X.dtype),)
 
     class ConvTranspose(OpRun):
         def _run(self, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None,
                  output_padding=None, output_shape=None, pads=None, strides=None):
-            strides, dilations, begin, end = arguments("ConvTranspose", X, W, kernel_shape, pads, strides,
-                                                       dilations, auto_pad)
+            import torch
+            import torch.nn.functional as F
+
+            strides, dilations, begin, end = explicit("ConvTranspose", X, pads, strides, dilations, auto_pad)
             if output_shape is not None:
                 raise NotImplementedError("ConvTranspose output_shape: only explicit pads are run in float64")
-            extra = list(output_padding or [0] * len(begin))
-            # torch crops `padding` at both ends and adds output_padding at the end: crop the excess end here
-            full = torch_call("conv_transpose", X, W, B, stride=strides, padding=0, dilation=dilations,
-                              groups=group or 1, output_padding=extra)
-            index = tuple([slice(None), slice(None)] + [slice(b, full.shape[2 + i] - e)
-                                                       for i, (b, e) in enumerate(zip(begin, end))])
-            return (full[index],)
+            spatial = X.ndim - 2
+            # torch crops its `padding` symmetrically: run it uncropped (output_padding lands at the end, as in
+            # ONNX) and crop each side here
+            with torch.no_grad():
+                full = getattr(F, f"conv_transpose{spatial}d")(
+                    torch.from_numpy(np.array(X)), torch.from_numpy(np.array(W)),  # copies: read-only arrays
+                    None if B is None else torch.from_numpy(np.array(B)), stride=strides, padding=0,
+                    output_padding=list(output_padding or [0] * spatial), groups=group or 1,
+                    dilation=dilations).numpy()
+            return (full[(slice(None), slice(None), *(slice(b, full.shape[2 + i] - e)
+                                                      for i, (b, e) in enumerate(zip(begin, end))))],)
 
     return [Conv, ConvTranspose]
 
@@ -114,7 +120,7 @@ def float64_run(model, feeds: dict) -> dict:
     `feeds` made float64."""
     from onnx.reference import ReferenceEvaluator
 
-    evaluator = ReferenceEvaluator(float64_model(model), new_ops=_torch_conv_ops())
+    evaluator = ReferenceEvaluator(float64_model(model), new_ops=_conv_ops())
     names = [value.name for value in model.graph.output]
     feeds = {name: np.asarray(value, np.float64) if np.asarray(value).dtype.kind == "f" else value
              for name, value in feeds.items()}

@@ -1,51 +1,30 @@
 """The decoder's window gates follow the voice's own fp32 floor (gates.fp32_floor) where it is under their fixed
-levels: joe's weights edited so its fp32 decode sits 74-89 dB from float64 (joe itself: 110-121 dB) export with
-every gate passing at the lowered thresholds, and the planted faults of test_planted_faults (a context the flow
-does not cover, one padded frame marked real) still fail in that same export.
-
-The edit is exact in maths: the flow's coupling 6 adds OFFSET to the half it writes, coupling 4 reads that half
-with its `pre` bias compensated, coupling 2 takes OFFSET off again. In fp32 the half then holds values near
-OFFSET, so its O(1) content keeps ~1e-7 * OFFSET of absolute precision."""
+levels: joe's weights edited so its fp32 decode sits 74-89 dB from float64 (joe itself: 110-121 dB;
+tests/low_floor.offset_flow) export with every gate passing at the lowered thresholds, and the planted faults of
+test_planted_faults (a context the flow does not cover, one padded frame marked real) still fail in that same
+export."""
 from __future__ import annotations
 
 import shutil
 
-import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 
 from converters.families.piper import decoder
 from runtime.board.window_walk import WindowContract, walk
 from runtime.host.backends import OnnxBackend
 from runtime.host.piper import engine_contract
+from tests.low_floor import offset_flow
 
 OFFSET = 300.0  # measured floors 73.9 (voice latent), 75.1 (white noise), 88.6 dB (short latent)
+COUPLINGS = ("flow.flows.6", "flow.flows.4", "flow.flows.2")  # the reverse flow runs 6, 4, 2, 0
 WINDOW, CONTEXT = 109, 32
-
-
-def offset_flow(voice, offset: float):
-    """`voice` with `offset` carried through the reverse flow between couplings 6 and 2 (module docstring)."""
-    out = onnx.ModelProto()
-    out.CopyFrom(voice)
-    weights = {tensor.name: tensor for tensor in out.graph.initializer}
-
-    def edit(name, change):
-        tensor = weights[name]
-        value = numpy_helper.to_array(tensor).astype(np.float64)
-        tensor.CopyFrom(numpy_helper.from_array(change(value).astype(np.float32), name))
-
-    pre = numpy_helper.to_array(weights["flow.flows.4.pre.weight"]).astype(np.float64)  # [hidden, half, 1]
-    edit("flow.flows.6.post.bias", lambda bias: bias - offset)  # x1 - m: the half gains +offset
-    edit("flow.flows.4.pre.bias", lambda bias: bias - offset * pre.sum(axis=(1, 2)))
-    edit("flow.flows.2.post.bias", lambda bias: bias + offset)
-    return out
 
 
 @pytest.fixture(scope="module")
 def low_floor_voice(joe, tmp_path_factory):
     path = tmp_path_factory.mktemp("low_floor") / "joe-low-floor.onnx"
-    onnx.save(offset_flow(joe.model, OFFSET), str(path))
+    onnx.save(offset_flow(joe.model, OFFSET, COUPLINGS), str(path))
     shutil.copy(f"{joe.voice.onnx_path}.json", f"{path}.json")
     return path
 

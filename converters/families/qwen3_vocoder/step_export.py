@@ -18,8 +18,8 @@ EXEC_PLAN_OPTION = "qwen3_tts.exec_plan"
 ROLES = ("main", "first", "window")
 WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
 # The stepwise gate is relative: the fp32 stepwise decode against the reference decoder's float64 full decode
-# must land within gates.fp32_floor.FLOOR_MARGIN_DB of the reference's own fp32 full decode against the same float64 one (its
-# fp32 floor). The step computes what the decoder computes, so it carries the same rounding and nothing else:
+# must land within gates.fp32_floor.FLOOR_MARGIN_DB of the reference's own fp32 full decode against the same
+# float64 one (its fp32 floor). The step computes what the decoder computes, so it carries the same rounding and nothing else:
 # real steps measure 0-4 dB above the floor (tiny 124.6 vs 124.3; real shape 112.8 vs 108.8), a dilated-conv tail
 # read one frame off 16-76 dB, the K/V history one row short 55-104 dB (tests/qwen3_vocoder/test_planted_faults.py).
 # The absolute 40 dB this replaces passed every one of those faults.
