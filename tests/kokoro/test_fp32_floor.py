@@ -1,15 +1,18 @@
-"""Kokoro's onnx_vs_torch and walk_vs_windows follow the weights' own fp32 floor (gates.fp32_floor) where it is
-under their levels: the small generator with OFFSET added to every resblock's first conv bias (exact in maths: the
-instance norm after it takes each channel's mean off again; in fp32 the conv output then keeps ~6e-8 * OFFSET of
-absolute precision, and the floor falls from 121.0 to 104.7 dB) exports with every gate passing, both gates under
-the old fixed 115 dB; the planted walk faults of test_kokoro_gates still fail on the same export."""
+"""Kokoro's onnx_vs_torch, walk_vs_windows and reference gates follow the weights' own fp32 floor
+(gates.fp32_floor) where it is under their levels: the small generator with OFFSET added to every resblock's first
+conv bias (exact in maths: the instance norm after it takes each channel's mean off again; in fp32 the conv output
+then keeps ~6e-8 * OFFSET of absolute precision, and the floor falls from 121.0 to 104.7 dB) exports with every
+gate passing, both under the old fixed 115 dB, and matches kokoro's own Generator at 102.8 dB (old bar 110); the
+planted walk faults of test_kokoro_gates and a clipped sine still fail on the same weights."""
 from __future__ import annotations
 
 import pytest
 
 from converters.families.kokoro.export import export, golden_utterance
 from converters.families.kokoro.graph import build_module, prepare
-from converters.families.kokoro.verdicts import RANDOM_WINDOW_EXPORT_DB, walk_verdict
+from converters.families.kokoro import verdicts
+from converters.families.kokoro.verdicts import (MIN_REFERENCE_DB, RANDOM_WINDOW_EXPORT_DB, reference_verdict,
+                                                 walk_verdict)
 from core.contract import get_contract
 from runtime.board import kokoro as kokoro_walk
 from tests.kokoro.kokoro_small import FRAMES, SMALL
@@ -49,3 +52,13 @@ def test_planted_walk_faults_still_fail_on_the_low_floor_export(low_floor, monke
     verdict = walk_verdict(graph, record.reference, utterance, get_contract(record.onnx), label,
                            RANDOM_WINDOW_EXPORT_DB)
     assert not verdict.passed and verdict.value < verdict.threshold - 20, (fault, verdict.line())
+
+
+def test_reference_gate_follows_the_floor_and_still_fails_a_clipped_sine(low_floor, monkeypatch):
+    state, _ = low_floor
+    module = build_module(SMALL, state)
+    real = reference_verdict(SMALL, state, module, FRAMES)
+    assert real.passed and real.value < MIN_REFERENCE_DB, real.line()  # the old fixed bar refused it
+    monkeypatch.setattr(verdicts, "prepare", lambda module, form, snake_fold: prepare(module, "clip", snake_fold))
+    planted = reference_verdict(SMALL, state, module, FRAMES)
+    assert not planted.passed and planted.value < planted.threshold - 20, planted.line()
