@@ -51,6 +51,6 @@ def test_threshold_is_the_fixed_level_unless_the_floor_is_lower():
     assert floor_threshold(90.0, math.inf) == 90.0
     assert floor_threshold(90.0, 110.0) == 90.0
     assert floor_threshold(90.0, 80.0) == 80.0 - FLOOR_MARGIN_DB
-    low = floor_verdict("g", 76.0, 90.0, 80.0, "what")
-    assert low.passed and low.threshold == 74.0 and "80.0 dB" in low.detail
-    assert not floor_verdict("g", 73.0, 90.0, 80.0, "what").passed
+    low = floor_verdict("g", 80.0 - FLOOR_MARGIN_DB + 1, 90.0, 80.0, "what")
+    assert low.passed and low.threshold == 80.0 - FLOOR_MARGIN_DB and "80.0 dB" in low.detail
+    assert not floor_verdict("g", 80.0 - FLOOR_MARGIN_DB - 1, 90.0, 80.0, "what").passed
