@@ -129,7 +129,7 @@ WALK_FAULTS = {"windows overlap one hop more than the walk blends": ("plan_windo
 def test_walk_gate_fails_on_the_overlap_one_hop_off(exported, graph, monkeypatch, fault):
     record, contract, utterance, label = exported
     real = next(v for v in record.verdicts if v.name == "walk_vs_windows")
-    assert real.passed and real.threshold == RANDOM_WINDOW_EXPORT_DB, real.line()
+    assert real.passed and real.threshold <= RANDOM_WINDOW_EXPORT_DB, real.line()  # or the floor's (121.0 - 10)
     name, planted = WALK_FAULTS[fault]
     monkeypatch.setattr(kokoro_walk, name, planted)
     verdict = walk_verdict(graph, record.reference, utterance, contract, label, RANDOM_WINDOW_EXPORT_DB)

@@ -15,12 +15,17 @@ from converters.families.kokoro.graph import (CONTEXT, OUTPUT, float64, interior
 MIN_EXPORT_DB = 124.6  # exported ONNX fp32 vs the torch graph in float64, same sine form, the spec's level: real walk
 # windows of the embedded model measure 127.0-135.6 dB here; random N(0,1) windows (the small test models) 122.9 dB
 # at real size, so a source without a kokoro-onnx model to tap gates at RANDOM_WINDOW_EXPORT_DB instead.
+# An fp32 computation of the weights can come no closer to float64 than their fp32 floor (the torch graph in fp32
+# against float64 on the windows the gate compares, `Decodes.torch32`), and the embedded model's floor is 124.6 dB
+# on the first window of its greeting, the small test model's 121.0 dB: so this gate, the walk's and the reference
+# gate are held to their level, or to that floor less its margin where lower (gates.fp32_floor).
 RANDOM_WINDOW_EXPORT_DB = 115.0
 # Exact-sine module vs kokoro's Generator on the same fp32 weights (spec 60.5 dB vs q8_0), both fp32: the embedded
 # model measures 127.5 dB, the small test model 120.8 dB; the round and clip sine forms land at 56.6 and 12.6 dB
 # there (small). (Was 100.)
 MIN_REFERENCE_DB = 110.0
-# Padded window (the runtime's window_feeds) vs the same frames unpadded, both in float64: the embedded model
+# Padded window (the runtime's window_feeds) vs the same frames unpadded, both in float64 (so fixed, as the rows
+# gate below: float64 keeps 29 bits more than fp32, about 175 dB under any fp32 floor): the embedded model
 # measures 296.1-299.5 dB at W=128 (8, 21, 72 real frames), the small test model 298.4-298.5 dB at W=64; the
 # masks marking one padded frame real land at 6.0-22.6 dB (embedded) and 12.5-18.1 dB (small), the original
 # unmasked instance norm at -6.9-6.3 dB. (Was 135, the spec's fp32 figure of 135.1 dB.)
@@ -42,17 +47,23 @@ WALK_GAIN = False  # the walk gate runs without `gain` (it needs a full-length C
 SPEC_PHASE_FULL_SCALE = math.pi
 
 
-def spec_verdict(name: str, reference, test, min_db: float, detail: str = "", whole=None):
-    """SNR of `test` against `reference` (spec_phase columns) >= min_db; fails without a figure, in the words of
-    runtime.board.numeric.degenerate_reference, when the whole reference the gate decoded (`whole`, default `reference`:
-    all of it, never one window of it) is silent, constant or not finite."""
+def spec_verdict(name: str, reference, test, min_db: float, detail: str = "", whole=None,
+                 floor_db: float = math.inf):
+    """SNR of `test` against `reference` (spec_phase columns) >= min_db, or the weights' fp32 floor `floor_db`
+    less the margin where lower (gates.fp32_floor); fails without a figure, in the words of
+    runtime.board.numeric.degenerate_reference, when the whole reference the gate decoded (`whole`, default
+    `reference`: all of it, never one window of it) is silent, constant or not finite."""
+    from gates.fp32_floor import floor_detail, floor_threshold
     from runtime.board.numeric import degenerate_reference, snr_db
     from runtime.board.verdict import at_least, nothing_to_judge
 
+    threshold = floor_threshold(min_db, floor_db)
+    if math.isfinite(floor_db):
+        detail = f"{detail}; {floor_detail(min_db, floor_db)}"
     problem = degenerate_reference(reference if whole is None else whole, SPEC_PHASE_FULL_SCALE)
     if problem is not None:
-        return nothing_to_judge(name, min_db, "dB", problem)
-    return at_least(name, snr_db(reference, test), min_db, "dB", detail)
+        return nothing_to_judge(name, threshold, "dB", problem)
+    return at_least(name, snr_db(reference, test), threshold, "dB", detail)
 
 
 def window_layout(config, frames: int, overlap: int = 0):
@@ -75,10 +86,12 @@ def onnx_outputs(path: Path, feeds: dict):
 
 def reference_verdict(config, state, module, frames: int):
     """Exact-sine module vs kokoro's own Generator on the same weights, interior SNR (the whole window's
-    reference judged first)."""
+    reference judged first), at MIN_REFERENCE_DB or the weights' fp32 floor on that window (the module in fp32
+    against float64) less the margin."""
     import torch
 
     from converters.families.kokoro.reference import reference_generator, reference_spec_phase
+    from runtime.board.numeric import snr_db
 
     reference = reference_generator(config).eval()
     own_keys = set(reference.state_dict())
@@ -96,9 +109,12 @@ def reference_verdict(config, state, module, frames: int):
     feeds = window_inputs(config, frames, seed=1)
     ref = reference_spec_phase(reference, torch.from_numpy(feeds["x"]), torch.from_numpy(feeds["style"]),
                                torch.from_numpy(feeds["har"])).numpy()
-    ours = run_torch(prepare(module, "exact", snake_fold=False), feeds)
+    exact_sine = prepare(module, "exact", snake_fold=False)
+    ours = run_torch(exact_sine, feeds)
+    floor = snr_db(interior(config, frames, run_torch(float64(exact_sine), feeds)), interior(config, frames, ours))
     return spec_verdict("generator_vs_kokoro_reference", interior(config, frames, ref), interior(config, frames, ours),
-                        MIN_REFERENCE_DB, "exact sine, same fp32 weights, interior columns", whole=ref)
+                        MIN_REFERENCE_DB, "exact sine, same fp32 weights, interior columns", whole=ref,
+                        floor_db=floor)
 
 
 def padded_verdict(config, module, frames: int, real_frames: int, unpadded=None):
@@ -141,8 +157,8 @@ class Decodes:
     it a backend (the ONNX side) for `runtime.board.kokoro.walk`."""
 
     def __init__(self, graph, onnx_path: Path):
-        self._graph, self._onnx_path = float64(graph), Path(onnx_path)
-        self._backend, self._torch, self._onnx = None, {}, {}
+        self._fp32, self._graph, self._onnx_path = graph, float64(graph), Path(onnx_path)
+        self._backend, self._torch, self._torch32, self._onnx = None, {}, {}, {}
 
     @staticmethod
     def _key(feeds: dict) -> str:
@@ -162,6 +178,13 @@ class Decodes:
         if key not in self._torch:
             self._torch[key] = run_torch(self._graph, feeds)
         return self._torch[key]
+
+    def torch32(self, feeds: dict):
+        """spec_phase of the torch graph in fp32 (what `torch64` measures the weights' fp32 floor against)."""
+        key = self._key(feeds)
+        if key not in self._torch32:
+            self._torch32[key] = run_torch(self._fp32, feeds)
+        return self._torch32[key]
 
     def onnx(self, feeds: dict):
         """spec_phase of the exported ONNX in onnxruntime fp32, as float64."""
@@ -186,11 +209,16 @@ class Decodes:
 
 def export_verdict(graph, onnx_path: Path, feeds: dict, form: str, inputs_label: str = "random window",
                    min_db: float = RANDOM_WINDOW_EXPORT_DB, decodes: Decodes | None = None):
-    """The exported fp32 ONNX vs the torch graph it was traced from, in the same sine form. Torch runs in
+    """The exported fp32 ONNX vs the torch graph it was traced from, in the same sine form, at `min_db` or the
+    weights' fp32 floor on the window (the torch graph in fp32 against float64) less the margin. Torch runs in
     float64, so the gate measures the export's own error and not torch's fp32 noise as well."""
+    from runtime.board.numeric import snr_db
+
     decodes = Decodes(graph, onnx_path) if decodes is None else decodes
-    return spec_verdict("onnx_vs_torch", decodes.torch64(feeds), decodes.onnx(feeds), min_db,
-                        f"sine form {form}, ONNX fp32 vs torch float64, {inputs_label}")
+    exact = decodes.torch64(feeds)
+    return spec_verdict("onnx_vs_torch", exact, decodes.onnx(feeds), min_db,
+                        f"sine form {form}, ONNX fp32 vs torch float64, {inputs_label}",
+                        floor_db=snr_db(exact, decodes.torch32(feeds)))
 
 
 def stitched(decoded: dict, frames: int, layout):
@@ -233,10 +261,13 @@ def walk_verdict(graph, onnx_path: Path, utterance: dict, contract: dict, inputs
     """The runtime's walk (`runtime.board.kokoro.walk`, what the board runs) of `utterance` {x, har, style} over
     the exported fp32 ONNX, at overlap 0 and at the widest overlap the engine allows, vs the same planned
     windows decoded by the torch graph in float64 (sliced from the utterance here, masks 1) and `stitched`:
-    catches a walk that reads, places or blends a window's columns one hop off. Worst of the two."""
+    catches a walk that reads, places or blends a window's columns one hop off. Worst of the two, at `min_db` or
+    the weights' fp32 floor over the same windows (the torch graph's windows in fp32 against float64, stitched
+    alike; the lower of the two overlaps) less the margin."""
     import numpy as np
 
     from runtime.board import kokoro as kokoro_walk
+    from runtime.board.numeric import snr_db
     from runtime.board.window_walk import plan_windows
 
     x, har, style = (np.asarray(utterance[name], np.float32) for name in ("x", "har", "style"))
@@ -247,8 +278,8 @@ def walk_verdict(graph, onnx_path: Path, utterance: dict, contract: dict, inputs
     decodes = Decodes(graph, onnx_path) if decodes is None else decodes
     ones = {"mask_coarse": np.ones((1, 1, base.coarse_hop * w), np.float32),
             "mask_fine": np.ones((1, 1, hop * w + 1), np.float32)}
-    decoded = {}
-    figures, values = [], []
+    decoded, decoded32 = {}, {}
+    figures, values, floors = [], [], []
     for overlap in sorted({0, min(base.context, base.emitted - 1)}):
         layout = kokoro_walk.KokoroWindow.from_contract(contract, {"overlap": overlap, "gain": WALK_GAIN})
         windows = plan_windows(frames, w, layout.context, layout.emitted - overlap)
@@ -256,15 +287,16 @@ def walk_verdict(graph, onnx_path: Path, utterance: dict, contract: dict, inputs
             if win.start not in decoded:
                 feeds = {"x": x[..., win.start: win.start + w], "style": style,
                          "har": har[..., hop * win.start: hop * (win.start + w) + 1], **ones}
-                decoded[win.start] = decodes.torch64(feeds)
-        verdict = spec_verdict("walk_vs_windows", stitched(decoded, frames, layout),
-                               kokoro_walk.walk(decodes, x, har, style, layout), min_db)
+                decoded[win.start], decoded32[win.start] = decodes.torch64(feeds), decodes.torch32(feeds)
+        reference = stitched(decoded, frames, layout)
+        verdict = spec_verdict("walk_vs_windows", reference, kokoro_walk.walk(decodes, x, har, style, layout), min_db)
         if verdict.degenerate:  # the whole stitched reference is degenerate: nothing to judge
             return verdict
+        floors.append(snr_db(reference, stitched(decoded32, frames, layout)))
         values.append(verdict.value)
         figures.append(f"overlap {overlap}: {verdict.value:.1f} dB over {len(windows)} windows")
-    from runtime.board.verdict import at_least
+    from gates.fp32_floor import floor_verdict
 
-    return at_least("walk_vs_windows", min(values), min_db, "dB",
-                    f"runtime walk of the fp32 ONNX vs float64 torch windows stitched by the plan, {frames} frames "
-                    f"of {inputs_label} ({'; '.join(figures)})")
+    return floor_verdict("walk_vs_windows", min(values), min_db, min(floors),
+                         f"runtime walk of the fp32 ONNX vs float64 torch windows stitched by the plan, {frames} "
+                         f"frames of {inputs_label} ({'; '.join(figures)})")

@@ -2,6 +2,7 @@
 windowed decode (runtime.board.window_walk) against a full-length decode."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +26,15 @@ LATENT, MASK, COND = "z", "y_mask", "g"
 # this voice. The export's own self-check (SELFCHECK_TEXT's latent and a white-noise latent) measures its
 # worst interior window at 108.3 dB for the default 109/45/32, and at 74.9 dB for 93/45/24 (68.3 dB for
 # 109/61/24): 90 dB passes every context that covers the flow and fails 24 and below.
+# Both sides are fp32 decodes of the same weights, so a voice whose fp32 floor (gates.fp32_floor: its full decode
+# in fp32 against float64) is low cannot reach 90 dB however exact the window: this gate and the two padded ones
+# below are held to that floor less its margin where it is lower. joe's floor is 109.9 dB on the self-check's
+# voice latent, 112.4 on its white-noise latent and 120.6 on its short latent (the windows measure 108.3-119 dB,
+# at the floor), so joe keeps the fixed levels.
 MIN_INTERIOR_DB = 90.0
 # The slice fed the voice's own latent must reproduce the voice's output (bit-exact in onnxruntime);
-# the conv_pre seam measures far below this.
+# the conv_pre seam measures far below this. Fixed: the slice runs the voice's own nodes on the same shapes, so
+# the two agree exactly whatever the weights' floor.
 MIN_SEAM_DB = 90.0
 # A short latent (one zero-padded window). Measured on joe, 20-80 slices, mask 0 over the padding:
 # without --dec-mask the last ~7 slices read the pad's conv outputs through the unmasked decoder
@@ -193,20 +200,36 @@ def white_noise_latent(channels: int, length: int, seed: int = NOISE_SEED) -> np
     return np.random.default_rng(seed).standard_normal((1, channels, length)).astype(np.float32)
 
 
-def full_decode(full_runner: OnnxBackend, z: np.ndarray, g: np.ndarray | None) -> np.ndarray:
-    """Reference: the dynamic-length slice over the whole latent (mask all ones), fp32 onnxruntime."""
+def full_feeds(z: np.ndarray, g: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The dynamic-length slice's inputs for the whole latent (mask all ones)."""
     feeds = {LATENT: z, MASK: np.ones((1, 1, z.shape[2]), dtype=np.float32)}
     if g is not None:
         feeds[COND] = g
-    return next(iter(full_runner.run(feeds).values()))
+    return feeds
 
 
-def window_verdicts(name: str, reference: np.ndarray, result, min_interior_db: float) -> tuple[list, list[dict]]:
-    """Per-window SNR of a walk against a full-length decode; interior windows gated, the global SNR
-    gated only when the decode has seams (a lone padded window carries the documented tail deficit). Both
-    fail when the whole full-length decode is degenerate (a quiet window alone is not)."""
+def full_decode(full_runner: OnnxBackend, z: np.ndarray, g: np.ndarray | None) -> np.ndarray:
+    """Reference: the dynamic-length slice over the whole latent (mask all ones), fp32 onnxruntime."""
+    return next(iter(full_runner.run(full_feeds(z, g)).values()))
+
+
+def decode_floor(slice_model, z: np.ndarray, g: np.ndarray | None, reference: np.ndarray) -> float:
+    """The voice's fp32 floor on latent `z`: `reference` (its fp32 full decode) against the slice run in float64
+    (gates.fp32_floor.float64_run), in dB."""
+    from gates.fp32_floor import float64_run
     from runtime.board.numeric import snr_db
-    from runtime.board.verdict import at_least
+
+    return snr_db(next(iter(float64_run(slice_model, full_feeds(z, g)).values())), reference)
+
+
+def window_verdicts(name: str, reference: np.ndarray, result, min_interior_db: float,
+                    floor_db: float = math.inf) -> tuple[list, list[dict]]:
+    """Per-window SNR of a walk against a full-length decode; interior windows gated, the global SNR
+    gated only when the decode has seams (a lone padded window carries the documented tail deficit), both at
+    `min_interior_db` or the decode's fp32 floor `floor_db` less the margin where lower (gates.fp32_floor). Both
+    fail when the whole full-length decode is degenerate (a quiet window alone is not)."""
+    from gates.fp32_floor import floor_verdict
+    from runtime.board.numeric import snr_db
 
     reference = np.asarray(reference).reshape(-1)
     test = np.asarray(result.output).reshape(-1)
@@ -218,11 +241,11 @@ def window_verdicts(name: str, reference: np.ndarray, result, min_interior_db: f
     interior = [r["snr_db"] for r in rows if r["kind"] == "interior"]
     if interior:
         worst = min(interior)
-        verdicts.append(at_least(f"{name}: worst interior window", worst, min_interior_db, "dB",
-                                 f"{len(interior)} interior windows vs full-length fp32 decode"))
+        verdicts.append(floor_verdict(f"{name}: worst interior window", worst, min_interior_db, floor_db,
+                                      f"{len(interior)} interior windows vs full-length fp32 decode"))
     if any(w.has_seam for w in result.windows) and len(result.windows) > 1:
-        verdicts.append(at_least(f"{name}: global", snr_db(reference, test), min_interior_db, "dB",
-                                 "windowed vs full-length fp32 decode"))
+        verdicts.append(floor_verdict(f"{name}: global", snr_db(reference, test), min_interior_db, floor_db,
+                                      "windowed vs full-length fp32 decode"))
     return [judged(verdict, reference) for verdict in verdicts], rows
 
 
@@ -239,23 +262,23 @@ def seam_verdict(slice_runner, latents: list[dict]):
                            "the slice fed the voice's own pre-flow latent reproduces the voice's waveform"), voice_audio)
 
 
-def padded_verdict(name: str, reference: np.ndarray, result, dec_mask: bool):
+def padded_verdict(name: str, reference: np.ndarray, result, dec_mask: bool, floor_db: float = math.inf):
     """A latent shorter than the window (one padded window). With --dec-mask the whole window must be
     exact; without it the last TAIL_SLICES real slices carry the documented tail deficit and only the
-    slices before them are gated. A mask of 1 over the padding fails either way."""
+    slices before them are gated. Each at its level or the decode's fp32 floor `floor_db` less the margin where
+    lower (gates.fp32_floor). A mask of 1 over the padding fails either way."""
+    from gates.fp32_floor import floor_verdict
     from runtime.board.numeric import snr_db
-    from runtime.board.verdict import at_least
 
     (win,) = result.windows
     reference, test = np.asarray(reference).reshape(-1), np.asarray(result.output).reshape(-1)
+    what = "short latent, one zero-padded window vs full-length fp32 decode"
     if dec_mask:
-        return judged(at_least(f"{name}: padded window (decoder masked)", snr_db(reference, test),
-                               MIN_DEC_MASK_TAIL_DB, "dB", "short latent, one zero-padded window vs full-length fp32 "
-                               "decode"), reference)
+        return judged(floor_verdict(f"{name}: padded window (decoder masked)", snr_db(reference, test),
+                                    MIN_DEC_MASK_TAIL_DB, floor_db, what), reference)
     end = max(win.emit_end - TAIL_SLICES, 1) * result.hop
-    return judged(at_least(f"{name}: padded window before its last {TAIL_SLICES} slices",
-                           snr_db(reference[:end], test[:end]), MIN_PADDED_DB, "dB",
-                           "short latent, one zero-padded window vs full-length fp32 decode"), reference)
+    return judged(floor_verdict(f"{name}: padded window before its last {TAIL_SLICES} slices",
+                                snr_db(reference[:end], test[:end]), MIN_PADDED_DB, floor_db, what), reference)
 
 
 def short_latent(item: dict, window: int, length: int = SHORT_LATENT) -> np.ndarray:
@@ -288,11 +311,14 @@ def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_leng
         name = f"{name} ({z.shape[2]} slices)"
         reference = full_decode(full, z, cond)
         result = walk(windowed, z, contract, {COND: cond} if cond is not None else {})
-        verdicts += window_verdicts(name, reference, result, min_interior_db)[0]
+        verdicts += window_verdicts(name, reference, result, min_interior_db,
+                                    decode_floor(piece.model, z, cond, reference))[0]
     z = short_latent(latents[0], contract.window)
     name = f"short voice latent ({z.shape[2]} slices)"
     result = walk(windowed, z, contract, {COND: g} if g is not None else {})
-    verdicts.append(padded_verdict(name, full_decode(full, z, g), result, bool(contract_fields.get("dec_mask"))))
+    reference = full_decode(full, z, g)
+    verdicts.append(padded_verdict(name, reference, result, bool(contract_fields.get("dec_mask")),
+                                   decode_floor(piece.model, z, g, reference)))
     return refuse_degenerate(verdicts, SELFCHECK_CONTEXT)
 
 

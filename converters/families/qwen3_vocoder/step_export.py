@@ -18,20 +18,18 @@ EXEC_PLAN_OPTION = "qwen3_tts.exec_plan"
 ROLES = ("main", "first", "window")
 WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
 # The stepwise gate is relative: the fp32 stepwise decode against the reference decoder's float64 full decode
-# must land within STEPWISE_MARGIN_DB of the reference's own fp32 full decode against the same float64 one (its
-# fp32 floor). The step computes what the decoder computes, so it carries the same rounding and nothing else:
+# must land within gates.fp32_floor.FLOOR_MARGIN_DB of the reference's own fp32 full decode against the same
+# float64 one (its fp32 floor). The step computes what the decoder computes, so it carries the same rounding and nothing else:
 # real steps measure 0-4 dB above the floor (tiny 124.6 vs 124.3; real shape 112.8 vs 108.8), a dilated-conv tail
 # read one frame off 16-76 dB, the K/V history one row short 55-104 dB (tests/qwen3_vocoder/test_planted_faults.py).
 # The absolute 40 dB this replaces passed every one of those faults.
-STEPWISE_MARGIN_DB = 6.0
 # onnxruntime fp32 against the traced torch step: two fp32 computations of the same maths, so they can agree only
 # as well as the weights let any fp32 decode agree with float64. The gate is MIN_ONNX_SNR_DB, or the weights' fp32
-# floor (the reference decoder's fp32 full decode against its float64 one) less ONNX_FLOOR_MARGIN_DB where that is
-# lower: a held-out real-shape snapshot has a 78.4 dB floor and its faithful export measures 78.62 dB, and a tiny
-# model with Snake spread 1.3 a 79.2 dB floor and 75.4-77.5 dB (tests/qwen3_vocoder/test_export.py); a planted
-# weight fault lands far below either.
+# floor (the reference decoder's fp32 full decode against its float64 one) less gates.fp32_floor.FLOOR_MARGIN_DB
+# where that is lower: a held-out real-shape snapshot has a 78.4 dB floor and its faithful export measures
+# 78.62 dB, and a tiny model with Snake spread 1.3 a 79.2 dB floor and 75.4-77.5 dB
+# (tests/qwen3_vocoder/test_export.py); a planted weight fault lands far below either.
 MIN_ONNX_SNR_DB = 80.0
-ONNX_FLOOR_MARGIN_DB = 6.0
 # Full scale the cache comparison is judged at (runtime.board.numeric.degenerate_reference): the cache holds the
 # decoder's activations (conv input tails, K/V rows), which run at the audio's O(1) scale (RMS 0.72 over the tiny
 # random model's warm cache, 0.19-1.1 per entry), so 1.0, as for the pcm; its validity flags are bookkeeping (1 for
@@ -215,16 +213,16 @@ def _trace(module, feeds: dict, names_in: list[str], names_out: list[str], path:
 def _onnx_verdicts(model, feeds: dict, names_out: list[str], expected: list, what: str, layout,
                    floor_db: float) -> list[Verdict]:
     """onnxruntime fp32 against the traced torch step, per output, at MIN_ONNX_SNR_DB or, where the weights' fp32
-    floor is lower, that floor less ONNX_FLOOR_MARGIN_DB; the pcm judged whole at audio full scale, the cache by
-    its activations (`cache_activations`) at CACHE_FULL_SCALE."""
+    floor is lower, that floor less the margin (gates.fp32_floor.floor_threshold); the pcm judged whole at audio
+    full scale, the cache by its activations (`cache_activations`) at CACHE_FULL_SCALE."""
+    from gates.fp32_floor import floor_detail, floor_threshold
     from gates.snr import snr_verdict
     from runtime.board.numeric import degenerate_reference, snr_db
     from runtime.host.backends import OnnxBackend
 
     got = OnnxBackend(model).run({name: value.numpy() for name, value in feeds.items()}, names_out)
-    threshold = min(MIN_ONNX_SNR_DB, floor_db - ONNX_FLOOR_MARGIN_DB)
-    detail = (f"onnxruntime fp32 vs the traced torch step; the weights' fp32 floor is {floor_db:.1f} dB (threshold: "
-              f"{MIN_ONNX_SNR_DB:g} dB, or that floor - {ONNX_FLOOR_MARGIN_DB:g} dB where lower)")
+    threshold = floor_threshold(MIN_ONNX_SNR_DB, floor_db)
+    detail = f"onnxruntime fp32 vs the traced torch step; {floor_detail(MIN_ONNX_SNR_DB, floor_db)}"
     verdicts = []
     for name, want in zip(names_out, expected):
         verdict_name = f"onnx_vs_torch[{name}, {what}]"
@@ -290,10 +288,11 @@ def stepwise_verdict(step, reference, codes, frames: int) -> tuple[Verdict, "tor
     """The stepwise gate: codes [1,K,n*B] decoded as n steps of B = `frames` (fp32, the cache carried on) against
     the reference decoder's float64 full decode (the qwen-tts package decoder; the step itself at full length
     when `reference` is None), held to the reference's own fp32 floor (its fp32 full decode against the same
-    float64 one) less STEPWISE_MARGIN_DB. A degenerate (silent, constant) reference fails it without a figure.
-    Returns (the verdict, the cache before the last step, that floor in dB)."""
+    float64 one) less gates.fp32_floor.FLOOR_MARGIN_DB. A degenerate (silent, constant) reference fails it
+    without a figure. Returns (the verdict, the cache before the last step, that floor in dB)."""
     import torch
 
+    from gates.fp32_floor import FLOOR_MARGIN_DB
     from gates.snr import snr_verdict
 
     steps = int(codes.shape[-1]) // frames
@@ -309,9 +308,9 @@ def stepwise_verdict(step, reference, codes, frames: int) -> tuple[Verdict, "tor
     decoder = reference if reference is not None else step
     exact, floor = fp32_floor(decoder, codes)
     who = "the qwen-tts package decoder" if reference is not None else "the step at full length"
-    verdict = snr_verdict(f"stepwise_vs_full[B={frames}]", exact, stepwise, floor - STEPWISE_MARGIN_DB,
+    verdict = snr_verdict(f"stepwise_vs_full[B={frames}]", exact, stepwise, floor - FLOOR_MARGIN_DB,
                           f"{steps} fp32 steps of {frames} frames vs one float64 full decode by {who}, whose own "
-                          f"fp32 decode is {floor:.1f} dB from it (threshold: that floor - {STEPWISE_MARGIN_DB:g} dB)")
+                          f"fp32 decode is {floor:.1f} dB from it (threshold: that floor - {FLOOR_MARGIN_DB:g} dB)")
     return verdict, warm, floor
 
 
