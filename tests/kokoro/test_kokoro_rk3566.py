@@ -1,7 +1,8 @@
 """The Kokoro generator on rk3566 (issue #26): the small generator at W=64 (fine axis 3841 samples, past the
 11-bit field of rk3566's broadcast Expand) builds with 0 REGTASK lines and 0 CPU compute ops once exported for
 rk3566, and the same window exported in the rk3588 form logs the lines (8 per Sub of a per-channel mean, REGTASK
-lite@0x1028 limit 0x7ff: the 176 of the real W=136 engine). Two small engine builds with the simulator gate."""
+lite@0x1028 limit 0x7ff: the 176 of the real W=136 engine, 22 here). Two small engine builds, the simulator gate
+on the rk3566 form only."""
 from __future__ import annotations
 
 from converters.build.engine import BuildOptions, build_engine
@@ -23,10 +24,9 @@ def test_the_rk3566_export_builds_without_regtask_lines_and_the_rk3588_form_does
     assert manifest["regtask"]["lines"] == 0 and manifest["ops"]["cpu"] == 0
     assert all(verdict.passed for verdict in result.verdicts)
 
-    rk3588_form = exported[0]
+    # the lines are the compiler's: no simulator run (no self-check) for the form that logs them
     lenient = BuildOptions(target="rk3566", max_regtask_lines=100_000, fail_on_cpu_ops=True)
-    regtask = build_engine(rk3588_form.onnx, tmp_path / "rk3588_form", lenient, selfcheck=rk3588_form.selfcheck,
-                           reference_onnx=rk3588_form.reference).manifest_data["regtask"]
+    regtask = build_engine(exported[0].onnx, tmp_path / "rk3588_form", lenient).manifest_data["regtask"]
     print(f"small W={FRAMES} on rk3566: rk3566 form 0 REGTASK lines, rk3588 form {regtask['fields']}")
     assert regtask["lines"] > 0
     assert {(f["target"], f["offset"], f["limit"]) for f in regtask["fields"]} == {("lite", "0x1028", 0x7FF)}
