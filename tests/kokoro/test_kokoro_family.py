@@ -28,9 +28,9 @@ def calls(monkeypatch):
         return "config", "state", "label", None
 
     def fake_export(config, state, source, frames, out_dir, form, snake_fold, taps_model, reference_gate=False,
-                    layout="auto"):
+                    layout="auto", target=None):
         seen["export"] = {"frames": frames, "form": form, "snake_fold": snake_fold,
-                          "reference_gate": reference_gate, "layout": layout}
+                          "reference_gate": reference_gate, "layout": layout, "target": target}
         return []
 
     monkeypatch.setattr(sources, "load_generator", load_generator)
@@ -44,7 +44,7 @@ def test_the_command_reads_the_cache_and_adds_the_reference_gate(calls, tmp_path
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert calls["load"] == {"checkpoint": None, "model_onnx": tmp_path / "m.onnx", "use_cache": True}
     assert calls["export"] == {"frames": 64, "form": "clip", "snake_fold": True, "reference_gate": True,
-                               "layout": "auto"}
+                               "layout": "auto", "target": "rk3588"}
 
 
 def test_a_recipe_reads_neither_the_cache_nor_runs_the_reference_gate(calls, tmp_path, monkeypatch):
@@ -57,7 +57,7 @@ def test_a_recipe_reads_neither_the_cache_nor_runs_the_reference_gate(calls, tmp
     build_part(FAMILY, recipe, "rk3576", "2.3.2", tmp_path / "work")
     assert calls["load"] == {"checkpoint": tmp_path / "Kokoro-82M", "model_onnx": None, "use_cache": False}
     assert calls["export"] == {"frames": 96, "form": "clip", "snake_fold": False, "reference_gate": False,
-                               "layout": "auto"}
+                               "layout": "auto", "target": "rk3576"}
     assert handed["context"] == "kokoro_test"
 
 

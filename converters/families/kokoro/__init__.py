@@ -66,7 +66,8 @@ def export_generator(job) -> list:
     config, state, label, taps_model = load_generator(_path(job.source.checkpoint), _path(job.source.model_onnx),
                                                       job.out, use_cache=command)
     return export(config, state, label, job.options.frames, job.out, sine_form(job.options.sin_reduce),
-                  job.options.snake_fold, taps_model, reference_gate=command, layout=job.options.fine_layout)
+                  job.options.snake_fold, taps_model, reference_gate=command, layout=job.options.fine_layout,
+                  target=job.target)
 
 
 def source_files(job) -> list[Path]:
@@ -134,7 +135,7 @@ def fresh_engine(model_onnx: Path, frames: int | None, out_dir: Path, engines) -
     print(f"exporting the generator at {frames} frames for {engines.target} from {model_onnx} ...")
     config, state, label, taps_model = load_generator(None, model_onnx, out_dir)
     (record,) = export(config, state, label, frames, out_dir, sine_form(shipped["sin_reduce"]), shipped["snake_fold"],
-                       taps_model)
+                       taps_model, target=engines.target)
     return record.onnx
 
 

@@ -13,12 +13,15 @@ GOLDEN_PHONEMES = "koɲɲiʨiwa"  # a short Japanese greeting: 136 latent frames
 GOLDEN_REPEATS = 8  # past W=128 the greeting is said again (up to this many times) until it covers golden_frames
 
 
-def export_onnx(module, config, frames: int, path: Path, contract: dict):
-    """Trace at one window (legacy exporter, opset 17), pin and slim; the contract goes in the metadata."""
+def export_onnx(module, config, frames: int, path: Path, contract: dict, target: str | None = None):
+    """Trace at one window (legacy exporter, opset 17), pin and slim, and give `target` the Sub form its registers
+    hold (runtime.board.soc.BROADCAST_SUB_LIMIT); the contract goes in the metadata."""
     import onnx
     import torch
 
     from core.contract import set_contract
+    from runtime.board.soc import BROADCAST_SUB_LIMIT
+    from surgery.graph.broadcast_sub import add_negated_broadcast
     from surgery.graph.fold import fold_fixed
 
     feeds = module_feeds(module, window_inputs(config, frames))  # rows for a row-form module
@@ -28,6 +31,8 @@ def export_onnx(module, config, frames: int, path: Path, contract: dict):
                           opset_version=17, input_names=list(INPUTS), output_names=[OUTPUT])
     model = fold_fixed(onnx.load(str(raw)), {n: list(v.shape) for n, v in feeds.items()})
     raw.unlink()
+    if target in BROADCAST_SUB_LIMIT:
+        model = add_negated_broadcast(model, BROADCAST_SUB_LIMIT[target])
     model = set_contract(model, contract)
     onnx.save(model, str(path))
     return model
@@ -92,7 +97,8 @@ def with_end_to_end(exported: list, contract: dict, utterance: dict, label: str)
 
 
 def export(config, state, source: str, frames: int, out_dir: Path, form: str, snake_fold: bool,
-           taps_model: Path | None = None, *, reference_gate: bool = False, layout: str = "auto") -> list:
+           taps_model: Path | None = None, *, reference_gate: bool = False, layout: str = "auto",
+           target: str | None = None) -> list:
     """Write `kokoro_generator_w<W>.onnx` (engine graph), its exact fp32 twin (round form only) and the
     self-check inputs, declare the end-to-end golden (`with_end_to_end`), and return the engine's record. The
     self-check is the golden's first walk window (`golden_utterance`: real when `taps_model`, a kokoro-onnx file,
@@ -102,7 +108,7 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
     or not finite stops the export (GateFailure naming the reason). `layout` (graph.FINE_LAYOUTS) puts the fine
     stage on rows (rows.RowGenerator; "auto": when 60W+1 does not fit the field); the row form adds the gate
     rows_vs_plain (the same window through the plain graph, float64) and its padded gate decodes the unpadded
-    frames with the plain graph."""
+    frames with the plain graph. `target` picks the graph's target-specific forms (`export_onnx`)."""
     import onnx
 
     from converters.families.kokoro.verdicts import (MIN_EXPORT_DB, RANDOM_WINDOW_EXPORT_DB, Decodes, export_verdict,
@@ -134,7 +140,7 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
         source=source, fine_layout=layout, **rows_fields)
     engine_path = out_dir / f"kokoro_generator_w{frames}.onnx"
     twin = reference_path(engine_path)
-    model = export_onnx(graph, config, frames, twin, contract)
+    model = export_onnx(graph, config, frames, twin, contract, target)
     # The self-check (and the export gate's window) is the golden's first walk window: the same arrays.
     utterance, label, real = golden_utterance(config, frames, taps_model)
     feeds = window_feeds(utterance["x"], utterance["har"], utterance["style"], 0, KokoroWindow.from_contract(contract))
