@@ -51,6 +51,22 @@ def phase_count(strides: list[int], levels: int) -> int:
     return math.prod(strides[len(strides) - levels :])
 
 
+def decoder_in_phases(model: onnx.ModelProto, decoder_input: str, strides: list[int], levels: int):
+    """A windowed decoder with its last `levels` upsampling levels in polyphase form (the export's step shared by the
+    families), and the phase count its contract records (None for no level); a SetupError naming the remedy when the
+    levels cannot take that form."""
+    from core.errors import SetupError
+
+    if not levels:
+        return model, None
+    try:
+        return polyphase_levels(model, decoder_input, levels), phase_count(strides, levels)
+    except PolyphaseError as error:
+        raise SetupError(f"the window's full-rate axes overflow the target's op registers and the decoder's last "
+                         f"{levels} upsampling level(s) cannot run in polyphase form ({error}); use a smaller "
+                         "--window") from None
+
+
 def lacks_phases(contract: dict, target: str | None) -> bool:
     """Whether an exported window (its contract's window, level strides and polyphase phases) holds fewer phases than
     `target`'s time field needs: an export for a wider field, which the build could only refuse."""

@@ -100,7 +100,7 @@ def slice_decoder(decode_model, model: InflectModel, window: int, context: int, 
     from surgery.graph.flip_fold import FlipFoldError, fold_flips
     from surgery.graph.fold import fold_fixed
     from surgery.graph.mask import level_strides, mask_decoder
-    from surgery.graph.polyphase_levels import PolyphaseError, overflowing_levels, phase_count, polyphase_levels
+    from surgery.graph.polyphase_levels import decoder_in_phases, overflowing_levels
     from core.contract import set_contract
     from surgery.graph.vits_seam import SeamError, cut_at_seam, find_vits_seam
     from core.onnx_graph import rename_tensors
@@ -125,18 +125,13 @@ def slice_decoder(decode_model, model: InflectModel, window: int, context: int, 
     if dec_mask:
         sliced = mask_decoder(sliced, seam.decoder_input, MASK_INPUT)
     strides = level_strides(sliced, seam.decoder_input)
-    phase_levels = overflowing_levels(target, window, strides)
-    try:
-        sliced = polyphase_levels(sliced, seam.decoder_input, phase_levels)
-    except PolyphaseError as error:
-        raise SetupError(f"the window's full-rate axes overflow {target}'s op registers and decode.onnx's last "
-                         f"{phase_levels} upsampling level(s) cannot run in polyphase form ({error}); use a smaller "
-                         "--window") from None
+    sliced, phases = decoder_in_phases(sliced, seam.decoder_input, strides,
+                                       overflowing_levels(target, window, strides))
     folded = cap_conv_padding(fold_fixed(sliced, {LATENT_INPUT: [1, model.channels, window],
                                                   MASK_INPUT: [1, 1, window]}))
     contract = make_contract(FAMILY, COMPONENT, ROLE, EXEC_PLAN_OPTION, **walk_contract.fields(),
                              sample_rate=model.sample_rate, dec_mask=dec_mask, strides=strides,
-                             polyphase=phase_count(strides, phase_levels) if phase_levels else None,
+                             polyphase=phases,
                              nodes_before_fold=len(sliced.graph.node), nodes_after_fold=len(folded.graph.node))
     return set_contract(folded, contract)
 

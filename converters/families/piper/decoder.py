@@ -136,7 +136,7 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     from surgery.graph.fold import fold_fixed
     from surgery.graph.mask import mask_decoder
     from core.contract import set_contract
-    from surgery.graph.polyphase_levels import PolyphaseError, phase_count, polyphase_levels
+    from surgery.graph.polyphase_levels import decoder_in_phases
 
     emitted = window - 2 * context
     if emitted < 1:
@@ -145,13 +145,7 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     model = fold_flips(piece.model)
     if dec_mask:
         model = mask_decoder(model, piece.decoder_input, MASK)
-    try:
-        model = polyphase_levels(model, piece.decoder_input, phase_levels)
-    except PolyphaseError as error:
-        raise SetupError(f"the window's full-rate axis ({window} x {piece.hop}) overflows the target's op "
-                         f"registers and its last {phase_levels} level(s) cannot run in polyphase form ({error}); "
-                         "use a smaller --window") from None
-    phases = phase_count(piece.strides, phase_levels) if phase_levels else None
+    model, phases = decoder_in_phases(model, piece.decoder_input, piece.strides, phase_levels)
     shapes = {LATENT: [1, piece.channels, window], MASK: [1, 1, window]}
     if piece.cond_channels:
         shapes[COND] = [1, piece.cond_channels, 1]
