@@ -175,7 +175,7 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, famil
         return summary_row(name, "up to date", manifests, package_dir=target_dir / name, components=cell)
     needed, whence = expected_peak_rss(recipe["package"], target, target_dir / name)
     free = available_memory()
-    if needed > free:  # said before it starts, rather than killed halfway by the OOM killer
+    if whence is not None and needed > free:  # a measured peak: said before it starts, not OOM-killed halfway
         say(f"skip {name}: its build needs {needed / 2**30:.1f} GiB at its peak ({whence}) and this machine has "
             f"{free / 2**30:.1f} GiB available; free memory or build it on a larger machine")
         return summary_row(name, "too big for this machine", components=cell)

@@ -45,13 +45,13 @@ def last_peak_rss(package_dir: Path) -> int | None:
     return max(peaks) if peaks and max(peaks) > 0 else None
 
 
-def expected_peak_rss(package: str, target: str, package_dir: Path) -> tuple[int, str]:
+def expected_peak_rss(package: str, target: str, package_dir: Path) -> tuple[int, str | None]:
     """What a package's build will need at its peak, and whence the figure: its last build here, else the
-    committed table, else DEFAULT_PEAK_RSS."""
+    committed table, else DEFAULT_PEAK_RSS with None (a guess: it budgets --jobs, it refuses nothing)."""
     last = last_peak_rss(package_dir)
     if last is not None:
         return last, f"its last build in {package_dir}"
-    return measured_peak_rss(package, target) or (DEFAULT_PEAK_RSS, "a default for unmeasured packages")
+    return measured_peak_rss(package, target) or (DEFAULT_PEAK_RSS, None)
 
 
 def available_memory() -> int:

@@ -395,3 +395,12 @@ def test_a_refused_target_is_a_summary_row_with_its_reason(tmp_path, fake_famili
     assert lines == ["refused slow_rk3566: 1 core: 3.1x the time budget"]
     result = CliRunner().invoke(_engines_app(), ["engines", "--list", "--recipes", str(tmp_path / "r")])
     assert "slow on rk3566: 1 core: 3.1x the time budget" in result.output, result.output
+
+
+def test_an_unmeasured_package_is_never_refused_on_the_default_guess(tmp_path, fake_families, monkeypatch):
+    monkeypatch.setattr(scheduler, "MEASURED_TABLE", tmp_path / "no_table.json")
+    monkeypatch.setattr(recipes, "available_memory", lambda: 1 << 30)  # under DEFAULT_PEAK_RSS
+    _write_recipe(tmp_path / "r", "unmeasured", "fake_ok")
+    rows = recipes.build_all("rk3588", declaration, recipes_dir=tmp_path / "r", dist_dir=tmp_path / "dist",
+                             say=lambda line: None)
+    assert [r["status"] for r in rows] == ["ok"]
