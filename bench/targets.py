@@ -76,8 +76,11 @@ def build_cell_rows(package: str, component: str, target: str) -> list[dict]:
             results, source = recipes.build_cell(recipe, component, target, DEFAULT_TOOLKIT, Path(work), family, SHAPE,
                                                  random_weights=os.environ.get("TARGETS_RANDOM") == "1")
         except GateFailure as failure:
-            failed = ", ".join(v.name for v in failure.verdicts if not v.passed)
-            return [{"status": f"FAILED: {failed}"}]
+            # which engine, and each failing gate's own line (its figure and what it found): the cell's build
+            # directory is gone when the row is read
+            lines = str(failure).splitlines()
+            failed = "; ".join(line.strip().removeprefix("[FAIL] ") for line in lines if "[FAIL]" in line)
+            return [{"status": f"FAILED: {lines[0].strip()} {failed}"}]
         except MissingSource as missing:  # no checkpoint here, and the family has no random weights
             return [{"status": f"missing source: {missing}"}]
     return [{**engine_row(result.manifest_data, recipe["family"]), "source": source, "status": "ok"}

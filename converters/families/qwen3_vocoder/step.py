@@ -27,7 +27,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from converters.families.qwen3_vocoder.cache import CacheLayout, RowCausalConv, RowTransposedConv, TimeMajorCausalConv
+from converters.families.qwen3_vocoder.cache import (CACHE_ALIGNMENT, CacheLayout, RowCausalConv, RowTransposedConv,
+                                                    TimeMajorCausalConv, channels_last)
 from runtime.board.soc import ROW_SAMPLES_LIMIT
 from surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
 
@@ -104,7 +105,7 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
     def forward(self, x, state, new_state):
-        h = self.dwconv(x, state, new_state).permute(0, 2, 3, 1)  # channels last for the norm and the MLP
+        h = channels_last(self.dwconv(x, state, new_state))  # for the norm and the MLP
         h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
         return x + (self.gamma * h).permute(0, 3, 1, 2)
 
@@ -248,7 +249,10 @@ class Transformer(nn.Module):
         self.head_dim = dims["head_dim"]
         self.rope_theta = dims["rope_theta"]
         history = (1, dims["kv_heads"], self.kv_len, dims["head_dim"])
-        self.valid = layout.add("attention.valid", (self.kv_len,))
+        # The flags entry fills its aligned slots (the oldest flags past kv_len unread), so the cache join has no zero
+        # piece after it: 71 flags and 9 zeros put the whole join on the CPU (rk3588 and rk3576, real shape).
+        self.valid_slots = -(-self.kv_len // CACHE_ALIGNMENT) * CACHE_ALIGNMENT
+        self.valid = layout.add("attention.valid", (self.valid_slots,))
         self.history = [(layout.add(f"layer{i}.k", history), layout.add(f"layer{i}.v", history))
                         for i in range(dims["layers"])]
 
@@ -272,12 +276,12 @@ class Transformer(nn.Module):
     def forward(self, x, state, new_state):
         frames = x.shape[1]
         rope = self.rope_tables(self.kv_len + frames)
-        valid_history = state[self.valid]
-        mask = self.mask(frames, valid_history)
+        valid_flags = state[self.valid]
+        mask = self.mask(frames, valid_flags[-self.kv_len :])
         h = self.input_proj(x)
         for layer, (k_name, v_name) in zip(self.layers, self.history):
             h, new_state[k_name], new_state[v_name] = layer(h, state[k_name], state[v_name], rope, mask)
-        new_state[self.valid] = torch.cat([valid_history, torch.ones(frames)])[-self.kv_len :]
+        new_state[self.valid] = torch.cat([valid_flags, torch.ones(frames)])[-self.valid_slots :]
         return self.output_proj(self.norm(h))
 
 
