@@ -36,11 +36,6 @@ ROW_SAMPLES_LIMIT = 8191
 # toolkit 2.3.2 at 2100 and 8161 samples; an Add broadcasts natively). rk3588 and rk3576 log none at 8161; rk3568
 # and rk3562 are not measured. surgery/graph/broadcast_sub.py rewrites such a Sub as an Add of the negation.
 BROADCAST_SUB_LIMIT = {"rk3566": 0x7FF}
-# The most elements a channels-first -> channels-last Transpose ([1,C,R,L] -> [1,R,L,C]) holds on the rk3588 NPU:
-# one element more and the compiler runs it on the CPU (measured on toolkit 2.3.2: 64x4x1024 NPU, 64x4x1025 CPU;
-# the way back, [1,R,L,C] -> [1,C,R,L], stays on the NPU at 2.9 M). rk3576 holds 2.9 M; rk3566 runs every such
-# Transpose on the CPU. Graphs that need a larger one split it along time (the Qwen3 step's channels_last).
-CHANNELS_LAST_TRANSPOSE_LIMIT = 1 << 18
 
 
 def check_target(target: str) -> str:

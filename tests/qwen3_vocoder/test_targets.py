@@ -37,43 +37,6 @@ def test_tiny_step_builds_without_regtask_lines(tiny_step, tiny_reference, tmp_p
         assert cpu_ops == []
 
 
-class _RowConv(torch.nn.Module):
-    """One row conv of the step (its halo from a flat cache), alone: (x [1,C,R,L], cache) -> (y, new cache)."""
-
-    def __init__(self, channels: int, dilation: int):
-        super().__init__()
-        from converters.families.qwen3_vocoder.cache import CacheLayout, RowCausalConv
-
-        self.layout = CacheLayout()
-        self.conv = RowCausalConv(self.layout, "conv", channels, channels, 7, dilation=dilation)
-
-    def forward(self, x, cache):
-        state, new_state = self.layout.split(cache), {}
-        y = self.conv(x * torch.sigmoid(x), state, new_state)  # an NPU producer, as in the step
-        return y, self.layout.join(new_state)
-
-
-@pytest.mark.parametrize("channels, rows, length, dilation", [(64, 4, 1025, 1), (768, 16, 128, 9)])
-def test_a_row_conv_past_the_channels_last_limit_stays_on_the_npu(tmp_path, require_converter, channels, rows,
-                                                                   length, dilation):
-    """rk3588 runs a channels-last Transpose of more than CHANNELS_LAST_TRANSPOSE_LIMIT elements on the CPU (the
-    real-shape step's 12 residual units and its output conv: 13 CPU Transposes at B=16). 64x4x1025 is one element
-    per row over; 768x16x128 is the B=64 step's first decoder block, whose dilation-9 halo (54 samples x 16 rows x
-    768 channels) is over it too."""
-    require_converter()
-    from runtime.board.soc import CHANNELS_LAST_TRANSPOSE_LIMIT
-
-    assert channels * rows * length > CHANNELS_LAST_TRANSPOSE_LIMIT
-    model = _RowConv(channels, dilation).eval()
-    x, cache = torch.randn(1, channels, rows, length), torch.randn(model.layout.numel)
-    onnx_path = tmp_path / "row_conv.onnx"
-    torch.onnx.export(model, (x, cache), onnx_path, input_names=["x", "cache"], output_names=["y", "new_cache"],
-                      opset_version=E.OPSET, dynamo=False)
-    result = build_engine(onnx_path, tmp_path / "rk3588", BuildOptions(target="rk3588", max_regtask_lines=0,
-                                                                       fail_on_cpu_ops=True, min_simulator_snr_db=40.0))
-    assert result.manifest_data["ops"]["cpu"] == 0
-
-
 def test_every_cache_entry_fills_its_aligned_slots():
     """The cache join is one Concat of every entry: an entry followed by a zero piece (the 71 attention flags of the
     real shape, then 9 zeros) put that whole Concat on the CPU (rk3588 and rk3576, real shape)."""

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from runtime.board.soc import CHANNELS_LAST_TRANSPOSE_LIMIT
 from surgery.modules.polyphase import polyphase_weights
 
 
@@ -107,31 +106,20 @@ def add_row_tail(layout: CacheLayout, name: str, channels: int, context: int) ->
     return layout.add(name, (1, 1, context, channels))
 
 
-def channels_last(x: torch.Tensor) -> torch.Tensor:
-    """x [1,C,R,L] -> [1,R,L,C] as Transposes of at most CHANNELS_LAST_TRANSPOSE_LIMIT elements each, joined along
-    time: rk3588 runs a larger one on the CPU (runtime.board.soc)."""
-    channels, rows, length = (int(d) for d in x.shape[1:])
-    piece = max(1, CHANNELS_LAST_TRANSPOSE_LIMIT // (channels * rows))
-    if piece >= length:
-        return x.permute(0, 2, 3, 1)
-    return torch.cat([x[..., start : start + piece].permute(0, 2, 3, 1) for start in range(0, length, piece)],
-                     dim=2)
-
-
 def extend_rows_from_cache(x: torch.Tensor, state: dict, new_state: dict, name: str, context: int) -> torch.Tensor:
     """`extend_rows` of rows x [1,C,R,L] with the tail read from and written back to the cache entry `name`.
-    The halo is joined in the cache's own channels-last order: a tail transposed to [1,C,1,context] first was a
-    Transpose the compiler put on the CPU, batch-major (context,C,1,1) (rk3588: 14 CPU Transposes in the real-shape
-    B=16 step, 8 in the tiny one). Rows that fit one channels-last Transpose go there whole and come back extended.
-    Larger ones (rk3588 would run that Transpose on the CPU, and fuses a split one back into one) send only their
-    last `context` samples and put the halo, transposed back, before the rows: half the traffic, but not the
-    default, as that channels-first join ran on the CPU for the tiny step's short rows (rk3576)."""
-    length = int(x.shape[3])
-    if x.numel() <= CHANNELS_LAST_TRANSPOSE_LIMIT or context >= length:
-        extended, new_state[name] = extend_rows(channels_last(x), state[name], context)
-        return extended.permute(0, 3, 1, 2)
-    extended_ends, new_state[name] = extend_rows(channels_last(x[..., length - context :]), state[name], context)
-    return torch.cat([extended_ends[:, :, :context].permute(0, 3, 1, 2), x], dim=3)
+    The halo is joined in the cache's own channels-last order and the extended rows transposed once after the
+    join: a tail transposed to [1,C,1,context] before it was a Transpose the compiler put on the CPU, batch-major
+    (context,C,1,1) (rk3588: 14 CPU Transposes in the real-shape B=16 step, 8 in the tiny one; joined channels
+    last, none, at the tiny step's estimated cycles).
+
+    Still open at real shape (rk3588): a [1,C,R,L] -> [1,R,L,C] Transpose of more than 2^18 elements runs on the
+    CPU (measured alone: 64x4x1024 NPU, 64x4x1025 CPU; rk3576 none at 2.9 M), so the 12 residual units and the
+    output conv keep 13 CPU Transposes. Split pieces are fused back into one by the compiler. Sending only each
+    row's last `context` samples channels last clears them on each conv alone (and halves the traffic), but the
+    whole B=16 step then logged 481 REGTASK lines (v2@0x5048, v2@0x4038, limit 0x1fff): issue #26's note."""
+    extended, new_state[name] = extend_rows(x.permute(0, 2, 3, 1), state[name], context)
+    return extended.permute(0, 3, 1, 2)
 
 
 class RowCausalConv(nn.Module):

@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from converters.families.qwen3_vocoder.cache import (CACHE_ALIGNMENT, CacheLayout, RowCausalConv, RowTransposedConv,
-                                                    TimeMajorCausalConv, channels_last)
+                                                    TimeMajorCausalConv)
 from runtime.board.soc import ROW_SAMPLES_LIMIT
 from surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
 
@@ -105,7 +105,7 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
     def forward(self, x, state, new_state):
-        h = channels_last(self.dwconv(x, state, new_state))  # for the norm and the MLP
+        h = self.dwconv(x, state, new_state).permute(0, 2, 3, 1)  # channels last for the norm and the MLP
         h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
         return x + (self.gamma * h).permute(0, 3, 1, 2)
 
