@@ -8,6 +8,7 @@ import torch
 
 from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, random_reference, step_of
 from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
+from gates.fp32_floor import FLOOR_MARGIN_DB
 from runtime.board.numeric import snr_db
 
 MIN_MATCH_DB = 100.0
@@ -81,7 +82,10 @@ def test_real_shape_stepwise_matches_full_decode():
 
     In float64 the stepwise decode must equal the package's full decode (> 100 dB: no seams, nothing
     approximated). In fp32 the random real-shape decoder is ill-conditioned: the package's own fp32 decode
-    is only ~100 dB from its float64 decode, so the fp32 step is held to that floor (within 1 dB) instead."""
+    is only ~109 dB from its float64 decode, so the fp32 step is held to that floor by the export gates' rule
+    (gates.fp32_floor: floor - FLOOR_MARGIN_DB). The step sums in another order than the package (rows, polyphase
+    phases), and how far its own fp32 error sits from the package's varies by machine: the same code that passed a
+    1 dB margin in an earlier CI gave 105.6 dB against a 108.7 dB floor on a later one."""
     import copy
 
     config = REAL_SHAPE_DECODER_CONFIG
@@ -102,7 +106,7 @@ def test_real_shape_stepwise_matches_full_decode():
         print(f"real-shape {name}: float64 {snr_db(exact, exact_steps[name]):.1f} dB, fp32 "
               f"{snr_db(full, steps[name]):.1f} dB vs full decode, fp32 vs float64 {snr_db(exact, steps[name]):.1f} dB")
         assert snr_db(exact, exact_steps[name]) > MIN_MATCH_DB, name
-        assert snr_db(exact, steps[name]) > floor - 1.0, name
+        assert snr_db(exact, steps[name]) > floor - FLOOR_MARGIN_DB, name
     first, main = 16 * 1920, 64 * 1920  # the B=16 step alone; the B=64 step alone
     assert snr_db(exact[..., :first], exact_steps["16 then 64"][..., :first]) > MIN_MATCH_DB
     assert snr_db(exact[..., :main], exact_steps["B=64"][..., :main]) > MIN_MATCH_DB
