@@ -78,9 +78,8 @@ def build_cell_rows(package: str, component: str, target: str) -> list[dict]:
         except GateFailure as failure:
             # which engine, and each failing gate's own line (its figure and what it found): the cell's build
             # directory is gone when the row is read
-            lines = str(failure).splitlines()
-            failed = "; ".join(line.strip().removeprefix("[FAIL] ") for line in lines if "[FAIL]" in line)
-            return [{"status": f"FAILED: {lines[0].strip()} {failed}"}]
+            failed = "; ".join(v.line().removeprefix("[FAIL] ") for v in failure.verdicts if not v.passed)
+            return [{"status": f"FAILED: {failure.context}: {failed}"}]
         except MissingSource as missing:  # no checkpoint here, and the family has no random weights
             return [{"status": f"missing source: {missing}"}]
     return [{**engine_row(result.manifest_data, recipe["family"]), "source": source, "status": "ok"}

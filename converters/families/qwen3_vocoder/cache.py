@@ -30,6 +30,11 @@ class CacheEntry:
 CACHE_ALIGNMENT = 16
 
 
+def aligned_slots(count: int) -> int:
+    """`count` floats rounded up to the next multiple of CACHE_ALIGNMENT."""
+    return -(-count // CACHE_ALIGNMENT) * CACHE_ALIGNMENT
+
+
 class CacheLayout:
     """Ordered (name, shape) entries of the flat cache vector, each at an offset aligned to CACHE_ALIGNMENT."""
 
@@ -45,7 +50,7 @@ class CacheLayout:
     @staticmethod
     def _slots(entry: CacheEntry) -> int:
         """The floats an entry occupies: its own, then zeros up to the next aligned offset."""
-        return -(-entry.numel // CACHE_ALIGNMENT) * CACHE_ALIGNMENT
+        return aligned_slots(entry.numel)
 
     def _offsets(self) -> list[int]:
         offsets, offset = [], 0

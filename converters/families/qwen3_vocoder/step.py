@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from converters.families.qwen3_vocoder.cache import (CACHE_ALIGNMENT, CacheLayout, RowCausalConv, RowTransposedConv,
-                                                    TimeMajorCausalConv)
+from converters.families.qwen3_vocoder.cache import (CacheLayout, RowCausalConv, RowTransposedConv, TimeMajorCausalConv,
+                                                    aligned_slots)
 from runtime.board.soc import ROW_SAMPLES_LIMIT
 from surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
 
@@ -251,7 +251,7 @@ class Transformer(nn.Module):
         history = (1, dims["kv_heads"], self.kv_len, dims["head_dim"])
         # The flags entry fills its aligned slots (the oldest flags past kv_len unread), so the cache join has no zero
         # piece after it: 71 flags and 9 zeros put the whole join on the CPU (rk3588 and rk3576, real shape).
-        self.valid_slots = -(-self.kv_len // CACHE_ALIGNMENT) * CACHE_ALIGNMENT
+        self.valid_slots = aligned_slots(self.kv_len)
         self.valid = layout.add("attention.valid", (self.valid_slots,))
         self.history = [(layout.add(f"layer{i}.k", history), layout.add(f"layer{i}.v", history))
                         for i in range(dims["layers"])]
