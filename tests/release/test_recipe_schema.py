@@ -110,8 +110,6 @@ def test_a_refusal_must_name_a_target_left_out_and_its_reason(tmp_path, monkeypa
 
 
 
-@pytest.mark.xfail(strict=True, reason="issue #26: CosyVoice3 rk3576/rk3566 neither built nor refused yet, and its "
-                                       "rk3588 real shape not in the table; remove this mark when they are")
 def test_every_shipped_recipe_builds_or_refuses_each_promised_target():
     """Issue #26: no silent gap. Each shipped model (the example has no checkpoint and is not promised) is built or
     refused with a reason on every SoC rkaudio promises, and so is each of its components on each recipe target;
