@@ -8,6 +8,9 @@ TARGET ?= rk3588
 # CI builds the small-graph engine with both toolkits, so `make test` creates both converter venvs.
 TEST_TOOLKITS ?= 2.3.2 2.5.0
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test`: one per core here; the `slow` tests share one worker (tests/conftest.py), so
+# the suite's peak is one real-size build plus one small test. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 # `make engines -j N` (GNU make puts -jN in MAKEFLAGS) or JOBS=N: packages built in parallel, bounded by memory.
 JOBS ?= $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),1)
 
@@ -35,9 +38,9 @@ engines: venvs
 
 test: venv-export
 	@for v in $(TEST_TOOLKITS); do $(MAKE) --no-print-directory venv-convert RKNN_TOOLKIT=$$v || exit 1; done
-	@echo "$(EXPORT_PY) -m pytest $(PYTEST_ARGS)"
+	@echo "$(EXPORT_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)"
 	@# pytest exits 5 when it collected nothing (run from elsewhere, a testpaths typo): never a pass.
-	@$(EXPORT_PY) -m pytest $(PYTEST_ARGS); status=$$?; \
+	@$(EXPORT_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests (exit 5)" >&2; fi; exit $$status
 
 bench: venvs
