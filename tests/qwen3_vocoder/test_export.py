@@ -114,8 +114,7 @@ def low_floor_reference():
 
 
 def _planted_weight_fault(monkeypatch):
-    """Plant: the traced graph's largest learned initializer (not a 0/1 cache-tail selector) off by 1% in one element,
-    as a broken rewrite would leave it."""
+    """Plant: the traced graph's largest initializer off by 1% in one element, as a broken rewrite would leave it."""
     import numpy as np
     from onnx import numpy_helper
 
@@ -125,8 +124,7 @@ def _planted_weight_fault(monkeypatch):
 
     def fold_with_fault(model):
         model = folded(model)
-        learned = [t for t in model.graph.initializer if not np.isin(numpy_helper.to_array(t), (0.0, 1.0)).all()]
-        largest = max(learned, key=lambda t: int(np.prod(t.dims)))
+        largest = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)))
         values = numpy_helper.to_array(largest).copy()
         values.flat[0] *= 1.01
         largest.CopyFrom(numpy_helper.from_array(values, largest.name))

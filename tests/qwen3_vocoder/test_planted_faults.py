@@ -37,9 +37,9 @@ def tail_read_one_frame_off(step: StreamingDecoder) -> str:
     original = conv.forward
 
     def forward(x, state, new_state):
-        tail = state[conv.tail.name]  # [C, slots], channel-major
-        late = torch.cat([tail[:, :1], tail[:, :-1]], dim=1)
-        return original(x, {**state, conv.tail.name: late}, new_state)
+        tail = state[conv.tail]  # [1, 1, context, C], time-major
+        late = torch.cat([tail[:, :, :1], tail[:, :, :-1]], dim=2)
+        return original(x, {**state, conv.tail: late}, new_state)
 
     conv.forward = forward
     return name

@@ -28,8 +28,7 @@ def decode_in_steps(step, codes: torch.Tensor, sizes: list[int]):
 
 def independent_cache_numel(config: dict) -> int:
     """The cache size counted from the architecture: K/V history of window-1 keys per layer plus one flag per
-    slot, and (kernel-1)*dilation input frames of every causal conv (one frame per overlapping transposed conv),
-    rounded up to a multiple of 16 past 16."""
+    slot, and (kernel-1)*dilation input frames of every causal conv (one frame per overlapping transposed conv)."""
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     history = config["sliding_window"] - 1
     flags = -(-history // 16) * 16  # one per slot, padded to the cache's 16-float alignment (every other entry is
@@ -41,8 +40,7 @@ def independent_cache_numel(config: dict) -> int:
     width = config["decoder_dim"]
     for i, _ in enumerate(config["upsample_rates"]):
         cin, cout = width // 2**i, width // 2 ** (i + 1)
-        # transposed conv tail + dilated units: 6, 18 and 54 samples, a tail past 16 in slots of 16 (its selector)
-        count += cin + (6 + 32 + 64) * cout
+        count += cin + 6 * (1 + 3 + 9) * cout                            # transposed conv tail + dilated units
     return count + 6 * (width // 2 ** len(config["upsample_rates"]))    # output conv, kernel 7
 
 

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from runtime.board.soc import CONV_KERNEL_AXIS_LIMIT
 from surgery.modules.polyphase import polyphase_weights
 
 
@@ -87,66 +86,50 @@ class CacheLayout:
 
 
 def extend_rows(x: torch.Tensor, tail: torch.Tensor, context: int):
-    """x [1,C,R,L] rows of one signal; tail [1,C,1,context] the samples before it -> (extended
-    [1,C,R,context+L], each row preceded by the `context` samples before it in the signal; the new tail)."""
-    channels, rows, length = (int(d) for d in x.shape[1:])  # python ints: the graph stays fixed-shape
+    """x [1,R,L,C] rows of one signal, channels last; tail [1,1,context,C] the samples before it -> (extended
+    [1,R,context+L,C], each row preceded by the `context` samples before it in the signal; the new tail)."""
+    rows, length, channels = (int(d) for d in x.shape[1:])  # python ints: the graph stays fixed-shape
     spans = -(-context // length)  # how many rows back a halo reaches
     if spans == 1:
         halo = tail
         if rows > 1:
-            halo = torch.cat([halo, x[:, :, : rows - 1, length - context :]], dim=2)
+            halo = torch.cat([halo, x[:, : rows - 1, length - context :]], dim=1)
     else:
-        padding = torch.zeros(1, channels, 1, spans * length - context, dtype=x.dtype)
-        before = torch.cat([padding, tail], dim=3).reshape(1, channels, spans, length)
-        stacked = torch.cat([before, x], dim=2)  # [1, C, spans + R, L]
-        halo = torch.cat([stacked[:, :, spans - back : spans - back + rows] for back in range(spans, 0, -1)],
-                         dim=3)[..., spans * length - context :]
-    extended = torch.cat([halo, x], dim=3)
-    return extended, extended[:, :, rows - 1 :, -context:]
+        padding = torch.zeros(1, 1, spans * length - context, channels, dtype=x.dtype)
+        before = torch.cat([padding, tail], dim=2).reshape(1, spans, length, channels)
+        stacked = torch.cat([before, x], dim=1)  # [1, spans + R, L, C]
+        halo = torch.cat([stacked[:, spans - back : spans - back + rows] for back in range(spans, 0, -1)],
+                         dim=2)[:, :, spans * length - context :]
+    extended = torch.cat([halo, x], dim=2)
+    return extended, extended[:, rows - 1 :, -context:]
 
 
-def tail_kernel(context: int) -> tuple[int, int]:
-    """The selector kernel (rows, taps) of a `context`-sample tail: one row of `context` taps up to the kernel-axis
-    limit, else the tail padded to a multiple of the limit and folded into rows of it."""
-    if context <= CONV_KERNEL_AXIS_LIMIT:
-        return 1, context
-    return -(-context // CONV_KERNEL_AXIS_LIMIT), CONV_KERNEL_AXIS_LIMIT
+def add_row_tail(layout: CacheLayout, name: str, channels: int, context: int) -> str:
+    """A row conv's tail in the cache, time-major [1, 1, context, C]: a slice of the flat cache read in that order
+    is a plain NPU Reshape. Channel-major [1, C, 1, context] reshapes landed on the CPU (rk3588, 34 of them in the
+    real-shape step: the narrow context axis is the innermost one)."""
+    return layout.add(name, (1, 1, context, channels))
 
 
-class RowTail(nn.Module):
-    """A row conv's left context in the flat cache, channel major [C, slots] (the `context` samples, then zeros up
-    to the selector kernel's size), moved by grouped convs with 0/1 weights: a ConvTranspose reads the cache's
-    channel vector into channels-first [1,C,1,context] and a Conv writes the last row's end back, so the halo is
-    joined channels first with no Transpose and no spatial Reshape. Joined channels last instead, rk3588 ran each
-    [1,C,R,L] -> [1,R,L,C] Transpose past 2^18 elements on the CPU (13 in the real-shape step), and a channel-major
-    Reshape of a tail read from the cache was a CPU op there too (34 in the real-shape step)."""
+def extend_rows_from_cache(x: torch.Tensor, state: dict, new_state: dict, name: str, context: int) -> torch.Tensor:
+    """`extend_rows` of rows x [1,C,R,L] with the tail read from and written back to the cache entry `name`.
+    The halo is joined in the cache's own channels-last order and the extended rows transposed once after the
+    join: a tail transposed to [1,C,1,context] before it was a Transpose the compiler put on the CPU, batch-major
+    (context,C,1,1) (rk3588: 14 CPU Transposes in the real-shape B=16 step, 8 in the tiny one; joined channels
+    last, none, at the tiny step's estimated cycles).
 
-    def __init__(self, layout: CacheLayout, name: str, channels: int, context: int):
-        super().__init__()
-        self.channels, self.context = channels, context
-        self.kernel = tail_kernel(context)
-        self.slots = math.prod(self.kernel)
-        self.name = layout.add(name, (channels, self.slots))
-        picks = torch.eye(self.slots).reshape(self.slots, 1, *self.kernel)  # slot s -> kernel position s
-        self.register_buffer("selector", picks.repeat(channels, 1, 1, 1), persistent=False)
-
-    def extend(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
-        """`extend_rows` of x [1,C,R,L] with the tail read from the cache; the new tail written back."""
-        vector = state[self.name].reshape(1, self.channels * self.slots, 1, 1)
-        if self.slots == 1:  # one sample per channel: the channel vector is the tail already
-            extended, row_end = extend_rows(x, vector, self.context)
-            new_state[self.name] = row_end.reshape(self.channels, 1)
-            return extended
-        tail = F.conv_transpose2d(vector, self.selector, groups=self.channels)
-        tail = tail.reshape(1, self.channels, 1, self.slots)
-        padding = self.slots - self.context
-        extended, row_end = extend_rows(x, tail[..., : self.context] if padding else tail, self.context)
-        if padding:  # a Concat of zeros: the export health gate refuses Pad
-            row_end = torch.cat([row_end, torch.zeros(1, self.channels, 1, padding, dtype=row_end.dtype)], dim=3)
-        row_end = row_end.reshape(1, self.channels, *self.kernel)
-        new_state[self.name] = F.conv2d(row_end, self.selector, groups=self.channels).reshape(self.channels,
-                                                                                              self.slots)
-        return extended
+    Still open at real shape (rk3588): a [1,C,R,L] -> [1,R,L,C] Transpose of more than 2^18 elements runs on the
+    CPU (measured alone: 64x4x1024 NPU, 64x4x1025 CPU; rk3576 none at 2.9 M), so the 12 residual units and the
+    output conv keep 13 CPU Transposes. Split pieces are fused back into one by the compiler. Sending only each
+    row's last `context` samples channels last clears them on each conv alone (and halves the traffic), but the
+    whole B=16 step then logged 481 REGTASK lines (v2@0x5048, v2@0x4038, limit 0x1fff): issue #26's note.
+    Joining channels first with the tail kept channel major in the cache and moved by grouped convs with 0/1
+    weights (a ConvTranspose from the cache's channel vector, a Conv back; taps folded to [rows, 16], the kernel
+    axis' register limit) leaves 0 CPU ops in the tiny step on rk3588 (37 instead of 79 on rk3566), but those
+    selectors hold 7.5 M weights at real shape and the B=16 compile grew past 11.4 GB until it was OOM-killed
+    (4.65 GB whole-row): reverted, commit 77f7664 has it."""
+    extended, new_state[name] = extend_rows(x.permute(0, 2, 3, 1), state[name], context)
+    return extended.permute(0, 3, 1, 2)
 
 
 class RowCausalConv(nn.Module):
@@ -157,12 +140,12 @@ class RowCausalConv(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation, groups=groups)
         self.context = (kernel - 1) * dilation
-        self.tail = RowTail(layout, name, cin, self.context) if self.context else None
+        self.tail = add_row_tail(layout, name, cin, self.context) if self.context else None
 
     def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
         weight = self.conv.weight.unsqueeze(2)
         if self.tail is not None:
-            x = self.tail.extend(x, state, new_state)
+            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context)
         return F.conv2d(x, weight, self.conv.bias, dilation=(1, self.conv.dilation[0]), groups=self.conv.groups)
 
 
@@ -179,11 +162,11 @@ class RowTransposedConv(nn.Module):
         self.stride = stride
         self.taps = -(-kernel // stride)
         self.context = self.taps - 1
-        self.tail = RowTail(layout, name, cin, self.context) if self.context else None
+        self.tail = add_row_tail(layout, name, cin, self.context) if self.context else None
 
     def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
         if self.tail is not None:
-            x = self.tail.extend(x, state, new_state)
+            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context)
         cout = self.conv.out_channels
         weight, bias = polyphase_weights(self.conv.weight, self.conv.bias, self.stride, row_kernel=True)
         phases = F.conv2d(x, weight, bias)  # a [1, taps] kernel: along each row only

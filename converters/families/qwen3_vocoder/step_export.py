@@ -191,12 +191,11 @@ def describe(onnx_path: Path, contract: dict, source: str) -> str:
 
 
 def _trace(module, feeds: dict, names_in: list[str], names_out: list[str], path: Path):
-    """torch.onnx.export (legacy exporter, OPSET) + fold, every conv with its own weight; returns (model, the torch outputs as numpy)."""
+    """torch.onnx.export (legacy exporter, OPSET) + fold; returns (model, the torch outputs as numpy)."""
     import onnx
     import torch
 
     from surgery.graph.fold import fold_fixed
-    from surgery.graph.own_weights import own_conv_weights
 
     raw_path = path.with_suffix(".raw.onnx")
     with torch.no_grad():
@@ -204,7 +203,7 @@ def _trace(module, feeds: dict, names_in: list[str], names_out: list[str], path:
         torch.onnx.export(module, tuple(feeds.values()), str(raw_path), dynamo=False, opset_version=OPSET,
                           input_names=names_in, output_names=names_out, do_constant_folding=True)
     try:
-        model = own_conv_weights(fold_fixed(onnx.load(str(raw_path))))
+        model = fold_fixed(onnx.load(str(raw_path)))
     finally:
         raw_path.unlink(missing_ok=True)
     expected = expected if isinstance(expected, tuple) else (expected,)
