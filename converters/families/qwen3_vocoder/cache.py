@@ -127,7 +127,11 @@ def extend_rows_from_cache(x: torch.Tensor, state: dict, new_state: dict, name: 
     weights (a ConvTranspose from the cache's channel vector, a Conv back; taps folded to [rows, 16], the kernel
     axis' register limit) leaves 0 CPU ops in the tiny step on rk3588 (37 instead of 79 on rk3566), but those
     selectors hold 7.5 M weights at real shape and the B=16 compile grew past 11.4 GB until it was OOM-killed
-    (4.65 GB whole-row): reverted, commit 77f7664 has it."""
+    (4.65 GB whole-row): reverted, commit 77f7664 has it. Joining time first, [1,L,C,R] (x permuted (0,3,1,2),
+    back by (0,2,3,1), the tail time-major as now) is all NPU on rk3588 at every real row shape, at the row conv's
+    own estimated cycles (the layer table costs both Transposes at 0 cycles), but the engine grows with L^2: one
+    96x4x7680 row conv's engine is 120.7 MB instead of 0.34 MB (14.7 MB at 192x4x2560), not in weights (the layer
+    table lists 5.8 MB per Transpose). Not taken."""
     extended, new_state[name] = extend_rows(x.permute(0, 2, 3, 1), state[name], context)
     return extended.permute(0, 3, 1, 2)
 
