@@ -109,7 +109,6 @@ def test_a_refusal_must_name_a_target_left_out_and_its_reason(tmp_path, monkeypa
     assert code == 2 and said in err, err
 
 
-
 def test_every_shipped_recipe_builds_or_refuses_each_promised_target():
     """Issue #26: no silent gap. Each shipped model (the example has no checkpoint and is not promised) is built or
     refused with a reason on every SoC rkaudio promises, and so is each of its components on each recipe target;
