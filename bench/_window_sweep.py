@@ -1,6 +1,8 @@
 """A window sweep for the windowed families (issue 19), shared by their benches (bench/kokoro_window.py; the Piper
-and Inflect sweeps take the same helpers): per (target, window) one built engine's layer-table figures put per
-EMITTED frame, the table rows, and a plot of cycles per emitted frame against the window, one line per target.
+and Inflect sweeps take the same helpers): per (target, window) one built engine's figures put per EMITTED frame,
+the table rows, and a plot against the window, one line per target. Windows are ranked by the predicted board
+milliseconds per emitted frame (the manifest's `predicted_board_ms`, gates/board_time.py: cycles, elementwise
+traffic, CPU ops, dispatch and call I/O), not by the layer table's cycles, which cost every elementwise op at 0.
 
 A bench supplies the engines (a manifest per point, built by the family's CLI so each build's peak RSS is its
 own) and its fidelity columns; this module only reads manifests and draws. Not a bench itself (the leading
@@ -19,16 +21,19 @@ REPO = Path(__file__).resolve().parent.parent
 
 def manifest_row(manifest: dict, emitted: int, target: str | None = None) -> dict:
     """The sweep's engine columns of one manifest (core.manifest schema) for an engine that emits `emitted`
-    frames per window: cycles and RW traffic per emitted frame, the first window's cycles (one window's), the
-    engine / weight / internal memory, REGTASK lines, CPU ops, the worst simulator SNR over the outputs (on the
-    build's self-check) and the build's peak RSS."""
+    frames per window: predicted board ms, cycles and RW traffic per emitted frame, the first window's predicted
+    ms and cycles (one window's), the engine / weight / internal memory, REGTASK lines, CPU ops, the worst
+    simulator SNR over the outputs (on the build's self-check) and the build's peak RSS."""
     contract = manifest.get("contract", {})
     sims = [float(out["snr_db"]) for out in manifest.get("simulator", {}).values()]
     cycles, rw_kb = int(manifest["est_cycles"]), float(manifest["rw_kb"])
+    predicted = (manifest.get("predicted_board_ms") or {}).get("ms")
     return {
         "target": target or manifest["target"],
         "window": int(contract.get("window", 0)),
         "emitted": int(emitted),
+        "predicted_ms_per_emitted": None if predicted is None else round(predicted / emitted, 3),
+        "first_window_ms_pred": predicted,
         "est_cycles_per_emitted": round(cycles / emitted),
         "rw_kb_per_emitted": round(rw_kb / emitted, 1),
         "first_window_cycles": cycles,
@@ -55,6 +60,7 @@ def log_row(build_log: Path, window: int, emitted: int, target: str, failure: st
     table = parse_layer_table(text)
     simulator = re.search(r"simulator (-?[\d.]+) dB", failure or "")
     return {"target": target, "window": int(window), "emitted": int(emitted),
+            "predicted_ms_per_emitted": None, "first_window_ms_pred": None,  # the call's I/O needs the manifest
             "est_cycles_per_emitted": round(table.est_cycles / emitted),
             "rw_kb_per_emitted": round(table.rw_kb / emitted, 1), "first_window_cycles": table.est_cycles,
             "engine_bytes": None, "weight_bytes": table.weight_bytes, "internal_bytes": table.internal_bytes,
@@ -63,7 +69,7 @@ def log_row(build_log: Path, window: int, emitted: int, target: str, failure: st
             "build_peak_rss_bytes": None, "build_status": failure}
 
 
-def relative_to(rows: list[dict], window: int, key: str = "est_cycles_per_emitted") -> list[dict]:
+def relative_to(rows: list[dict], window: int, key: str = "predicted_ms_per_emitted") -> list[dict]:
     """Add `<key>_vs_w<window>`: each row's figure over the same target's row at `window` (None without one)."""
     base = {row["target"]: row[key] for row in rows if row["window"] == window and row.get(key)}
     for row in rows:
@@ -96,10 +102,10 @@ def failed_gate(log: Path) -> str | None:
     return None
 
 
-def plot(rows: list[dict], path: Path, title: str, y: str = "est_cycles_per_emitted",
-         ylabel: str = "estimated NPU cycles per emitted frame") -> Path | None:
-    """Cycles per emitted frame (or `y`) against the window, one line per target, into `path` (PNG). None, and
-    nothing written, when matplotlib is not importable."""
+def plot(rows: list[dict], path: Path, title: str, y: str = "predicted_ms_per_emitted",
+         ylabel: str = "predicted board ms per emitted frame") -> Path | None:
+    """Predicted board ms per emitted frame (or `y`) against the window, one line per target, into `path` (PNG).
+    None, and nothing written, when matplotlib is not importable."""
     try:
         import matplotlib
 
@@ -114,7 +120,7 @@ def plot(rows: list[dict], path: Path, title: str, y: str = "est_cycles_per_emit
             continue
         axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=target)
         for window, value in points:
-            axes.annotate(f"{value:,.0f}", (window, value), textcoords="offset points", xytext=(0, 6),
+            axes.annotate(f"{value:,.3g}", (window, value), textcoords="offset points", xytext=(0, 6),
                           ha="center", fontsize=8)
     axes.set_xlabel("window W (latent frames)")
     axes.set_ylabel(ylabel)

@@ -1,16 +1,17 @@
-"""Piper decoder window sweep (joe voice, context 32 per side): per target and window, the layer table's estimated
-cycles and RW traffic per emitted slice, the first window's cycles and its estimated board time, the cycles of a
-typical text chunk, engine / weight / internal memory, REGTASK lines, CPU ops, and the fidelity figures (worst
-interior and padded-tail window vs a full-length fp32 decode; simulator on the self-check and on the end-to-end
-walk). Writes bench/results/piper_window.{json,md,png}; the default each target ships is the window `choose` picks.
+"""Piper decoder window sweep (joe voice, context 32 per side): per target and window, the predicted board ms per
+emitted slice (the manifest's `predicted_board_ms`, gates/board_time.py), the layer table's estimated cycles and
+RW traffic per emitted slice, the first window's predicted ms and cycles, the predicted ms of a typical text
+chunk, engine / weight / internal memory, REGTASK lines, CPU ops, and the fidelity figures (worst interior and
+padded-tail window vs a full-length fp32 decode; simulator on the self-check and on the end-to-end walk). Writes
+bench/results/piper_window.{json,md,png}; the default each target ships is the window `choose` picks: the
+admissible one with the fewest predicted ms per emitted slice.
 
 Budget for the first window (FIRST_WINDOW_BUDGET_MS): the spec's consumer runs Piper offline only (no streaming
 mode), so a window's compute is latency before a text chunk's first audio, not a stream deadline. 100 ms is half the
 ggml decoder's time for a whole chunk on the RK3588 (2070 ms / 10 chunks = 207 ms, the spec's 60-character chunks of
 about 2.5 s, ~215 slices), so a wider window never makes a chunk's first audio later than the CPU path would. Board
-time is estimated from the layer table: the spec measured 0.46 ms per emitted slice for the 93/45/24 window on an
-RK3588, so ms per estimated cycle = 0.46 * 45 / cycles(93 on rk3588). The same factor serves every target: the
-cycle counts are each target's own, the clock is taken as the RK3588's (no rk3576/rk3566 board figure exists)."""
+time is the board-time model's (its 93/45/24 calibration point is the spec's 0.46 ms per emitted slice: see
+bench/results/board_time.md); rk3576's constants are fitted on Audio8's stages, rk3566's are RK3588's scaled."""
 from __future__ import annotations
 
 import json
@@ -33,7 +34,6 @@ from runtime.board.soc import TIME_FIELD_LIMIT
 TARGETS = ("rk3588", "rk3576", "rk3566")
 TOOLKIT = "2.3.2"
 CONTEXT = 32
-CALIBRATION_WINDOW, CALIBRATION_CONTEXT, BOARD_MS_PER_EMITTED = 93, 24, 0.46  # the spec's RK3588 measurement
 WINDOWS = (109, 173, 237, 301)
 CHUNK_SLICES = 215  # a 60-character text chunk: 25.18 s / 10 chunks at 22050 Hz / 256 samples per slice
 FIRST_WINDOW_BUDGET_MS = 100.0
@@ -67,7 +67,7 @@ def sweep_row(scratch: Path, target: str, window: int, context: int) -> dict:
     walk = [figure["snr_db"] for entry in index["end_to_end"] for figure in entry["simulator"].values()]
     return {**row, **sweep.manifest_row(manifest, row["emitted"], target), "status": "built",
             "polyphase": manifest["contract"].get("polyphase"), "hop": manifest["contract"]["hop"],
-            "chunk_cycles": math.ceil(CHUNK_SLICES / row["emitted"]) * manifest["est_cycles"],
+            "chunk_ms_pred": math.ceil(CHUNK_SLICES / row["emitted"]) * manifest["predicted_board_ms"]["ms"],
             "fp32_worst_interior_db": _worst(verdicts, "worst interior window"),
             "fp32_tail_db": _worst(verdicts, "padded window"), "simulator_walk_db": min(walk) if walk else None,
             "build_s": round(time.perf_counter() - started, 1)}
@@ -81,36 +81,36 @@ def field_edge(target: str, row: dict) -> int | None:
     return limit * row["polyphase"] // row["hop"]
 
 
-def admissible(row: dict, budget_cycles: float) -> bool:
+def admissible(row: dict, budget_ms: float) -> bool:
     """What a shipped window must hold: 0 REGTASK, 0 CPU ops, the export's fidelity gates (interior and tail >= 100
     dB, stricter than the export's own 90), the simulator bar, and the first-window budget."""
     return (row["status"] == "built" and row["regtask_lines"] == 0 and row["cpu_ops"] == 0
             and row["fp32_worst_interior_db"] >= 100 and row["fp32_tail_db"] > 100
-            and row["sim_snr_db"] >= MIN_SIMULATOR_SNR_DB and row["first_window_cycles"] <= budget_cycles)
+            and row["sim_snr_db"] >= MIN_SIMULATOR_SNR_DB and row["first_window_ms_pred"] <= budget_ms)
 
 
-def budgets(rows: list[dict], ms_per_cycle: float) -> dict[str, float]:
-    """Per target, the first-window budget in cycles: FIRST_WINDOW_BUDGET_MS on the RK3588, and on a slower NPU the
-    same budget relative to its speed (scaled by its cycles for the 109-slice window over the RK3588's), since its
-    CPU decoder, the path a chunk's first audio is compared with, is slower too."""
-    reference = {r["target"]: r["first_window_cycles"] for r in rows if r["window"] == 109 and r["status"] == "built"}
-    return {target: FIRST_WINDOW_BUDGET_MS / ms_per_cycle * reference[target] / reference["rk3588"]
+def budgets(rows: list[dict]) -> dict[str, float]:
+    """Per target, the first-window budget in predicted ms: FIRST_WINDOW_BUDGET_MS on the RK3588, and on a slower
+    SoC the same budget relative to its speed (scaled by its predicted ms for the 109-slice window over the
+    RK3588's), since its CPU decoder, the path a chunk's first audio is compared with, is slower too."""
+    reference = {r["target"]: r["first_window_ms_pred"] for r in rows if r["window"] == 109 and r["status"] == "built"}
+    return {target: FIRST_WINDOW_BUDGET_MS * reference[target] / reference["rk3588"]
             for target in TARGETS if target in reference}
 
 
-def choose(rows: list[dict], budget_cycles: dict[str, float]) -> dict[str, int]:
-    """Per target, the admissible window with the fewest cycles per emitted slice."""
+def choose(rows: list[dict], budget_ms: dict[str, float]) -> dict[str, int]:
+    """Per target, the admissible window with the fewest predicted board ms per emitted slice."""
     chosen = {}
-    for target, budget in budget_cycles.items():
+    for target, budget in budget_ms.items():
         candidates = [r for r in rows if r["target"] == target and r["context"] == CONTEXT and admissible(r, budget)]
         if candidates:
-            chosen[target] = min(candidates, key=lambda r: r["est_cycles_per_emitted"])["window"]
+            chosen[target] = min(candidates, key=lambda r: r["predicted_ms_per_emitted"])["window"]
     return chosen
 
 
 def main() -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="rkaudio-piper-window-") as scratch:
-        rows = [sweep_row(Path(scratch), "rk3588", CALIBRATION_WINDOW, CALIBRATION_CONTEXT)]
+        rows = []
         for target in TARGETS:
             rows += [sweep_row(Path(scratch), target, window, CONTEXT) for window in WINDOWS]
             edge = field_edge(target, rows[-1])
@@ -120,32 +120,29 @@ def main() -> list[dict]:
 
 
 def report(rows: list[dict]) -> list[dict]:
-    """Board-time estimates, budgets and the choice per target; writes piper_window.md and .png (bench/run.py
-    writes the JSON). `python -m bench.piper_window` re-reports the last JSON's measurements without building."""
+    """Budgets and the choice per target; writes piper_window.md and .png (bench/run.py writes the JSON).
+    `python -m bench.piper_window` re-reports the last JSON's measurements without building."""
     from converters.release.package import format_table
 
-    calibration = next(r for r in rows if r["window"] == CALIBRATION_WINDOW and r["context"] == CALIBRATION_CONTEXT)
-    ms_per_cycle = BOARD_MS_PER_EMITTED * calibration["emitted"] / calibration["first_window_cycles"]
-    budget_cycles = budgets(rows, ms_per_cycle)
+    budget_ms = budgets(rows)
     for row in rows:
         if row["status"] == "built":
-            row["first_window_ms_est"] = round(row["first_window_cycles"] * ms_per_cycle, 1)
-            row["budget_ms_est"] = round(budget_cycles[row["target"]] * ms_per_cycle, 1)
-    chosen = choose(rows, budget_cycles)
+            row["budget_ms"] = round(budget_ms[row["target"]], 1)
+    chosen = choose(rows, budget_ms)
     for row in rows:
         row["chosen"] = chosen.get(row["target"]) == row["window"] and row["context"] == CONTEXT
     RESULTS.mkdir(parents=True, exist_ok=True)
     sweep.plot([r for r in rows if r["status"] == "built" and r["context"] == CONTEXT and r["regtask_lines"] == 0],
                RESULTS / "piper_window.png", f"Piper decoder (joe), context {CONTEXT}, toolkit {TOOLKIT}: windows "
-               "with 0 REGTASK lines", ylabel="estimated NPU cycles per emitted slice")
-    columns = ["target", "window", "emitted", "context", "polyphase", "est_cycles_per_emitted", "rw_kb_per_emitted",
-               "first_window_cycles", "first_window_ms_est", "budget_ms_est", "chunk_cycles", "engine_bytes",
+               "with 0 REGTASK lines", ylabel="predicted board ms per emitted slice")
+    columns = ["target", "window", "emitted", "context", "polyphase", "predicted_ms_per_emitted",
+               "est_cycles_per_emitted", "rw_kb_per_emitted", "first_window_ms_pred", "budget_ms",
+               "first_window_cycles", "chunk_ms_pred", "engine_bytes",
                "weight_bytes", "internal_bytes", "regtask_lines", "cpu_ops", "fp32_worst_interior_db", "fp32_tail_db",
                "sim_snr_db", "simulator_walk_db", "build_peak_rss_bytes", "chosen", "status"]
     (RESULTS / "piper_window.md").write_text(
-        f"Piper decoder window sweep, joe voice, toolkit {TOOLKIT} (bench/piper_window.py). Board ms per cycle "
-        f"{ms_per_cycle:.3e} from the spec's {BOARD_MS_PER_EMITTED} ms per emitted slice at "
-        f"{CALIBRATION_WINDOW}/{CALIBRATION_WINDOW - 2 * CALIBRATION_CONTEXT}/{CALIBRATION_CONTEXT}; first-window budget "
+        f"Piper decoder window sweep, joe voice, toolkit {TOOLKIT} (bench/piper_window.py). Ranked by predicted "
+        f"board ms per emitted slice (gates/board_time.py, bench/results/board_time.md); first-window budget "
         f"{FIRST_WINDOW_BUDGET_MS} ms on the RK3588, scaled by each target's speed; chunk = {CHUNK_SLICES} slices. "
         f"Chosen: {chosen}\n\n```\n" + format_table(rows, columns) + "\n```\n")
     return rows

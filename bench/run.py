@@ -32,6 +32,7 @@ def run(name: str, bench_dir: Path = BENCH_DIR, results_dir: Path = RESULTS_DIR)
                          f"available: {', '.join(available(bench_dir)) or 'none'}")
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a bench's dataclasses look their module up there
     spec.loader.exec_module(module)
     started = time.time()
     rows = module.main()

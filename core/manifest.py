@@ -53,8 +53,9 @@ def exec_plan_fragment(contract: dict, rknn_name: str) -> dict:
 
 def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs, onnx_path: Path,
                    rknn_path: Path, build_log: Path, regtask_report, table, verdicts, simulator: dict,
-                   build_stats: dict | None = None) -> dict:
-    """The manifest of one engine (see HACKING.md); `inputs`/`outputs` are TensorSpecs, `table` a LayerTable."""
+                   build_stats: dict | None = None, predicted_board_ms: dict | None = None) -> dict:
+    """The manifest of one engine (see HACKING.md); `inputs`/`outputs` are TensorSpecs, `table` a LayerTable,
+    `predicted_board_ms` gates.board_time.predict's figure (None: no constants for the target)."""
     producer = contract.get("producer") or producer_info()
     rknn_name, manifest_dir = Path(rknn_path).name, Path(rknn_path).parent
     return json_safe({
@@ -79,6 +80,7 @@ def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs
         "rw_kb": table.rw_kb,
         "weight_bytes": table.weight_bytes,
         "internal_bytes": table.internal_bytes,
+        "predicted_board_ms": predicted_board_ms,
         "simulator": simulator,
         "gates": [verdict.to_json() for verdict in verdicts],
         "exec_plan": exec_plan_fragment(contract, rknn_name),
@@ -106,6 +108,15 @@ def read_manifest(engine_or_manifest: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def board_time_line(prediction: dict | None) -> str:
+    """One line for a manifest's `predicted_board_ms` (gates/board_time.py): the total and its terms."""
+    if not prediction:
+        return "predicted board time: none (no board-time constants for this SoC, or built before the model)"
+    terms = ", ".join(f"{name} {ms:,.1f}" for name, ms in prediction["terms"].items())
+    computed = f"; {prediction['computed_by']}" if prediction.get("computed_by") else ""
+    return f"predicted board time: {prediction['ms']:,.1f} ms per call ({terms}; {prediction['basis']}{computed})"
+
+
 def summary_lines(data: dict) -> list[str]:
     """Human summary of a manifest for `convert inspect`."""
     ops, regtask = data.get("ops", {}), data.get("regtask", {})
@@ -124,6 +135,7 @@ def summary_lines(data: dict) -> list[str]:
         f"est. cycles {data['est_cycles']:,}, traffic {data['rw_kb']:,.0f} KB",
     ]
     lines += [f"    cpu: {op['type']} {op['name']}" for op in ops.get("cpu_ops", [])]
+    lines.append("  " + board_time_line(data.get("predicted_board_ms")))
     lines.append("  gates:")
     for gate in data.get("gates", []):
         mark = "PASS" if gate["passed"] else "FAIL"

@@ -127,7 +127,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
 
     from core.contract import get_contract
     from core import manifest
-    from gates import fp16_range, layer_table, regtask
+    from gates import board_time, fp16_range, layer_table, regtask
     from core.onnx_graph import load_model
     from toolkit.session import graph_io
 
@@ -204,7 +204,9 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
             contract=get_contract(model),
             target=options.target, toolkit=options.toolkit, inputs=inputs, outputs=outputs,
             onnx_path=onnx_path, rknn_path=final_rknn, build_log=log_path, regtask_report=regtask_report,
-            table=table, verdicts=verdicts, simulator=simulator_figures, build_stats=build_stats)
+            table=table, verdicts=verdicts, simulator=simulator_figures, build_stats=build_stats,
+            predicted_board_ms=board_time.predict(board_time.CallFigures.from_table(
+                table, [spec.to_json() for spec in inputs], [spec.to_json() for spec in outputs]), options.target))
         manifest.write_manifest(final_manifest, data)
     except BaseException:
         partial_rknn.unlink(missing_ok=True)

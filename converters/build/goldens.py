@@ -118,7 +118,9 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
         index["engines"].append({
             "engine": Path(result.rknn).name, "manifest": Path(result.manifest).name, "arrays": arrays,
             "reference": f"onnxruntime fp32 on {contract.get('reference_onnx') or manifest['onnx']['path']}",
-            "simulator": manifest["simulator"], "min_snr_db": min_snr_db})
+            "simulator": manifest["simulator"], "min_snr_db": min_snr_db,
+            # the board-time model's figure, reported beside the measured latency: the first board run checks it
+            "predicted_ms": (manifest.get("predicted_board_ms") or {}).get("ms")})
     simulated = {Path(r.rknn).name: list(r.golden_simulator_outputs) for r in results}
     manifests = {Path(r.rknn).name: r.manifest_data for r in results}
     for recording in recordings:

@@ -63,12 +63,20 @@ def inspect(
                                          help="An .rknn built by rkaudio (its manifest sits beside it) or the manifest.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole manifest as JSON.")] = False,
 ) -> None:
-    """Print an engine's manifest summary: target, toolkit, I/O, bytes, REGTASK, op placement, gates, exec_plan."""
+    """Print an engine's manifest summary: target, toolkit, I/O, bytes, REGTASK, op placement, predicted board time,
+    gates, exec_plan. An engine built before the board-time model gets its prediction here, from the manifest's I/O
+    and the layer table in its build log (marked `computed by inspect`), so old and new engines compare."""
     import json
 
-    from core.manifest import read_manifest, summary_lines
+    from core.manifest import manifest_path_for, read_manifest, summary_lines
+    from gates.board_time import predict_from_log
 
     data = read_manifest(path)
+    log = manifest_path_for(path).with_name(data.get("build_log") or "-")
+    if data.get("predicted_board_ms") is None and log.is_file():
+        data["predicted_board_ms"] = predict_from_log(data, log.read_text(errors="replace"))
+        if data["predicted_board_ms"]:
+            data["predicted_board_ms"]["computed_by"] = "convert inspect, from the build log"
     typer.echo(json.dumps(data, indent=2) if as_json else "\n".join(summary_lines(data)))
 
 

@@ -32,13 +32,15 @@ def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict, sou
                      for path, digest in sorted((sources or {}).items())]
     if not sources:
         source_lines.append("- checkpoint files: none (the family builds from code, or names no files)")
-    rows = ["| engine | bytes | gates | worst SNR (dB) | CPU ops | REGTASK lines |", "|---|---:|---:|---:|---:|---:|"]
+    rows = ["| engine | bytes | gates | worst SNR (dB) | CPU ops | REGTASK lines | predicted board ms per call |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
     for m in manifests:
         gates = m.get("gates", [])
         worst = worst_snr_db(gates)
+        predicted = (m.get("predicted_board_ms") or {}).get("ms")
         rows.append(f"| `{m['rknn']['path']}` | {m['rknn']['bytes']:,} | {sum(bool(g['passed']) for g in gates)}/"
                     f"{len(gates)} | {'-' if worst is None else f'{worst:.1f}'} | {m['ops']['cpu']} | "
-                    f"{m['regtask']['lines']} |")
+                    f"{m['regtask']['lines']} | {'-' if predicted is None else f'{predicted:,.1f}'} |")
     lines = front + [
         f"# {recipe['package']} for {target.upper()}", "",
         f"fp16 `.rknn` engines built by rkaudio {', '.join(producers)} with rknn-toolkit2 {', '.join(toolkits)}: "
@@ -46,7 +48,9 @@ def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict, sou
         "## Source", *source_lines, "",
         "## Engines", *rows, "",
         "Every figure is measured on the host at build time (fp32 onnxruntime and the toolkit simulator); the "
-        "self-test below measures them again on the board.", "",
+        "self-test below measures them again on the board. The predicted board time is a model (rkaudio's "
+        "gates/board_time.py: the layer table's cycles, elementwise traffic and layers, and the call's I/O, with "
+        "constants fitted to board measurements); the self-test prints it beside the measured latency.", "",
         "## exec_plan", "```json", json.dumps(plan, indent=2), "```", "",
         "## On the board", "Copy this folder to the board (Python 3.8+, numpy, rknn-toolkit-lite2), then in it:",
         "```", "python3 selftest.py", "```",

@@ -169,9 +169,19 @@ def summary_row(package: str, status: str, manifests: list[dict] = (), gate_resu
         "engine_bytes": sum(m["rknn"]["bytes"] for m in manifests) if manifests else None,
         "cpu_ops": sum(m["ops"]["cpu"] for m in manifests) if manifests else None,
         "regtask_lines": sum(m["regtask"]["lines"] for m in manifests) if manifests else None,
+        "predicted_board_ms": predicted_span(manifests),
         "kit_bytes": kit.kit_size(package_dir) if package_dir is not None else None,
         "package_bytes": kit.tree_bytes(package_dir) if package_dir is not None else None,
     }
+
+
+def predicted_span(manifests: list[dict]) -> str | None:
+    """The engines' predicted board ms per call (manifest `predicted_board_ms`): one figure, or the range over a
+    package's engines (a ladder's rungs are alternatives, so a sum would mean nothing)."""
+    values = sorted(m["predicted_board_ms"]["ms"] for m in manifests if m.get("predicted_board_ms"))
+    if not values:
+        return None
+    return f"{values[0]:,.1f}" if values[0] == values[-1] else f"{values[0]:,.1f}-{values[-1]:,.1f}"
 
 
 def format_table(rows: list[dict], columns: list[str] | None = None) -> str:

@@ -45,7 +45,7 @@ FamilyFor = Callable[[str], object]
 RECIPES_DIR = REPO_ROOT / "recipes"
 DIST_DIR = REPO_ROOT / "dist"
 SUMMARY_COLUMNS = ["package", "status", "components", "gates", "worst_snr_db", "engine_bytes", "cpu_ops",
-                   "regtask_lines", "kit_bytes", "package_bytes"]
+                   "regtask_lines", "predicted_board_ms", "kit_bytes", "package_bytes"]
 
 def load_recipe(path: Path, family_for: FamilyFor) -> dict:
     """Parse one recipe and check it whole against the schema and its family's declaration (SetupError, one line

@@ -7,7 +7,8 @@ In order:
 1. every file against SHA256SUMS (a changed, missing or truncated file stops it: exit 2, each file named);
 2. the engines' toolkit version against the board runtime's (an older runtime refuses them: exit 2);
 3. every engine on its golden inputs: a warm-up, then --runs timed runs; SNR and max|d| against the fp32
-   reference and against the simulator outputs the build measured; init time and latency min / median / p90;
+   reference and against the simulator outputs the build measured; init time and latency min / median / p90,
+   beside the board time the build's model predicted (the manifest's predicted_board_ms: a report, not a gate);
 4. with --core-masks, each engine again per NPU core mask, and the SNR between cores (masks the SoC lacks are
    skipped, never run on AUTO);
 5. the end-to-end goldens through the packaged runtime loop (every engine call compared with its fp32 record,
@@ -216,7 +217,8 @@ class SelfTest:
                                       REPLAY_MIN_DB, "dB"))
             rows.append(gated_row(name, gates, **figures))
         result = {"engine": entry["engine"], "init_ms": run["init_ms"], "latency_ms": run["latency_ms"],
-                  "core_mask": run["core_mask"], "outputs": rows, "passed": all(r["passed"] for r in rows)}
+                  "predicted_ms": entry.get("predicted_ms"), "core_mask": run["core_mask"], "outputs": rows,
+                  "passed": all(r["passed"] for r in rows)}
         if self.core_masks:
             result["core_masks"] = self.per_core(entry["engine"], inputs, fp32)
         return result
@@ -351,26 +353,28 @@ def fmt(value, digits: int = 1) -> str:
 
 
 def table(report: dict) -> str:
-    rows = [("engine / loop", "output", "init ms", "median ms", "p90 ms", "SNR fp32", "need", "SNR sim", "")]
+    rows = [("engine / loop", "output", "init ms", "median ms", "predicted ms", "p90 ms", "SNR fp32", "need",
+             "SNR sim", "")]
     for engine in report.get("engines", []):
         for out in engine["outputs"]:
             rows.append((engine["engine"], out["name"], fmt(engine["init_ms"]), fmt(engine["latency_ms"]["median"], 2),
-                         fmt(engine["latency_ms"]["p90"], 2), fmt(out["snr_db_vs_fp32"]), fmt(out["threshold_db"]),
-                         fmt(out["snr_db_vs_simulator"]), "PASS" if out["passed"] else "FAIL"))
+                         fmt(engine.get("predicted_ms"), 2), fmt(engine["latency_ms"]["p90"], 2),
+                         fmt(out["snr_db_vs_fp32"]), fmt(out["threshold_db"]), fmt(out["snr_db_vs_simulator"]),
+                         "PASS" if out["passed"] else "FAIL"))
         for pair in engine.get("core_masks", {}).get("pairwise", []):
-            rows.append(("  cores " + pair["a"] + " vs " + pair["b"], pair["output"], "", "", "", fmt(pair["snr_db"]),
-                         "", "", ""))
+            rows.append(("  cores " + pair["a"] + " vs " + pair["b"], pair["output"], "", "", "", "",
+                         fmt(pair["snr_db"]), "", "", ""))
         for skipped in engine.get("core_masks", {}).get("skipped", []):
-            rows.append(("  core mask " + skipped["mask"], "skipped", "", "", "", "", "", "", skipped["reason"]))
+            rows.append(("  core mask " + skipped["mask"], "skipped", "", "", "", "", "", "", "", skipped["reason"]))
     for loop in report.get("end_to_end", []):
         for out in loop["outputs"]:
             value = fmt(out.get("snr_db_vs_fp32")) if "snr_db_vs_fp32" in out else (
                 "identical" if out.get("identical") else "differs")
             rows.append((f"e2e {loop['name']} ({loop['calls']} calls)", out["name"], "", fmt(loop["elapsed_ms"]),
-                         "", value, fmt(out.get("threshold_db")), "", "PASS" if out["passed"] else "FAIL"))
+                         "", "", value, fmt(out.get("threshold_db")), "", "PASS" if out["passed"] else "FAIL"))
         heard = loop.get("hearing")
         if heard:
-            rows.append((f"e2e {loop['name']} heard", "WER", "", "", "",
+            rows.append((f"e2e {loop['name']} heard", "WER", "", "", "", "",
                          fmt(heard["wer"] * 100) + "%" if heard["wer"] is not None else "-", "", "",
                          repr(heard["transcript"]) if heard["transcript"] is not None else heard["detail"]))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]

@@ -77,10 +77,15 @@ def test_cli_regtask_gate_rk3566_fails_rk3588_passes(graph, tmp_path, require_co
     manifest = json.loads((tmp_path / "rk3588" / "conv_sin.manifest.json").read_text())
     assert manifest["regtask"]["lines"] == 0
     assert [op["type"] for op in manifest["ops"]["cpu_ops"]] == ["Sin"] * 3  # Sin runs on the CPU on rk3588
+    # the board-time prediction: its terms add up, and the three CPU Sins are its cpu_ops term
+    predicted = manifest["predicted_board_ms"]
+    assert predicted["ms"] == pytest.approx(sum(predicted["terms"].values()), abs=0.01)
+    assert predicted["terms"]["cpu_ops"] > 0 and predicted["figures"]["cpu_bytes"] > 0
+    assert predicted["figures"]["cycles"] == manifest["est_cycles"]
     shown = run_convert("inspect", str(tmp_path / "rk3588" / "conv_sin.rknn"))
     assert shown.returncode == 0, shown.stderr
     assert "regtask: 0 lines" in shown.stdout and "[PASS] simulator_snr[y]" in shown.stdout
-    assert "cpu: Sin sin0" in shown.stdout
+    assert "cpu: Sin sin0" in shown.stdout and f"predicted board time: {predicted['ms']:,.1f} ms" in shown.stdout
 
 
 def test_cpu_ops_gate_fails_on_floor(graph, tmp_path, require_converter):
