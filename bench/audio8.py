@@ -123,6 +123,16 @@ def _old_split_graphs(decoder, layer_index: int):
     return projection, block
 
 
+def _fp16_io_prediction(manifest: dict) -> float:
+    """The board-time model's ms for the same call fed and read in fp16 (half the bytes rknnlite converts)."""
+    from dataclasses import replace
+
+    from gates.board_time import CallFigures, predict
+
+    figures = CallFigures(**manifest["predicted_board_ms"]["figures"])
+    return predict(replace(figures, io_bytes=figures.io_bytes // 2), manifest["target"])["ms"]
+
+
 def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: int, build: str | None,
                  toolkit: str) -> list[dict]:
     """The decoder step in four layouts, per K/V bucket: "split (old)" (before issue #17: per layer a K/V
@@ -130,7 +140,8 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
     "all_layers (default)" (one step call for every layer, head shards: what `convert audio8` exports) and
     "all_layers+head" (one call). Per token: NPU calls, host->device and device->host bytes (the graphs' fp32
     I/O), host onnxruntime ms (the calls run back to back on example feeds, `steps` times), and with `build` the
-    summed layer-table cycles (est_cycles x calls), REGTASK lines and CPU ops."""
+    predicted board ms per token (gates/board_time.py; and the same calls fed in fp16, half the converted bytes),
+    the summed layer-table cycles (est_cycles x calls), REGTASK lines and CPU ops."""
     import torch
 
     from converters.families.audio8 import graphs
@@ -198,7 +209,9 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
             data = build_engine(path, out / f"engines_{build}", BuildOptions(target=build, toolkit=toolkit,
                                                                             max_regtask_lines=10**9)).manifest_data
             figures[stem].update(cycles=data["est_cycles"], engine_bytes=data["rknn"]["bytes"],
-                                 regtask=data["regtask"]["lines"], cpu_ops=len(data["ops"]["cpu_ops"]))
+                                 regtask=data["regtask"]["lines"], cpu_ops=len(data["ops"]["cpu_ops"]),
+                                 predicted_ms=data["predicted_board_ms"]["ms"],
+                                 predicted_fp16_io_ms=_fp16_io_prediction(data))
     rows = []
     for entry in table:
         calls = entry["calls"]
@@ -207,7 +220,9 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
                "d2h_bytes/tok": sum(figures[c]["d2h"] for c in calls),
                "host_ort_ms/tok": round(sum(figures[c]["ms"] for c in calls), 3)}
         if build:
-            row.update({"cycles/tok": sum(figures[c]["cycles"] for c in calls),
+            row.update({"pred_ms/tok": round(sum(figures[c]["predicted_ms"] for c in calls), 1),
+                        "pred_ms/tok fp16 I/O": round(sum(figures[c]["predicted_fp16_io_ms"] for c in calls), 1),
+                        "cycles/tok": sum(figures[c]["cycles"] for c in calls),
                         "regtask": sum(figures[c]["regtask"] for c in calls),
                         "cpu_ops": sum(figures[c]["cpu_ops"] for c in set(calls))})
         rows.append(row)

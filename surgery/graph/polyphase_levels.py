@@ -93,7 +93,7 @@ def source_phase(offset: int, phases: int) -> tuple[int, int]:
     return offset % phases, offset // phases
 
 
-def _phase_conv(taps: np.ndarray, shifts: list[int], stride: int, phases: int, bias: np.ndarray | None):
+def phase_conv(taps: np.ndarray, shifts: list[int], stride: int, phases: int, bias: np.ndarray | None):
     """A full-rate op y[n] = sum_j taps[:, :, j] x[m] with stride*m = n + shifts[j] (a Conv: stride 1, shift
     j*d - pad; a ConvTranspose of stride s: shift pad - j, taps present where it divides), from a P-phase input to a
     P*stride-phase output, as one Conv on the coarse axis: (weight [P*s*Cout, P*Cin, K'], bias, pads)."""
@@ -154,7 +154,7 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
     def as_conv(node: onnx.NodeProto, taps: np.ndarray, shifts: list[int], stride: int, phases: int):
         """Replace `node` (a full-rate conv with these taps) by its coarse Conv on `phases` input phases."""
         bias = constant_value(index, node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        weight, bias, pads = _phase_conv(taps, shifts, stride, phases, bias)
+        weight, bias, pads = phase_conv(taps, shifts, stride, phases, bias)
         result = node.output[0]
         new_nodes.append(helper.make_node(
             "Conv", [node.input[0], initializer(f"{result}_polyphase_w", weight),

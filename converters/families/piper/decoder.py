@@ -48,6 +48,14 @@ SHORT_LATENT = 47
 TAIL_SLICES = 8
 MIN_PADDED_DB = 100.0
 MIN_DEC_MASK_TAIL_DB = 100.0
+# The leading upsampling levels that run as a stride-phase Conv and an interleave (surgery/graph/stride_phase.py),
+# per target: where the board-time model predicts it faster than the ConvTranspose. Measured one layer at a time
+# (joe medium, W=301, rk3588, toolkit 2.3.2; compute + elementwise ms, the call's I/O apart): level 1 (256->128,
+# k16 s8) 2.68 -> 1.51 ms (cropped form), level 2 (128->64, k16 s8) 5.90 -> 3.87 ms, level 3 (64->32, k8 s4,
+# 77,056 samples) 4.78 -> 10.6 ms in the cropped form (the interleave's traffic outweighs the 1.85 M cycles saved;
+# the crop's Slice is about a third of it). rk3576 / rk3566 run their
+# deepest levels in the polyphase form of their time field and are not measured for this one: none there.
+STRIDE_PHASE_LEVELS = {"rk3588": 2}
 SELFCHECK_TEXT = "The quick brown fox jumps over the lazy dog, while five wizards box quickly."
 # The end-to-end golden's sentence: the first of these whose latent a window's walk covers in exactly 3 windows (a
 # 3-window walk covers 2*(window - context) + 1 .. 3*window - 4*context slices). Kept whole, so the board can hear
@@ -127,9 +135,10 @@ def _cond_channels(model) -> int:
 
 
 def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask: bool, voice_name: str,
-                       sample_rate: int, phase_levels: int = 0):
-    """The engine graph: flips folded, optional decoder mask, the last `phase_levels` upsampling levels in
-    polyphase form, shapes pinned at `window`, contract set."""
+                       sample_rate: int, phase_levels: int = 0, stride_phase_levels: int = 0):
+    """The engine graph: flips folded, optional decoder mask, the first `stride_phase_levels` upsamplers as a phase
+    Conv and an interleave (surgery.graph.stride_phase), the last `phase_levels` upsampling levels in polyphase
+    form, shapes pinned at `window`, contract set."""
     from core.contract import make_contract
     from runtime.board.window_walk import WindowContract
     from surgery.graph.flip_fold import fold_flips
@@ -137,6 +146,7 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     from surgery.graph.mask import mask_decoder
     from core.contract import set_contract
     from surgery.graph.polyphase_levels import decoder_in_phases
+    from surgery.graph.stride_phase import leading_upsamplers, stride_phase_upsample
 
     emitted = window - 2 * context
     if emitted < 1:
@@ -145,7 +155,11 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     model = fold_flips(piece.model)
     if dec_mask:
         model = mask_decoder(model, piece.decoder_input, MASK)
+    if stride_phase_levels + phase_levels > len(piece.strides):
+        raise SetupError(f"{stride_phase_levels} stride-phase and {phase_levels} polyphase levels overlap in a "
+                         f"decoder of {len(piece.strides)} upsampling levels")
     model, phases = decoder_in_phases(model, piece.decoder_input, piece.strides, phase_levels)
+    model = stride_phase_upsample(model, leading_upsamplers(model, piece.decoder_input, stride_phase_levels))
     shapes = {LATENT: [1, piece.channels, window], MASK: [1, 1, window]}
     if piece.cond_channels:
         shapes[COND] = [1, piece.cond_channels, 1]
@@ -153,7 +167,7 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     contract = WindowContract(window=window, context=context, emitted=emitted, hop=piece.hop, latent_input=LATENT,
                               output=model.graph.output[0].name, mask_input=MASK, latent_channels=piece.channels)
     fields = {**contract.fields(), "sample_rate": sample_rate, "dec_mask": dec_mask, "voice": voice_name,
-              "strides": piece.strides, "polyphase": phases,
+              "strides": piece.strides, "polyphase": phases, "stride_phase_levels": stride_phase_levels,
               "cond_input": COND if piece.cond_channels else None,
               "cond_channels": piece.cond_channels}
     return set_contract(model, make_contract(FAMILY, COMPONENT, "main", EXEC_PLAN_OPTION, **fields))
@@ -377,7 +391,8 @@ def export(voice_onnx: Path | None, out_dir: Path, window: int, context: int, de
     piece = slice_voice(voice_model)
     voice_name = voice.onnx_path.name.removesuffix(".onnx")
     phase_levels = overflowing_levels(target, window, piece.strides)
-    model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config), phase_levels)
+    model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config), phase_levels,
+                               STRIDE_PHASE_LEVELS.get(target or "", 0))
     latents = voice_latents(voice_model, piece.seam, voice.config)
     verdicts = selfcheck(model, piece, latents, noise_length=3 * window + window // 2, target=target)
     out_dir = Path(out_dir)
