@@ -64,9 +64,27 @@ def _odd_sine_squared(c):
     return s * s
 
 
-def half_turn_sin2(w, form: str, round_shift, degree: int = 6):
+@functools.cache
+def sin2_vertex(degree: int = 6) -> tuple[float, float, float]:
+    """(c, a, b) with sin2_coefficients(6) = v*(c*(v + a)^2 + b), v = r^2: the same polynomial in vertex form."""
+    if degree != 6:
+        raise ValueError(f"the vertex form is the degree-6 polynomial's (asked for degree {degree})")
+    c2, c4, c6 = sin2_coefficients(6)
+    return c6, c4 / (2 * c6), c2 - c4 * c4 / (4 * c6)
+
+
+def vertex_sin2(r, degree: int = 6):
+    """The round form's polynomial as v*(c*(v + a)^2 + b) with both squares a Pow: on the NPU Pow(x, 2) is one
+    unary pass and Horner's v*q products read two tensors, so this is 2 full-tensor reads fewer per Snake."""
+    c, a, b = sin2_vertex(degree)
+    v = torch.pow(r, 2)
+    return v * (c * torch.pow(v + a, 2) + b)
+
+
+def half_turn_sin2(w, form: str, round_shift, degree: int = 6, evaluation: str = "horner"):
     """h(w) = sin(pi*w)^2/pi in the given form (torch tensors); `round_shift` is a tensor holding M; `degree`
-    is the round form's polynomial degree."""
+    is the round form's polynomial degree; `evaluation` how the round form evaluates it ("horner": r*r and
+    Horner's rule; "vertex": `vertex_sin2`, degree 6 only)."""
     if form == "exact":
         s = torch.sin(w * math.pi)
         return s * s * (1.0 / math.pi)
@@ -76,6 +94,8 @@ def half_turn_sin2(w, form: str, round_shift, degree: int = 6):
         return _odd_sine_squared(w - 2.0 * torch.floor(w * 0.5 + 0.5))
     if form == "round":
         r = w - (torch.relu(w + round_shift) - round_shift)
+        if evaluation == "vertex":
+            return vertex_sin2(r, degree)
         v = r * r
         coefficients = sin2_coefficients(degree)
         horner = coefficients[-1]

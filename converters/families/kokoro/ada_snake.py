@@ -10,6 +10,8 @@ from torch import nn
 from surgery.modules.rows import row_conv
 from surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2
 
+SINE_EVALUATION = "vertex"  # the round form's polynomial as surgery.modules.snake.vertex_sin2: 2 passes fewer
+
 
 class AdaSnakeConv(nn.Module):
     """conv(snake((norm(x)*(1+gamma) + beta) * mask)) with (gamma, beta) = fc(style): AdaIN, Snake and the
@@ -23,16 +25,20 @@ class AdaSnakeConv(nn.Module):
         self.register_buffer("pre_scale", torch.ones_like(alpha.detach()))
         self.register_buffer("round_shift", torch.tensor(ROUND_SHIFT_FP32), persistent=False)
 
+    def sin2(self, w):
+        """h(w) = sin(pi*w)^2/pi in this unit's sine form, the round form's polynomial by SINE_EVALUATION."""
+        return half_turn_sin2(w, self.sine_form, self.round_shift, evaluation=SINE_EVALUATION)
+
     def forward(self, x, s, mask):
         if x.dim() == 4:
             return self.forward_rows(x, s, mask)
         gamma, beta = torch.chunk(self.fc(s).unsqueeze(-1), 2, dim=1)
         u = self.norm(x, mask, (1.0 + gamma) * self.pre_scale, beta * self.pre_scale)
         if self.folded:  # u is already w; pi/alpha lives in the conv weights
-            return self.conv(u + half_turn_sin2(u, self.sine_form, self.round_shift))
+            return self.conv(u + self.sin2(u))
         half_turns = self.alpha * (1.0 / math.pi)
         w = u * half_turns
-        return self.conv(u + half_turn_sin2(w, self.sine_form, self.round_shift) / half_turns)
+        return self.conv(u + self.sin2(w) / half_turns)
 
     def forward_rows(self, x, s, mask):
         """The same unit on rows [1, C, R, L] (surgery.modules.rows): per-channel factors [1, C, 1, 1], the
@@ -41,10 +47,10 @@ class AdaSnakeConv(nn.Module):
         pre_scale = self.pre_scale[..., None]
         u = self.norm(x, mask, (1.0 + gamma) * pre_scale, beta * pre_scale)
         if self.folded:
-            return row_conv(self.conv, u + half_turn_sin2(u, self.sine_form, self.round_shift))
+            return row_conv(self.conv, u + self.sin2(u))
         half_turns = self.alpha[..., None] * (1.0 / math.pi)
         w = u * half_turns
-        return row_conv(self.conv, u + half_turn_sin2(w, self.sine_form, self.round_shift) / half_turns)
+        return row_conv(self.conv, u + self.sin2(w) / half_turns)
 
 
 def fold_snake_alpha(module):
