@@ -12,7 +12,7 @@ from runtime.board.soc import BROADCAST_SUB_LIMIT
 from tests.kokoro.kokoro_small import FRAMES, SMALL
 
 
-def test_the_rk3566_export_builds_without_regtask_lines_and_the_rk3588_form_does_not(state, exported, tmp_path,
+def test_the_rk3566_export_builds_without_regtask_lines_and_so_does_the_rk3588_form(state, exported, tmp_path,
                                                                                    require_converter):
     require_converter()
     assert SMALL.rates(FRAMES)[1] > BROADCAST_SUB_LIMIT["rk3566"]
@@ -24,9 +24,9 @@ def test_the_rk3566_export_builds_without_regtask_lines_and_the_rk3588_form_does
     assert manifest["regtask"]["lines"] == 0 and manifest["ops"]["cpu"] == 0
     assert all(verdict.passed for verdict in result.verdicts)
 
-    # the lines are the compiler's: no simulator run (no self-check) for the form that logs them
+    # the rk3588 form used to log lite@0x1028 lines here (its norm's x - mean was an Expand and a Sub); the norm
+    # now subtracts the mean as an Add (surgery.modules.instance_norm.centred_variance), so it builds clean too
     lenient = BuildOptions(target="rk3566", max_regtask_lines=100_000, fail_on_cpu_ops=True)
     regtask = build_engine(exported[0].onnx, tmp_path / "rk3588_form", lenient).manifest_data["regtask"]
     print(f"small W={FRAMES} on rk3566: rk3566 form 0 REGTASK lines, rk3588 form {regtask['fields']}")
-    assert regtask["lines"] > 0
-    assert {(f["target"], f["offset"], f["limit"]) for f in regtask["fields"]} == {("lite", "0x1028", 0x7FF)}
+    assert regtask["lines"] == 0
