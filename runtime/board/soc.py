@@ -31,11 +31,6 @@ TIME_FIELD_LIMIT = {"rk3576": 0x3FFF, "rk3566": 0x1FFF, "rk3568": 0x1FFF}
 # generator's fine stage, the Qwen3 decoder step) hold no time axis past it: they work on rows [1, C, rows,
 # row_length] of consecutive samples with a halo (surgery/modules/rows.py).
 ROW_SAMPLES_LIMIT = 8191
-# The longest axis along which a computed tensor can be broadcast into a Sub: rk3566 lowers Sub(a, b [1, C, 1]) as
-# an Expand of b whose length field is 11 bits (REGTASK lite@0x1028, limit 0x7ff, 8 lines per Sub, measured on
-# toolkit 2.3.2 at 2100 and 8161 samples; an Add broadcasts natively). rk3588 and rk3576 log none at 8161; rk3568
-# and rk3562 are not measured. surgery/graph/broadcast_sub.py rewrites such a Sub as an Add of the negation.
-BROADCAST_SUB_LIMIT = {"rk3566": 0x7FF}
 
 
 def check_target(target: str) -> str:

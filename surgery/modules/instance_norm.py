@@ -38,9 +38,10 @@ class GapMaskedInstanceNorm(nn.Module):
 
 
 def centred_variance(x, mean, mask, share, pool):
-    """GAP(((x - mean)*m)^2)/GAP(m) as x + (-mean) (an Add broadcasts natively, a Sub by a computed mean is an
-    Expand and a two-tensor Sub on the rk3588) and Pow(., 2) (one unary pass, a Mul x*x reads two): 2
-    full-tensor reads fewer. Not E[(x*m)^2] - mean^2: Kokoro has channels with mean^2/var up to ~1850, and that
+    """GAP(((x - mean)*m)^2)/GAP(m) as x + (-mean) and Pow(., 2): 2 full-tensor reads fewer. An Add broadcasts
+    the mean natively; a Sub by a computed [1, C, 1] mean is lowered as an Expand and a two-tensor Sub (rk3588),
+    and on rk3566 that Expand's 11-bit length field logs REGTASK lite@0x1028 (limit 0x7ff, 8 lines per Sub at 8161
+    samples, toolkit 2.3.2). Pow(x, 2) is one unary pass where a Mul x*x reads two. Not E[(x*m)^2] - mean^2: Kokoro has channels with mean^2/var up to ~1850, and that
     form already cancels in fp32 (its W=136 export fell to 110.4 dB ONNX vs torch, walk gate 100.9 dB: fails)."""
     centred = (x + (-mean)) * mask
     return pool(torch.pow(centred, 2), 1) / share

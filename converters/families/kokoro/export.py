@@ -14,14 +14,13 @@ GOLDEN_REPEATS = 8  # past W=128 the greeting is said again (up to this many tim
 
 
 def export_onnx(module, config, frames: int, path: Path, contract: dict, target: str | None = None):
-    """Trace at one window (legacy exporter, opset 17), pin and slim, and give `target` the Sub form its registers
-    hold (runtime.board.soc.BROADCAST_SUB_LIMIT); the contract goes in the metadata."""
+    """Trace at one window (legacy exporter, opset 17), pin and slim; the contract goes in the metadata. `target`
+    is the SoC the graph is for: every form is the same today (the masked norm's mean is subtracted as an Add of
+    its negation on every target: surgery.modules.instance_norm.centred_variance)."""
     import onnx
     import torch
 
     from core.contract import set_contract
-    from runtime.board.soc import BROADCAST_SUB_LIMIT
-    from surgery.graph.broadcast_sub import add_negated_broadcast
     from surgery.graph.fold import fold_fixed
 
     feeds = module_feeds(module, window_inputs(config, frames))  # rows for a row-form module
@@ -31,8 +30,6 @@ def export_onnx(module, config, frames: int, path: Path, contract: dict, target:
                           opset_version=17, input_names=list(INPUTS), output_names=[OUTPUT])
     model = fold_fixed(onnx.load(str(raw)), {n: list(v.shape) for n, v in feeds.items()})
     raw.unlink()
-    if target in BROADCAST_SUB_LIMIT:
-        model = add_negated_broadcast(model, BROADCAST_SUB_LIMIT[target])
     model = set_contract(model, contract)
     onnx.save(model, str(path))
     return model
