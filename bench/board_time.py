@@ -106,12 +106,11 @@ def points() -> list[Point]:
 def _figures(directory: Path, calls: int) -> dict:
     """CallFigures of the engine built in `directory` (its manifest and build log), times `calls`."""
     from core.manifest import read_manifest
-    from gates.layer_table import parse_layer_table
+    from gates.board_time import figures_from_log
 
     (manifest_path,) = directory.glob("*.manifest.json")
     manifest = read_manifest(manifest_path)
-    table = parse_layer_table((directory / manifest["build_log"]).read_text(errors="replace"))
-    figures = CallFigures.from_table(table, manifest["inputs"], manifest["outputs"]).to_json()
+    figures = figures_from_log(manifest, (directory / manifest["build_log"]).read_text(errors="replace")).to_json()
     return {name: value * calls for name, value in figures.items()}
 
 

@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gates.layer_table import BOUNDARY_OPS, LayerTable
+from gates.layer_table import BOUNDARY_OPS, LayerTable, parse_layer_table
 
 CONSTANTS_FILE = Path(__file__).with_name("board_time_constants.json")
 MB = 1024 * 1024
@@ -97,10 +97,12 @@ def predict(figures: CallFigures, target: str, constants: dict | None = None) ->
             "figures": figures.to_json(), "basis": socs[target]["basis"]}
 
 
-def predict_from_log(manifest: dict, log_text: str, constants: dict | None = None) -> dict | None:
-    """The prediction for an engine built before the model existed: its manifest's I/O and its build log's table."""
-    from gates.layer_table import parse_layer_table
+def figures_from_log(manifest: dict, log_text: str) -> CallFigures:
+    """The figures of a built engine: its manifest's I/O and its build log's layer table."""
+    return CallFigures.from_table(parse_layer_table(log_text), manifest["inputs"], manifest["outputs"])
 
-    figures = CallFigures.from_table(parse_layer_table(log_text), manifest["inputs"], manifest["outputs"])
-    return predict(figures, manifest["target"], constants)
+
+def predict_from_log(manifest: dict, log_text: str, constants: dict | None = None) -> dict | None:
+    """The prediction for an engine built before the model existed, from its manifest and build log."""
+    return predict(figures_from_log(manifest, log_text), manifest["target"], constants)
 

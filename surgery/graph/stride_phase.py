@@ -16,6 +16,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from core.onnx_graph import GraphIndex, constant_value, node_attr
+from surgery.graph.mask import upsample_levels
 from surgery.graph.polyphase_levels import PolyphaseError, phase_conv
 
 
@@ -78,8 +79,6 @@ def stride_phase_upsample(model: onnx.ModelProto, names: list[str]) -> onnx.Mode
 
 def leading_upsamplers(model: onnx.ModelProto, decoder_input: str, levels: int) -> list[str]:
     """The names of the ConvTransposes of the first `levels` upsampling levels below `decoder_input`."""
-    from surgery.graph.mask import upsample_levels
-
     depth = upsample_levels(model, decoder_input)
     return [node.name for node in model.graph.node
             if node.op_type == "ConvTranspose" and 1 <= depth.get(node.output[0], 0) <= levels]
