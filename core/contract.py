@@ -2,7 +2,8 @@
 
 Required keys: `family` (CLI name), `component` (exec_plan component), `role` (artifact role),
 `exec_plan_option`; then whatever the runtime needs (window, context, emitted, hop, cache layout, buckets),
-optional `ladder_key`, `exec_params`, `package_files`, `reference_onnx` and the export stage's
+optional `ladder_key`, `exec_params`, `package_files`, `reference_onnx`, `feed_dtypes` ({input name: numpy
+dtype name}: an input the runtime feeds in another dtype than the ONNX's, `fed_inputs`) and the export stage's
 `export_verdicts`. Every later stage (build, manifest, packaging, runtime) reads it back from here, so
 nothing is restated downstream. onnx is imported only by the two functions that touch a model."""
 from __future__ import annotations
@@ -49,6 +50,14 @@ def make_contract(family: str, component: str, role: str, exec_plan_option: str,
         "producer": producer_info(),
         **fields,
     }
+
+
+def fed_inputs(inputs: list[dict], contract: dict) -> list[dict]:
+    """The engine's inputs as its caller feeds them: the ONNX's entries ({"name", "shape", "dtype"}), each with the
+    dtype the contract's `feed_dtypes` names for it (a buffer the runtime holds in fp16: the engine holds every
+    input in fp16 already, so rknnlite takes it without a CPU conversion), else the ONNX's own."""
+    feed = contract.get("feed_dtypes") or {}
+    return [{**entry, "dtype": feed.get(entry["name"], entry["dtype"])} for entry in inputs]
 
 
 def set_contract(model, contract: dict):

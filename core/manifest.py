@@ -54,8 +54,9 @@ def exec_plan_fragment(contract: dict, rknn_name: str) -> dict:
 def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs, onnx_path: Path,
                    rknn_path: Path, build_log: Path, regtask_report, table, verdicts, simulator: dict,
                    build_stats: dict | None = None, predicted_board_ms: dict | None = None) -> dict:
-    """The manifest of one engine (see HACKING.md); `inputs`/`outputs` are TensorSpecs, `table` a LayerTable,
-    `predicted_board_ms` gates.board_time.predict's figure (None: no constants for the target)."""
+    """The manifest of one engine (see HACKING.md); `inputs`/`outputs` are the tensor entries a caller feeds and
+    gets ({"name", "shape", "dtype"}: `core.contract.fed_inputs`), `table` a LayerTable, `predicted_board_ms`
+    gates.board_time.predict's figure (None: no constants for the target)."""
     producer = contract.get("producer") or producer_info()
     rknn_name, manifest_dir = Path(rknn_path).name, Path(rknn_path).parent
     return json_safe({
@@ -67,8 +68,8 @@ def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs
         "producer_version": producer.get("rkaudio"),
         "producer_git": producer.get("git"),
         "producer": producer,
-        "inputs": [spec.to_json() for spec in inputs],
-        "outputs": [spec.to_json() for spec in outputs],
+        "inputs": list(inputs),
+        "outputs": list(outputs),
         "onnx": file_entry(onnx_path, manifest_dir),
         "rknn": engine_entry(rknn_path, manifest_dir, producer.get("git")),
         "build": build_stats or {},

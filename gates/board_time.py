@@ -10,8 +10,11 @@ terms, each a constant times a figure the layer table or the manifest gives:
 - cpu_ops:     the RW bytes of the compute ops placed on the CPU (each a round trip: the NPU hands the tensor to
                the CPU and takes it back) x ms per MB;
 - dispatch:    layers (every row but the Input/OutputOperators) x ms per layer;
-- call I/O:    per call, the tensors fed and read x ms per tensor, plus their bytes at the runtime's fp32 (the
-               engine holds fp16 in the NPU layout; rknnlite converts both on the CPU) x ms per MB.
+- call I/O:    per call, the tensors fed and read x ms per tensor, plus their bytes x ms per MB: each input in
+               the dtype it is fed (the manifest's, `core.contract.fed_inputs`: float32 unless the contract feeds it
+               in fp16, the dtype the engine holds it in), each output as rknnlite returns it (float32 always: its
+               Python API has no way to ask for the engine's fp16); the engine holds fp16 in the NPU layout and the
+               runtime converts what differs on the CPU.
 
 The constants per SoC are `CONSTANTS` (board_time_constants.json, written by bench/board_time.py from the spec's
 board measurements, with which terms were fitted and which assumed)."""
@@ -22,11 +25,13 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from gates.layer_table import BOUNDARY_OPS, LayerTable, parse_layer_table
 
 CONSTANTS_FILE = Path(__file__).with_name("board_time_constants.json")
 MB = 1024 * 1024
-FEED_ITEM_BYTES = 4  # rknnlite is fed and returns float32 arrays: the conversion runs over 4-byte items
+RETURNED_ITEM_BYTES = 4  # rknnlite returns every output as float32 (rknn_outputs_get with want_float)
 TERMS = ("compute", "elementwise", "cpu_ops", "dispatch", "call_io")
 
 
@@ -38,12 +43,14 @@ class CallFigures:
     cpu_bytes: int  # RW bytes of the compute ops on the CPU
     layers: int  # table rows other than the Input/OutputOperators
     io_tensors: int  # inputs + outputs of one call
-    io_bytes: int  # their bytes as fed / returned (float32)
+    io_bytes: int  # their bytes as fed (each input's dtype) and returned (float32)
 
     @classmethod
     def from_table(cls, table: LayerTable, inputs: list[dict], outputs: list[dict]) -> "CallFigures":
-        """`inputs` / `outputs`: the manifest's tensor entries ({"shape": [...]} each)."""
+        """`inputs` / `outputs`: the manifest's tensor entries ({"shape": [...], "dtype": ...} each)."""
         tensors = [*inputs, *outputs]
+        fed = sum(math.prod(t["shape"]) * np.dtype(t["dtype"]).itemsize for t in inputs)
+        returned = sum(math.prod(t["shape"]) * RETURNED_ITEM_BYTES for t in outputs)
         return cls(
             cycles=table.est_cycles,
             elementwise_bytes=round(sum(l.rw_kb for l in table.layers if l.cycles_total == 0 and l.target == "NPU"
@@ -51,7 +58,7 @@ class CallFigures:
             cpu_bytes=round(sum(l.rw_kb for l in table.cpu_compute) * 1024),
             layers=sum(l.op_type not in BOUNDARY_OPS for l in table.layers),
             io_tensors=len(tensors),
-            io_bytes=sum(math.prod(t["shape"]) * FEED_ITEM_BYTES for t in tensors))
+            io_bytes=fed + returned)
 
     def to_json(self) -> dict:
         return asdict(self)

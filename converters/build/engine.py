@@ -125,7 +125,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     with the self-check; their outputs come back in `golden_simulator_outputs`."""
     import numpy as np
 
-    from core.contract import get_contract
+    from core.contract import fed_inputs, get_contract
     from core import manifest
     from gates import board_time, fp16_range, layer_table, regtask
     from core.onnx_graph import load_model
@@ -200,13 +200,16 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
                               extra={"simulator": simulator_figures})
 
         os.replace(partial_rknn, final_rknn)
+        contract = get_contract(model)
+        fed = fed_inputs([spec.to_json() for spec in inputs], contract)
+        returned = [spec.to_json() for spec in outputs]
         data = manifest.build_manifest(
-            contract=get_contract(model),
-            target=options.target, toolkit=options.toolkit, inputs=inputs, outputs=outputs,
+            contract=contract,
+            target=options.target, toolkit=options.toolkit, inputs=fed, outputs=returned,
             onnx_path=onnx_path, rknn_path=final_rknn, build_log=log_path, regtask_report=regtask_report,
             table=table, verdicts=verdicts, simulator=simulator_figures, build_stats=build_stats,
-            predicted_board_ms=board_time.predict(board_time.CallFigures.from_table(
-                table, [spec.to_json() for spec in inputs], [spec.to_json() for spec in outputs]), options.target))
+            predicted_board_ms=board_time.predict(board_time.CallFigures.from_table(table, fed, returned),
+                                                  options.target))
         manifest.write_manifest(final_manifest, data)
     except BaseException:
         partial_rknn.unlink(missing_ok=True)

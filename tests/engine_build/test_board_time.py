@@ -34,6 +34,24 @@ def test_terms_match_a_hand_computation_on_a_small_table():
     assert prediction["figures"] == figures.to_json() and prediction["basis"] == "test"
 
 
+def test_io_bytes_count_each_input_as_fed_and_each_output_as_returned():
+    """An input fed in float16 (the manifest's dtype, `core.contract.fed_inputs`) counts 2 bytes an item; outputs
+    count float32 whatever the ONNX says, as rknnlite returns them."""
+    table = parse_layer_table(RK3588_FLOOR.read_text())
+    fed16 = CallFigures.from_table(table, [{**IO["inputs"][0], "dtype": "float16"}], IO["outputs"])
+    assert fed16.io_bytes == 512 * 2 + 512 * 4
+    returned16 = CallFigures.from_table(table, IO["inputs"], [{**IO["outputs"][0], "dtype": "float16"}])
+    assert returned16.io_bytes == 4096
+
+
+def test_a_contracts_feed_dtypes_name_what_the_manifest_says_is_fed():
+    from core.contract import fed_inputs
+
+    entries = [{"name": "x", "shape": [2], "dtype": "float32"}, {"name": "k", "shape": [2], "dtype": "float32"}]
+    assert [e["dtype"] for e in fed_inputs(entries, {"feed_dtypes": {"k": "float16"}})] == ["float32", "float16"]
+    assert fed_inputs(entries, {}) == entries
+
+
 def test_every_term_moves_with_its_own_constant_only():
     figures = CallFigures(cycles=10**6, elementwise_bytes=2 * 1024 * 1024, cpu_bytes=3 * 1024 * 1024, layers=100,
                           io_tensors=3, io_bytes=1024 * 1024)
