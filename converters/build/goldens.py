@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from core.errors import PackageError
 from core.paths import end_to_end_inputs, engine_name
 from runtime.board.files import KIT_DIR
@@ -37,8 +39,6 @@ def record_end_to_end(exported: list, say: Callable[[str], None] = print) -> lis
     """Run each end-to-end golden that the records declare over onnxruntime fp32 (on each engine's fp32 twin
     where it has one), recording every engine call. A golden whose engines are not all among `exported` (an
     `--onnx` build of one engine) is skipped with a line."""
-    import numpy as np
-
     from core.contract import get_contract
     from runtime.host.backends import OnnxBackend
     from runtime.board.golden import CallLog, EnginePool, run_loop
@@ -75,8 +75,11 @@ class ReplayBackend:
     """Returns stored outputs in call order, whatever it is fed: the loop replayed with the simulator's
     outputs of the fp32-fed calls (teacher forcing: each call's inputs are the fp32 loop's)."""
 
-    def __init__(self, outputs: list[dict], input_names: list[str], output_names: list[str]):
-        self._outputs, self.input_names, self.output_names = list(outputs), input_names, output_names
+    def __init__(self, outputs: list[dict], inputs: list[dict], output_names: list[str]):
+        """`inputs`: the manifest's entries (names and the dtypes the engine is fed in)."""
+        self._outputs, self.output_names = list(outputs), output_names
+        self.input_names = [t["name"] for t in inputs]
+        self.input_dtypes = {t["name"]: np.dtype(t["dtype"]) for t in inputs}
 
     def run(self, feeds: dict) -> dict:
         if not self._outputs:
@@ -92,8 +95,6 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
     inputs, the fp32 outputs, the simulator outputs. Per end-to-end golden: the loop's inputs, every call's
     engine, input digests and fp32 outputs, and the loop's final fp32 outputs, with the simulator's figure for
     the loop (the loop replayed over the simulator outputs of its fp32-fed calls)."""
-    import numpy as np
-
     from runtime.board.numeric import json_safe, max_abs, snr_db
     from runtime.board.golden import GOLDEN_FILE, SCHEMA_VERSION, ArrayWriter, EnginePool, as_stored, digest, run_loop
     from runtime.board.golden import write_index
@@ -135,7 +136,7 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
                        for tensor, value in outputs.items()]
         arrays += [writer.add("output", tensor, value) for tensor, value in recording.outputs.items()]
         replays = {name: ReplayBackend([simulated[name].pop(0) for _ in range(sum(c[0] == name for c in recording.calls))],
-                                       [t["name"] for t in manifests[name]["inputs"]],
+                                       manifests[name]["inputs"],
                                        [t["name"] for t in manifests[name]["outputs"]])
                    for name in spec["engines"]}
         with EnginePool([(name, manifests[name]["contract"]) for name in spec["engines"]], replays.__getitem__) as pool:
@@ -156,8 +157,6 @@ def merge_goldens(kits: list[Path], into: Path) -> Path:
     """One kit from the kits of a package's components (each written by `write_goldens`): their engines and
     end-to-end goldens side by side in one index, every array keyed anew (identical arrays still stored once).
     The component kits are removed."""
-    import numpy as np
-
     from runtime.board.golden import GOLDEN_FILE, SCHEMA_VERSION, ArrayWriter, read_index, write_index
 
     writer = ArrayWriter()

@@ -261,6 +261,7 @@ class _Kept:
     def __init__(self, backend):
         self._backend = backend
         self.input_names, self.output_names = backend.input_names, backend.output_names
+        self.input_dtypes = backend.input_dtypes
 
     def run(self, feeds: dict) -> dict:
         return self._backend.run(feeds)

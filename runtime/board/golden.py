@@ -47,6 +47,10 @@ class Engine:
     def output_names(self) -> List[str]:
         return list(self.backend.output_names)
 
+    @property
+    def input_dtypes(self) -> dict:
+        return dict(self.backend.input_dtypes)
+
     def run(self, feeds: dict) -> dict:
         outputs = self.backend.run(feeds)
         if self._on_run is not None:

@@ -40,15 +40,19 @@ def core_mask_constant(api_class, core_mask: str):
 
 
 class RknnLiteBackend:
-    """An engine on the board's NPU through rknn-toolkit-lite2. Input order and output shapes come from the
-    manifest beside the engine. `core_mask` is "0", "1", "2", "0_1", "0_1_2" or "AUTO"; with `strict=False` a
-    mask the runtime refuses falls back to AUTO (`self.core_mask` says which ran), with `strict=True` it raises."""
+    """An engine on the board's NPU through rknn-toolkit-lite2. Input order and dtypes and output shapes come from
+    the manifest beside the engine: each input goes in the dtype the manifest says it is fed in (float16 for a
+    buffer the engine's contract feeds in fp16: rknnlite takes the array's dtype as the input's type, and the
+    engine holds the input in fp16, so nothing is converted on the CPU); outputs come back as float32.
+    `core_mask` is "0", "1", "2", "0_1", "0_1_2" or "AUTO"; with `strict=False` a mask the runtime refuses falls
+    back to AUTO (`self.core_mask` says which ran), with `strict=True` it raises."""
 
     def __init__(self, rknn_path, core_mask: str = "0_1_2", strict: bool = False):
         from rknnlite.api import RKNNLite  # only on the board
 
         manifest = manifest_of(Path(rknn_path))
         self.input_names = [t["name"] for t in manifest["inputs"]]
+        self.input_dtypes = {t["name"]: np.dtype(t["dtype"]) for t in manifest["inputs"]}
         self.output_names = [t["name"] for t in manifest["outputs"]]
         self._output_shapes = {t["name"]: tuple(t["shape"]) for t in manifest["outputs"]}
         self._lite = RKNNLite()
@@ -74,7 +78,7 @@ class RknnLiteBackend:
             return -1
 
     def run(self, feeds: dict) -> dict:
-        arrays = [np.ascontiguousarray(feeds[name]) for name in self.input_names]
+        arrays = [np.ascontiguousarray(feeds[name], dtype=self.input_dtypes[name]) for name in self.input_names]
         outputs = self._lite.inference(inputs=arrays, data_format=["nchw"] * len(arrays))
         if outputs is None:
             raise RuntimeError("rknnlite inference returned None")

@@ -1,10 +1,12 @@
 """Host backends with one interface, `run(feeds) -> outputs` (dicts keyed by tensor name) plus `input_names` /
-`output_names`: onnxruntime, the rknn-toolkit2 simulator (converter-venv child) and rknnlite on a board.
+`output_names` and `input_dtypes` (the numpy dtype each input is fed in): onnxruntime, the rknn-toolkit2 simulator (converter-venv child) and rknnlite on a board.
 The window walks, streams and bucket loops in runtime/ run over any of them. The board's backend
 (rknnlite) is `runtime.board.rknnlite.RknnLiteBackend`: it ships in the self-test kit, numpy and rknnlite alone."""
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
 
 from toolkit.versions import DEFAULT_TOOLKIT
 
@@ -39,11 +41,15 @@ class OnnxBackend:
         self._session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.output_names = [o.name for o in self._session.get_outputs()]
+        self.input_dtypes = {i.name: _numpy_dtype(i.type) for i in self._session.get_inputs()}
 
     def run(self, feeds: dict, outputs: list[str] | None = None) -> dict:
-        """Outputs by name (all graph outputs, or just `outputs`); feeds beyond the graph's inputs are ignored."""
+        """Outputs by name (all graph outputs, or just `outputs`); feeds beyond the graph's inputs are ignored.
+        A feed in another dtype than the graph's input (a self-check input stored as an engine is fed it, fp16,
+        `core.contract.fed_inputs`, while the ONNX takes fp32) is cast here, at the boundary."""
         names = list(outputs) if outputs is not None else self.output_names
-        values = self._session.run(names, {name: feeds[name] for name in self.input_names})
+        values = self._session.run(names, {name: np.asarray(feeds[name], dtype=self.input_dtypes[name])
+                                           for name in self.input_names})
         return dict(zip(names, values))
 
     def close(self) -> None:
@@ -56,12 +62,19 @@ class OnnxBackend:
         self.close()
 
 
+def _numpy_dtype(ort_type: str) -> np.dtype:
+    """numpy's dtype of an onnxruntime input type ('tensor(float)' -> float32, 'tensor(float16)' -> float16)."""
+    name = ort_type[len("tensor("):-1]
+    return np.dtype({"float": "float32", "double": "float64"}.get(name, name))
+
+
 class SimulatorBackend:
     """The toolkit simulator: a converter-venv child that compiles `onnx_path` once (no engine file is
     written) and serves runs until closed. It emulates fp16, not the compiled engine (REGTASK damage is
     invisible to it). Use as a context manager so the child always exits."""
 
     def __init__(self, onnx_path, target: str, toolkit: str = DEFAULT_TOOLKIT, timeout_s: float | None = None):
+        from core.contract import fed_inputs, get_contract
         from toolkit.session import ConverterChild
 
         self._child = ConverterChild(Path(onnx_path), target, toolkit, log_path=None, rknn_path=None, simulate=True,
@@ -73,6 +86,9 @@ class SimulatorBackend:
             raise
         self.input_names = [s.name for s in self._child.inputs]
         self.output_names = [s.name for s in self._child.outputs]
+        # the simulator stands for the engine, so it is fed as the engine is (it takes fp16 or fp32 alike)
+        self.input_dtypes = {entry["name"]: np.dtype(entry["dtype"]) for entry in
+                             fed_inputs([s.to_json() for s in self._child.inputs], get_contract(Path(onnx_path)))}
 
     def run(self, feeds: dict) -> dict:
         return self._child.run({name: feeds[name] for name in self.input_names})

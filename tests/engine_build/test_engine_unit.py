@@ -155,6 +155,30 @@ def test_rknnlite_backend_uses_manifest_order_and_falls_back_to_auto(tmp_path, m
     assert lite.released
 
 
+def test_rknnlite_backend_feeds_each_input_in_the_manifests_dtype(tmp_path, monkeypatch):
+    """An input the manifest says is fed in float16 reaches rknnlite as a float16 array (rknnlite takes the array's
+    dtype as the input's type), whatever dtype the caller holds it in; the others as the manifest says."""
+    api = types.ModuleType("rknnlite.api")
+    api.RKNNLite = FakeRKNNLite
+    monkeypatch.setitem(sys.modules, "rknnlite", types.ModuleType("rknnlite"))
+    monkeypatch.setitem(sys.modules, "rknnlite.api", api)
+    from runtime.board.rknnlite import RknnLiteBackend
+
+    engine = tmp_path / "e.rknn"
+    engine.write_bytes(b"fake")
+    write_manifest(tmp_path / "e.manifest.json", {
+        "toolkit_version": "2.3.2",
+        "inputs": [{"name": "a", "shape": [1, 2, 3], "dtype": "float32"},
+                   {"name": "b", "shape": [1, 2, 3], "dtype": "float16"}],
+        "outputs": [{"name": "y", "shape": [1, 2, 3], "dtype": "float32"}]})
+    b = np.arange(6, dtype=np.float32).reshape(1, 2, 3) / 3
+    with RknnLiteBackend(engine, core_mask="AUTO") as backend:
+        backend.run({"a": np.ones((1, 2, 3), np.float64), "b": b})
+        lite = FakeRKNNLite.instances[-1]
+    assert [array.dtype for array in lite.inputs] == [np.float32, np.float16]
+    np.testing.assert_array_equal(lite.inputs[1], b.astype(np.float16))
+
+
 def test_a_child_reports_its_own_peak_memory_not_its_parents():
     """A compiler child started by a large parent (an export holding a model) must report its own peak: the
     getrusage figure it used to send carries the parent's high-water mark across execve."""

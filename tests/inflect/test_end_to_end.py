@@ -66,7 +66,8 @@ def test_replay_makes_one_call_whatever_the_backend_returns(recording, record):
     spec = recording.spec
     [(engine, _, outputs)] = recording.calls
     for given in (outputs, {k: np.zeros_like(v) for k, v in outputs.items()}):
-        backend = goldens.ReplayBackend([given], ["z", "y_mask"], ["waveform"])
+        backend = goldens.ReplayBackend([given], [{"name": n, "dtype": "float32"} for n in ("z", "y_mask")],
+                                         ["waveform"])
         with EnginePool([(engine, get_contract(record.onnx))], lambda _: backend) as pool:
             replayed = run_loop(spec["loop"], pool.engines, recording.inputs, spec["params"])
         assert not backend._outputs  # the one recorded call made, none more (it would raise)

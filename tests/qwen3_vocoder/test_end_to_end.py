@@ -79,7 +79,8 @@ def test_replay_makes_the_same_calls_whatever_the_backend_returns(recording, ste
 
     def replay(outputs_of):
         backends = {name: goldens.ReplayBackend([outputs_of(o) for n, _, o in recording.calls if n == name],
-                                            ["codes", "cache_in"], ["pcm", "cache_out"]) for name, _ in contracts}
+                                            [{"name": n, "dtype": "float32"} for n in ("codes", "cache_in")],
+                                            ["pcm", "cache_out"]) for name, _ in contracts}
         with EnginePool(contracts, backends.__getitem__) as pool:
             outputs = run_loop(spec["loop"], pool.engines, recording.inputs, spec["params"])
         return outputs, backends

@@ -19,6 +19,7 @@ from toolkit.versions import converter_python
 # that engine's simulator outputs; for an end-to-end call it returns the recorded fp32 output of the call whose
 # input digests match (or, when the carried state differs, the next recorded call of that engine).
 # RKNNLITE_DOUBLE selects a fault: refuse_init, zeros, regtask:<engine> (a contiguous 1/8 of one output replaced).
+# With RKNNLITE_DOUBLE_LOG it logs each load (the board's sys.path) and each inference (the dtypes it was fed).
 DOUBLE = r'''
 import hashlib, json, os, sys
 from pathlib import Path
@@ -81,6 +82,7 @@ class RKNNLite:
         return [self._get(e) for e in loop["arrays"] if e["role"] == "call_output" and e["call"] == number]
 
     def inference(self, inputs, data_format=None):
+        _log("feed " + self.path.name + " " + ",".join(str(array.dtype) for array in inputs))
         outputs = [np.array(o) for o in self._outputs(inputs)]
         if MODE == "zeros":
             outputs = [np.zeros_like(o) for o in outputs]

@@ -44,6 +44,27 @@ def test_the_kit_passes_on_a_faithful_board_with_numpy_alone(package, run_kit, b
     assert not list(package.rglob("__pycache__"))
 
 
+def test_the_kit_feeds_each_input_in_the_dtype_its_manifest_says_the_engine_is_fed(package, run_kit):
+    """An engine whose contract feeds an input in fp16 (`feed_dtypes`, so its manifest lists it as float16) gets
+    it from the kit in float16, through the same backend the runtime loops use; its other inputs and the other
+    engines' stay float32."""
+    from converters.release.kit import write_sums
+
+    first, *others = sorted(package.glob("*.manifest.json"))
+    manifest = json.loads(first.read_text())
+    name = manifest["inputs"][0]["name"]
+    manifest["inputs"][0]["dtype"] = "float16"
+    manifest["contract"]["feed_dtypes"] = {name: "float16"}
+    first.write_text(json.dumps(manifest, indent=2) + "\n")
+    write_sums(package)
+    result = run_kit(package, "--runs", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    fed = [line.split()[1:] for line in result.loads if line.startswith("feed ")]
+    engine = first.name.replace(".manifest.json", ".rknn")
+    assert fed and all(dtypes.split(",")[0] == ("float16" if name == engine else "float32") for name, dtypes in fed)
+    assert {name for name, _ in fed} == {engine, *(m.name.replace(".manifest.json", ".rknn") for m in others)}
+
+
 def test_a_runtime_that_refuses_the_engines_is_a_setup_problem_naming_the_versions(package, run_kit):
     result = run_kit(package, mode="refuse_init")
     assert result.returncode == 2, result.stdout
