@@ -11,8 +11,11 @@ they do each decode step's. Per token: one call of the current bucket's step gra
 layers' [heads, Smax, head_dim] buffers (this position not yet written, still masked) and returns each layer's
 K/V row for this position, which the CPU then writes in place and unmasks; the head shards give the logits.
 When the write position reaches the bucket's end, every layer's valid rows are copied into the next bucket and
-decoding continues at the same token and RoPE position. The embedding table is stored in fp16 and widened to
-fp32 row by row. Graphs load on first use; the frontend graphs are released after prefill.
+decoding continues at the same token and RoPE position. The K/V buffers and the mask are held in the dtype the
+step graph takes them in (its backend's `input_dtypes`): fp16 for an engine whose contract feeds them in fp16
+(`feed_dtypes`, the dtype the engine holds them in, so rknnlite converts nothing), fp32 for the ONNX on onnxruntime
+(the fp32 path the export gates judge at fp32's floor). The embedding table is stored in fp16 and widened to fp32
+row by row. Graphs load on first use; the frontend graphs are released after prefill.
 
 `golden_loop` is the family's end-to-end golden for the board self-test kit: the same runtime over the kit's
 engines (`runtime.board.golden.Engine`, each known by its contract) instead of a plan directory."""
@@ -145,6 +148,14 @@ class Audio8Runtime:
     # ------------------------------------------------------------ backends, lazily
     def _run(self, key: tuple, feeds: dict, timings: "Timings", stage: str) -> dict:
         """Run one graph, opening it on first use; loading and running are timed apart."""
+        backend = self._backend(key, timings)
+        start = time.perf_counter()
+        outputs = backend.run(feeds)
+        setattr(timings, stage, getattr(timings, stage) + _ms_since(start))
+        return outputs
+
+    def _backend(self, key: tuple, timings: "Timings"):
+        """The graph's backend, opened on first use (timed as loading)."""
         if key not in self.graphs:
             where = f"the plan in {self.plan_dir}" if self.plan_dir is not None else "the engines given"
             raise SetupError(f"{where} has no graph {key}")
@@ -153,10 +164,13 @@ class Audio8Runtime:
             start = time.perf_counter()
             backend = self._open[key] = self._open_graph(key)
             timings.load_ms += _ms_since(start)
-        start = time.perf_counter()
-        outputs = backend.run(feeds)
-        setattr(timings, stage, getattr(timings, stage) + _ms_since(start))
-        return outputs
+        return backend
+
+    def _buffer_dtypes(self, bucket: int, timings: "Timings") -> tuple[np.dtype, np.dtype]:
+        """(K/V, mask) dtypes: those the bucket's step graph takes them in (`input_dtypes` of its backend: fp32 for
+        an fp32 ONNX on onnxruntime, the manifest's fed dtype for an engine)."""
+        fed = self._backend(("decoder", f"step_{bucket}", None), timings).input_dtypes
+        return np.dtype(fed["full_k_0"]), np.dtype(fed["mask"])
 
     def _open_graph(self, key: tuple):
         if self.plan_dir is None:
@@ -283,12 +297,13 @@ class Audio8Runtime:
         for component in ("encoder", "adapter", "prefill"):
             self.release(component)
         shape = (c["heads"], bucket, c["head_dim"])
-        keys = [np.zeros(shape, np.float32) for _ in range(c["layers"])]
-        values = [np.zeros(shape, np.float32) for _ in range(c["layers"])]
+        kv_dtype, mask_dtype = self._buffer_dtypes(bucket, timings)
+        keys = [np.zeros(shape, kv_dtype) for _ in range(c["layers"])]
+        values = [np.zeros(shape, kv_dtype) for _ in range(c["layers"])]
         for layer in range(c["layers"]):  # the prefill's rows past the prompt are padding
             keys[layer][:, :length] = prefill[f"key_{layer}"][:, :length]
             values[layer][:, :length] = prefill[f"value_{layer}"][:, :length]
-        mask = np.full((c["heads"], 1, bucket), c["mask_value"], np.float32)
+        mask = np.full((c["heads"], 1, bucket), c["mask_value"], mask_dtype)
         mask[:, :, :length] = 0.0
         logits = self._head(hidden, timings, "prefill_ms")
         tokens, used, kept = [int(np.argmax(logits))], [bucket], [logits] if keep_logits else []
@@ -323,24 +338,26 @@ class Audio8Runtime:
         return rope_tables([position], self.contract["head_dim"], self.contract["rope_theta"])
 
     def _migrate(self, bucket, position, keys, values, mask, timings):
-        """Copy every layer's valid K/V rows into the next bucket's buffers; release the old step graph."""
+        """Release the old step graph, then copy every layer's valid K/V rows into the next bucket's buffers (in
+        the dtypes that bucket's step graph takes them in: opening it here, one step graph open at a time)."""
         larger = [b for b in sorted(self.contract["kv_buckets"]) if b > bucket]
         if not larger:
             raise BucketError(f"decoding reached position {position}, past the largest K/V bucket {bucket}: "
                               "export a larger --kv-buckets entry or lower max_new_tokens")
-        start = time.perf_counter()
+        self.release(role=f"step_{bucket}")
         grown = larger[0]
+        kv_dtype, mask_dtype = self._buffer_dtypes(grown, timings)
+        start = time.perf_counter()
         heads, _, head_dim = keys[0].shape
         new_keys, new_values = [], []
         for key, value in zip(keys, values):
             for old, store in ((key, new_keys), (value, new_values)):
-                buffer = np.zeros((heads, grown, head_dim), np.float32)
+                buffer = np.zeros((heads, grown, head_dim), kv_dtype)
                 buffer[:, :position] = old[:, :position]
                 store.append(buffer)
-        new_mask = np.full((heads, 1, grown), self.contract["mask_value"], np.float32)
+        new_mask = np.full((heads, 1, grown), self.contract["mask_value"], mask_dtype)
         new_mask[:, :, :position] = mask[:, :, :position]
         timings.migrations.append({"from": bucket, "to": grown, "position": position, "ms": _ms_since(start)})
-        self.release(role=f"step_{bucket}")
         return grown, new_keys, new_values, new_mask
 
 

@@ -140,6 +140,7 @@ def test_the_same_calls_whatever_the_engines_return(exported, recording):
         def __init__(self, path):
             self.inner = OnnxBackend(path)
             self.input_names, self.output_names = self.inner.input_names, self.inner.output_names
+            self.input_dtypes = self.inner.input_dtypes
 
         def run(self, feeds):
             return {k: (10 * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in self.inner.run(feeds).items()}

@@ -298,6 +298,53 @@ def test_runtime_opens_engine_artifacts(small_plan, tmp_path):
     assert opened and set(opened) == {".rknn"}
 
 
+def test_step_buffers_are_held_and_fed_in_the_dtype_the_step_graph_takes(small_plan):
+    """Every step contract feeds the mask and each layer's K/V in fp16 (`feed_dtypes`). Over backends fed as an
+    engine is (their input_dtypes from the contract, as an engine's manifest gives them to rknnlite) the runtime
+    holds those buffers in fp16 across a bucket migration and feeds them so, every other input in fp32, and
+    decodes the fp32 tokens or diverges only at an fp16 tie; over the ONNX on onnxruntime it holds them in fp32."""
+    from core.contract import fed_inputs
+
+    plan = json.loads((small_plan / PLAN_FILE).read_text())
+    buffers = {"mask", *[f"{kind}_{i}" for i in range(2) for kind in ("full_k", "full_v")]}
+    for entry in plan["graphs"]:
+        assert entry["contract"].get("feed_dtypes", {}) == (
+            {name: "float16" for name in buffers} if entry["contract"]["role"].startswith("step_") else {})
+    fed = {"engine": [], "onnx": []}
+
+    def fed_as(kind):
+        class Recorded:
+            def __init__(self, path):
+                self.graph = OnnxBackend(path)  # casts what it is fed to the ONNX's fp32 at its boundary
+                entries = [{"name": name, "dtype": dtype.name} for name, dtype in self.graph.input_dtypes.items()]
+                self.input_dtypes = ({e["name"]: np.dtype(e["dtype"]) for e in fed_inputs(entries, get_contract(path))}
+                                     if kind == "engine" else self.graph.input_dtypes)
+
+            def run(self, feeds):
+                if "full_k_0" in feeds:
+                    fed[kind].append({name: np.asarray(value).dtype.name for name, value in feeds.items()})
+                return self.graph.run(feeds)
+
+            def close(self):
+                self.graph.close()
+        return Recorded
+
+    audio = checks.probe_clip(7.9)
+    decoded = {}
+    for kind in fed:
+        with Audio8Runtime(small_plan, backend_for=fed_as(kind)) as runtime:
+            embeds = runtime.prompt_embeddings(log_mel(audio, 128), runtime.check_audio(audio.size), Timings())
+            decoded[kind] = runtime.decode(embeds, 40, ignore_eos=True, keep_logits=True)
+    assert decoded["engine"].buckets == [128, 256]  # a migration on the way
+    step_inputs = set(fed["engine"][0])
+    assert all(call == {name: "float16" if name in buffers else "float32" for name in step_inputs}
+               for call in fed["engine"])
+    assert all(set(call.values()) == {"float32"} for call in fed["onnx"])
+    verdict = checks.margin_explained_verdict("fp16_buffers", decoded["onnx"].tokens, decoded["onnx"].step_logits,
+                                              decoded["engine"].tokens)
+    assert verdict.passed, verdict.line()
+
+
 def test_a_missing_engine_is_a_clear_error(small_plan):
     """The plan names engines before they are built: running one that is absent says how to build it."""
     from runtime.board.rknnlite import RknnLiteBackend

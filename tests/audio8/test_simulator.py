@@ -16,6 +16,7 @@ class _Kept:
 
     def __init__(self, backend):
         self.backend = backend
+        self.input_dtypes = backend.input_dtypes
 
     def run(self, feeds):
         return self.backend.run(feeds)

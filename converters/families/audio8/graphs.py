@@ -191,6 +191,12 @@ def step_input_names(layers: int) -> list[str]:
     return ["hidden", "cos", "sin", "mask", *[f"{kind}_{i}" for i in range(layers) for kind in ("full_k", "full_v")]]
 
 
+def step_buffer_names(input_names) -> list[str]:
+    """Of a decode step's inputs, those the CPU holds from token to token and writes in place: the mask and the K/V
+    buffers (`full_*`)."""
+    return [name for name in input_names if name == "mask" or name.startswith("full_")]
+
+
 def step_output_names(layers: int, head: bool = False) -> list[str]:
     return ["logits" if head else "hidden_out", *[f"{kind}_{i}" for i in range(layers)
                                                   for kind in ("key_delta", "value_delta")]]
