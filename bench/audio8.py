@@ -123,14 +123,17 @@ def _old_split_graphs(decoder, layer_index: int):
     return projection, block
 
 
-def _fp16_io_prediction(manifest: dict) -> float:
-    """The board-time model's ms for the same call fed and read in fp16 (half the bytes rknnlite converts)."""
-    from dataclasses import replace
+def _onnx_fed_prediction(onnx_path: Path, result) -> float:
+    """The board-time model's ms for the engine `result` (build_engine's) with every input fed in its ONNX dtype
+    (float32): the runtime before the step buffers went to fp16."""
+    import onnx
 
-    from gates.board_time import CallFigures, predict
+    from gates.board_time import figures_from_log, predict
+    from toolkit.session import graph_io
 
-    figures = CallFigures(**manifest["predicted_board_ms"]["figures"])
-    return predict(replace(figures, io_bytes=figures.io_bytes // 2), manifest["target"])["ms"]
+    inputs = [spec.to_json() for spec in graph_io(onnx.load(str(onnx_path), load_external_data=False))[0]]
+    manifest = {**result.manifest_data, "inputs": inputs}
+    return predict(figures_from_log(manifest, result.build_log.read_text(errors="replace")), manifest["target"])["ms"]
 
 
 def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: int, build: str | None,
@@ -140,12 +143,13 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
     "all_layers (default)" (one step call for every layer, head shards: what `convert audio8` exports) and
     "all_layers+head" (one call). Per token: NPU calls, host->device and device->host bytes (the graphs' fp32
     I/O), host onnxruntime ms (the calls run back to back on example feeds, `steps` times), and with `build` the
-    predicted board ms per token (gates/board_time.py; and the same calls fed in fp16, half the converted bytes),
-    the summed layer-table cycles (est_cycles x calls), REGTASK lines and CPU ops."""
+    predicted board ms per token (gates/board_time.py) with the mask and K/V buffers fed in fp16 as `convert
+    audio8` declares them (`export.STEP_BUFFER_DTYPE`) and with every input fed in fp32 (before), the summed
+    layer-table cycles (est_cycles x calls), REGTASK lines and CPU ops."""
     import torch
 
     from converters.families.audio8 import graphs
-    from converters.families.audio8.export import _export
+    from converters.families.audio8.export import STEP_BUFFER_DTYPE, _export
     from core.contract import make_contract
     from runtime.host.backends import OnnxBackend
 
@@ -154,12 +158,13 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
     head_dim = hidden // heads
     rng = np.random.default_rng(0)
     out.mkdir(parents=True, exist_ok=True)
-    contract = make_contract("audio8", "bench", "step", "audio8_asr.exec_plan")
     exported: dict[str, tuple[Path, dict]] = {}
 
     def graph(stem, module, feeds, outputs):
         if stem not in exported:
             path = out / f"{stem}.onnx"
+            contract = make_contract("audio8", "bench", "step", "audio8_asr.exec_plan", feed_dtypes={
+                name: STEP_BUFFER_DTYPE for name in graphs.step_buffer_names(feeds)})
             _export(module, tuple(torch.from_numpy(v) for v in feeds.values()), list(feeds), outputs, contract, path)
             exported[stem] = (path, feeds)
         return stem
@@ -206,12 +211,13 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
         if build:
             from converters.build.engine import BuildOptions, build_engine
 
-            data = build_engine(path, out / f"engines_{build}", BuildOptions(target=build, toolkit=toolkit,
-                                                                            max_regtask_lines=10**9)).manifest_data
+            result = build_engine(path, out / f"engines_{build}", BuildOptions(target=build, toolkit=toolkit,
+                                                                              max_regtask_lines=10**9))
+            data = result.manifest_data
             figures[stem].update(cycles=data["est_cycles"], engine_bytes=data["rknn"]["bytes"],
                                  regtask=data["regtask"]["lines"], cpu_ops=len(data["ops"]["cpu_ops"]),
                                  predicted_ms=data["predicted_board_ms"]["ms"],
-                                 predicted_fp16_io_ms=_fp16_io_prediction(data))
+                                 predicted_fp32_fed_ms=_onnx_fed_prediction(path, result))
     rows = []
     for entry in table:
         calls = entry["calls"]
@@ -220,8 +226,8 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
                "d2h_bytes/tok": sum(figures[c]["d2h"] for c in calls),
                "host_ort_ms/tok": round(sum(figures[c]["ms"] for c in calls), 3)}
         if build:
-            row.update({"pred_ms/tok": round(sum(figures[c]["predicted_ms"] for c in calls), 1),
-                        "pred_ms/tok fp16 I/O": round(sum(figures[c]["predicted_fp16_io_ms"] for c in calls), 1),
+            row.update({"pred_ms/tok fp32 fed": round(sum(figures[c]["predicted_fp32_fed_ms"] for c in calls), 1),
+                        "pred_ms/tok fp16 buffers": round(sum(figures[c]["predicted_ms"] for c in calls), 1),
                         "cycles/tok": sum(figures[c]["cycles"] for c in calls),
                         "regtask": sum(figures[c]["regtask"] for c in calls),
                         "cpu_ops": sum(figures[c]["cpu_ops"] for c in set(calls))})
@@ -273,6 +279,7 @@ def main() -> list[dict]:
     parser.add_argument("--toolkit", default="2.3.2")
     parser.add_argument("--steps", type=int, default=32, help="decoder steps timed per prompt")
     parser.add_argument("--head-shards", type=int, default=8)
+    parser.add_argument("--buckets", type=int, nargs="+", default=[128, 256, 512], help="K/V buckets (--layouts)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/audio8/bench"))
     parser.add_argument("--reuse", action="store_true", help="keep the graphs already exported in --out")
     parser.add_argument("--skip-host", action="store_true", help="no onnxruntime timings (engine figures only)")
@@ -289,7 +296,7 @@ def main() -> list[dict]:
     if args.layouts:
         config = M.real_shape_config() if args.real_shape else M.small_config()
         rows = [{"config": config_name, "part": "layouts", **row} for row in step_layouts(
-            M.build_random(config, seed=0), args.out / "layouts", [128, 256, 512], args.steps, args.head_shards,
+            M.build_random(config, seed=0), args.out / "layouts", args.buckets, args.steps, args.head_shards,
             args.build, args.toolkit)]
         _write_layouts_markdown(rows, config_name, args)
         return rows
