@@ -68,10 +68,12 @@ def _export_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: P
 
 def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window: int = WINDOW,
            context: int = CONTEXT, dec_mask: bool = True, target: str | None = None,
-           min_tail_db: float = MIN_TAIL_DB, min_interior_db: float = MIN_INTERIOR_DB, say=print) -> list:
+           min_tail_db: float = MIN_TAIL_DB, min_interior_db: float = MIN_INTERIOR_DB, say=print,
+           stride_phase_levels: int | None = None) -> list:
     """Write the fixed-window slice `inflect_v2_decoder_c<C>_w<W>[_poly<P>].onnx` and its self-check npz; returns its
     one `Exported` record, whose verdicts (problem-op scan, windowed vs full-length decode) travel in its contract,
-    with the family's end-to-end golden declared beside it (`with_end_to_end`)."""
+    with the family's end-to-end golden declared beside it (`with_end_to_end`). `stride_phase_levels` (default: the
+    target's, decoder.STRIDE_PHASE_LEVELS) leading upsamplers run in stride-phase form."""
     import numpy as np
     import onnx
 
@@ -80,13 +82,16 @@ def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window:
     from core.contract import get_contract
 
     model, info = D.describe(decode_path, duration_path)
-    sliced = D.slice_decoder(model, info, window, context, dec_mask, target)
+    if stride_phase_levels is None:
+        stride_phase_levels = D.STRIDE_PHASE_LEVELS.get(target or "", 0)
+    sliced = D.slice_decoder(model, info, window, context, dec_mask, target, stride_phase_levels)
     contract = get_contract(sliced)
     phases = contract["polyphase"]
     say(f"decode.onnx {len(model.graph.node)} nodes; slice {contract['nodes_before_fold']} nodes -> "
         f"{contract['nodes_after_fold']} after the fold at window {window} (C={info.channels}, hop {info.hop}, "
         f"decoder-half mask {'on' if dec_mask else 'off'}" +
-        (f", last levels in {phases} phases for {target}" if phases else "") + ")")
+        (f", last levels in {phases} phases for {target}" if phases else "") +
+        (f", first {stride_phase_levels} level(s) in stride phases" if stride_phase_levels else "") + ")")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / (f"inflect_v2_decoder_c{info.channels}_w{window}" + (f"_poly{phases}" if phases else "") +
