@@ -44,6 +44,9 @@ class Options(Table):
                           "window - 2*context).", ge=0)
     dec_mask: bool = option(True, "Mask after every decoder conv so a short latent's zero padding stays zero "
                             "(default on: this decoder is unmasked).", negatable=True)
+    stride_phase_levels: int = option(0, "Leading upsampling levels run as one Conv per stride phase and an "
+                                      "interleave, not a ConvTranspose (exact; faster where the board-time model "
+                                      "says so: bench/inflect_stride_phase.py).", ge=0)
 
 
 class Gates(Table):
@@ -69,11 +72,11 @@ def _export_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: P
 def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window: int = WINDOW,
            context: int = CONTEXT, dec_mask: bool = True, target: str | None = None,
            min_tail_db: float = MIN_TAIL_DB, min_interior_db: float = MIN_INTERIOR_DB, say=print,
-           stride_phase_levels: int | None = None) -> list:
+           stride_phase_levels: int = 0) -> list:
     """Write the fixed-window slice `inflect_v2_decoder_c<C>_w<W>[_poly<P>].onnx` and its self-check npz; returns its
     one `Exported` record, whose verdicts (problem-op scan, windowed vs full-length decode) travel in its contract,
-    with the family's end-to-end golden declared beside it (`with_end_to_end`). `stride_phase_levels` (default: the
-    target's, decoder.STRIDE_PHASE_LEVELS) leading upsamplers run in stride-phase form."""
+    with the family's end-to-end golden declared beside it (`with_end_to_end`). The first `stride_phase_levels`
+    upsampling levels run in stride-phase form."""
     import numpy as np
     import onnx
 
@@ -82,8 +85,6 @@ def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window:
     from core.contract import get_contract
 
     model, info = D.describe(decode_path, duration_path)
-    if stride_phase_levels is None:
-        stride_phase_levels = D.STRIDE_PHASE_LEVELS.get(target or "", 0)
     sliced = D.slice_decoder(model, info, window, context, dec_mask, target, stride_phase_levels)
     contract = get_contract(sliced)
     phases = contract["polyphase"]
@@ -159,7 +160,7 @@ def export_decoder(job) -> list:
         decode_path, duration_path = resolve_source(job.source.model_dump())
     options, gates = job.options, job.gates
     return export(decode_path, duration_path, job.out, options.window, options.context, options.dec_mask,
-                  job.target, gates.min_tail_db, gates.min_interior_db)
+                  job.target, gates.min_tail_db, gates.min_interior_db, stride_phase_levels=options.stride_phase_levels)
 
 
 def from_onnx(job, onnx_path: Path) -> list:

@@ -26,9 +26,6 @@ TAIL_LENGTHS = (30, 47, 91, 210)
 # Full scale of every comparison (runtime.board.numeric.degenerate_reference): the waveform, tanh-bounded audio.
 FULL_SCALE = 1.0
 INTERIOR_LENGTH = 480  # slices, as the spec measured: first, one interior and a last window at 256/32
-# The leading upsampling levels that run as a stride-phase Conv and an interleave (surgery/graph/stride_phase.py),
-# per target: where the board-time model predicts it faster than the ConvTranspose (bench/inflect_stride_phase.py).
-STRIDE_PHASE_LEVELS: dict[str, int] = {}
 
 
 def load_decode(path: Path):
