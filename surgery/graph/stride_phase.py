@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 
 from core.onnx_graph import GraphIndex, constant_value, node_attr
 from surgery.graph.mask import upsample_levels
-from surgery.graph.polyphase_levels import PolyphaseError, phase_conv
+from surgery.graph.polyphase_levels import PolyphaseError, decoder_in_phases, phase_conv
 
 
 def stride_phase_upsample(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
@@ -82,3 +82,18 @@ def leading_upsamplers(model: onnx.ModelProto, decoder_input: str, levels: int) 
     depth = upsample_levels(model, decoder_input)
     return [node.name for node in model.graph.node
             if node.op_type == "ConvTranspose" and 1 <= depth.get(node.output[0], 0) <= levels]
+
+
+def upsamplers_in_phase_forms(model: onnx.ModelProto, decoder_input: str, strides: list[int], phase_levels: int,
+                              stride_phase_levels: int):
+    """A windowed decoder's upsampling levels in the phase forms the vocoder families share: the last `phase_levels`
+    in polyphase form (the target's time field), the first `stride_phase_levels` as stride-phase Convs (where the
+    board-time model predicts them faster); returns (model, the polyphase phase count or None)."""
+    from core.errors import SetupError
+
+    # Past the polyphase levels only their interleave's 0/1 ConvTransposes are left to rewrite.
+    if stride_phase_levels + phase_levels > len(strides):
+        raise SetupError(f"{stride_phase_levels} stride-phase and {phase_levels} polyphase levels overlap in a "
+                         f"decoder of {len(strides)} upsampling levels")
+    model, phases = decoder_in_phases(model, decoder_input, strides, phase_levels)
+    return stride_phase_upsample(model, leading_upsamplers(model, decoder_input, stride_phase_levels)), phases

@@ -52,5 +52,7 @@ def test_rk3588_engine_from_the_recipe(size, request, require_converter, tmp_pat
     assert min(v.value for v in result.verdicts if v.name.startswith("simulator_snr")) >= 35.0
     assert all(v.passed for v in result.verdicts)
     assert [i["name"] for i in manifest["inputs"]] == ["z", "y_mask"]
+    assert manifest["contract"]["stride_phase_levels"] == recipes_for(recipe, "rk3588")[0]["options"][
+        "stride_phase_levels"] > 0  # the recipe's leading levels in stride-phase form
     assert manifest["exec_plan"] == {"inflect_v2.exec_plan": {"decoder": {"impl": "rknn",
                                      "artifacts": {"main": result.rknn.name}}}}

@@ -1,14 +1,18 @@
 """The fixed-window slice: cut at the latent, flips folded, decoder-half mask, folded at the window;
-windowed decode against a full-length decode.onnx decode (tails with and without the mask, interiors)."""
+windowed decode against a full-length decode.onnx decode (tails with and without the mask, interiors); the leading
+upsamplers in stride-phase form against the native ones in float64."""
 from __future__ import annotations
 
+import numpy as np
 import onnx
+import pytest
 
 from converters.families.inflect import MIN_INTERIOR_DB
 from converters.families.inflect.decoder import TAIL_LENGTHS, selfcheck_verdicts
 from gates import opscan
 from surgery.graph.fold import op_histogram
 from core.contract import get_contract, set_contract
+from core.errors import SetupError
 
 
 def _dims(value):
@@ -74,3 +78,42 @@ def test_selfcheck_degrades_without_decode_onnx(nano_official, nano_slice):
     degraded = selfcheck_verdicts(nano_slice, None, nano_official[1]["duration"], say=said.append)
     assert [v.name for v in degraded] == ["window_self_snr"] and degraded[0].passed
     assert "degrades to one window-length latent decoded against itself" in said[0]
+
+
+STRIDE_PHASE_WINDOW = 64  # 4,096 samples at the second level: rk3566 runs the last two of its four in polyphase form
+
+
+def _slice_at(paths, target: str, stride_phase_levels: int):
+    """The masked Nano slice at a short window (float64 runs are slow) for `target`, `stride_phase_levels` leading
+    upsamplers in stride-phase form."""
+    from converters.families.inflect.decoder import describe, slice_decoder
+
+    model, info = describe(paths["decode"], None)
+    return slice_decoder(model, info, STRIDE_PHASE_WINDOW, 16, True, target, stride_phase_levels)
+
+
+@pytest.mark.parametrize("target, levels", [("rk3588", 4), ("rk3566", 2)])
+def test_stride_phase_levels_match_the_native_transposed_convolutions_in_float64(nano_official, target, levels):
+    """Every level the target's polyphase form leaves as a stride-phase Conv and an interleave, against the native
+    ConvTransposes, both run in float64 by the onnx reference evaluator (its ConvTranspose written from the
+    definition) on a latent whose last slices are padding (mask 0): the rewrite only rearranges weights, so they
+    agree to float64 rounding; the contract says how many levels."""
+    from gates.fp32_floor import float64_run
+
+    _, paths = nano_official
+    native, rewritten = _slice_at(paths, target, 0), _slice_at(paths, target, levels)
+    assert op_histogram(native)["ConvTranspose"] - op_histogram(rewritten).get("ConvTranspose", 0) == levels
+    assert get_contract(rewritten)["stride_phase_levels"] == levels
+    assert get_contract(rewritten)["polyphase"] == get_contract(native)["polyphase"]
+    rng = np.random.default_rng(levels)
+    mask = (np.arange(STRIDE_PHASE_WINDOW) < 50).astype(np.float32)[None, None]
+    feeds = {"z": rng.standard_normal((1, 128, STRIDE_PHASE_WINDOW)).astype(np.float32) * mask, "y_mask": mask}
+    expected = float64_run(native, feeds)["waveform"]
+    got = float64_run(rewritten, feeds)["waveform"]
+    assert np.max(np.abs(expected)) > 0.01
+    assert np.max(np.abs(got - expected)) < 1e-9 * np.max(np.abs(expected))
+
+
+def test_stride_phase_levels_overlapping_the_polyphase_levels_are_refused(nano_official):
+    with pytest.raises(SetupError, match="3 stride-phase and 2 polyphase levels overlap"):
+        _slice_at(nano_official[1], "rk3566", 3)

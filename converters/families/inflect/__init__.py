@@ -44,6 +44,9 @@ class Options(Table):
                           "window - 2*context).", ge=0)
     dec_mask: bool = option(True, "Mask after every decoder conv so a short latent's zero padding stays zero "
                             "(default on: this decoder is unmasked).", negatable=True)
+    stride_phase_levels: int = option(0, "Leading upsampling levels run as one Conv per stride phase and an "
+                                      "interleave, not a ConvTranspose (exact; faster where the board-time model "
+                                      "says so: bench/inflect_stride_phase.py).", ge=0)
 
 
 class Gates(Table):
@@ -68,10 +71,12 @@ def _export_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: P
 
 def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window: int = WINDOW,
            context: int = CONTEXT, dec_mask: bool = True, target: str | None = None,
-           min_tail_db: float = MIN_TAIL_DB, min_interior_db: float = MIN_INTERIOR_DB, say=print) -> list:
+           min_tail_db: float = MIN_TAIL_DB, min_interior_db: float = MIN_INTERIOR_DB, say=print,
+           stride_phase_levels: int = 0) -> list:
     """Write the fixed-window slice `inflect_v2_decoder_c<C>_w<W>[_poly<P>].onnx` and its self-check npz; returns its
     one `Exported` record, whose verdicts (problem-op scan, windowed vs full-length decode) travel in its contract,
-    with the family's end-to-end golden declared beside it (`with_end_to_end`)."""
+    with the family's end-to-end golden declared beside it (`with_end_to_end`). The first `stride_phase_levels`
+    upsampling levels run in stride-phase form."""
     import numpy as np
     import onnx
 
@@ -80,13 +85,14 @@ def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window:
     from core.contract import get_contract
 
     model, info = D.describe(decode_path, duration_path)
-    sliced = D.slice_decoder(model, info, window, context, dec_mask, target)
+    sliced = D.slice_decoder(model, info, window, context, dec_mask, target, stride_phase_levels)
     contract = get_contract(sliced)
     phases = contract["polyphase"]
     say(f"decode.onnx {len(model.graph.node)} nodes; slice {contract['nodes_before_fold']} nodes -> "
         f"{contract['nodes_after_fold']} after the fold at window {window} (C={info.channels}, hop {info.hop}, "
         f"decoder-half mask {'on' if dec_mask else 'off'}" +
-        (f", last levels in {phases} phases for {target}" if phases else "") + ")")
+        (f", last levels in {phases} phases for {target}" if phases else "") +
+        (f", first {stride_phase_levels} level(s) in stride phases" if stride_phase_levels else "") + ")")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / (f"inflect_v2_decoder_c{info.channels}_w{window}" + (f"_poly{phases}" if phases else "") +
@@ -154,7 +160,7 @@ def export_decoder(job) -> list:
         decode_path, duration_path = resolve_source(job.source.model_dump())
     options, gates = job.options, job.gates
     return export(decode_path, duration_path, job.out, options.window, options.context, options.dec_mask,
-                  job.target, gates.min_tail_db, gates.min_interior_db)
+                  job.target, gates.min_tail_db, gates.min_interior_db, stride_phase_levels=options.stride_phase_levels)
 
 
 def from_onnx(job, onnx_path: Path) -> list:

@@ -91,16 +91,18 @@ def _declare_inputs(model, channels: int):
 
 
 def slice_decoder(decode_model, model: InflectModel, window: int, context: int, dec_mask: bool = True,
-                  target: str | None = None):
+                  target: str | None = None, stride_phase_levels: int = 0):
     """decode.onnx -> fixed-window engine graph z [1,C,W], y_mask [1,1,W] -> waveform, folded, with its contract;
-    the upsampling levels whose full-rate axis overflows `target`'s time field run in polyphase form."""
+    the upsampling levels whose full-rate axis overflows `target`'s time field run in polyphase form, the first
+    `stride_phase_levels` as a stride-phase Conv and an interleave (surgery.graph.stride_phase)."""
     from core.contract import make_contract
     from surgery.graph.conv_pad import cap_conv_padding
     from runtime.board.window_walk import WindowContract
     from surgery.graph.flip_fold import FlipFoldError, fold_flips
     from surgery.graph.fold import fold_fixed
     from surgery.graph.mask import level_strides, mask_decoder
-    from surgery.graph.polyphase_levels import decoder_in_phases, overflowing_levels
+    from surgery.graph.polyphase_levels import overflowing_levels
+    from surgery.graph.stride_phase import upsamplers_in_phase_forms
     from core.contract import set_contract
     from surgery.graph.vits_seam import SeamError, cut_at_seam, find_vits_seam
     from core.onnx_graph import rename_tensors
@@ -125,13 +127,13 @@ def slice_decoder(decode_model, model: InflectModel, window: int, context: int, 
     if dec_mask:
         sliced = mask_decoder(sliced, seam.decoder_input, MASK_INPUT)
     strides = level_strides(sliced, seam.decoder_input)
-    sliced, phases = decoder_in_phases(sliced, seam.decoder_input, strides,
-                                       overflowing_levels(target, window, strides))
+    sliced, phases = upsamplers_in_phase_forms(sliced, seam.decoder_input, strides,
+                                               overflowing_levels(target, window, strides), stride_phase_levels)
     folded = cap_conv_padding(fold_fixed(sliced, {LATENT_INPUT: [1, model.channels, window],
                                                   MASK_INPUT: [1, 1, window]}))
     contract = make_contract(FAMILY, COMPONENT, ROLE, EXEC_PLAN_OPTION, **walk_contract.fields(),
                              sample_rate=model.sample_rate, dec_mask=dec_mask, strides=strides,
-                             polyphase=phases,
+                             polyphase=phases, stride_phase_levels=stride_phase_levels,
                              nodes_before_fold=len(sliced.graph.node), nodes_after_fold=len(folded.graph.node))
     return set_contract(folded, contract)
 

@@ -145,8 +145,7 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     from surgery.graph.fold import fold_fixed
     from surgery.graph.mask import mask_decoder
     from core.contract import set_contract
-    from surgery.graph.polyphase_levels import decoder_in_phases
-    from surgery.graph.stride_phase import leading_upsamplers, stride_phase_upsample
+    from surgery.graph.stride_phase import upsamplers_in_phase_forms
 
     emitted = window - 2 * context
     if emitted < 1:
@@ -155,11 +154,8 @@ def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask:
     model = fold_flips(piece.model)
     if dec_mask:
         model = mask_decoder(model, piece.decoder_input, MASK)
-    if stride_phase_levels + phase_levels > len(piece.strides):
-        raise SetupError(f"{stride_phase_levels} stride-phase and {phase_levels} polyphase levels overlap in a "
-                         f"decoder of {len(piece.strides)} upsampling levels")
-    model, phases = decoder_in_phases(model, piece.decoder_input, piece.strides, phase_levels)
-    model = stride_phase_upsample(model, leading_upsamplers(model, piece.decoder_input, stride_phase_levels))
+    model, phases = upsamplers_in_phase_forms(model, piece.decoder_input, piece.strides, phase_levels,
+                                              stride_phase_levels)
     shapes = {LATENT: [1, piece.channels, window], MASK: [1, 1, window]}
     if piece.cond_channels:
         shapes[COND] = [1, piece.cond_channels, 1]
