@@ -73,12 +73,18 @@ def sweep_row(scratch: Path, target: str, window: int, context: int) -> dict:
             "build_s": round(time.perf_counter() - started, 1)}
 
 
-def field_edge(target: str, row: dict) -> int | None:
-    """The widest window whose polyphase phases still fit the target's time field (None: no field limit)."""
+def field_edge(target: str, rows: list[dict]) -> int | None:
+    """The widest window whose phases still fit the target's time field in the form with the fewest polyphase
+    levels the sweep built, when it falls inside the swept windows (None: no field limit, or past them). The widest
+    row alone misleads: on rk3576 W=301 runs two levels in phases (32 phases), whose edge is W=2047, and exporting
+    that (a 7,164-slice self-check latent) took the host past 7 GB within minutes."""
     limit = TIME_FIELD_LIMIT.get(target)
-    if limit is None or row.get("status") != "built" or not row.get("polyphase"):
+    forms = [row for row in rows if row["target"] == target and row.get("status") == "built" and row.get("polyphase")]
+    if limit is None or not forms:
         return None
-    return limit * row["polyphase"] // row["hop"]
+    fewest = min(forms, key=lambda row: row["polyphase"])
+    edge = limit * fewest["polyphase"] // fewest["hop"]
+    return edge if edge < max(WINDOWS) else None
 
 
 def admissible(row: dict, budget_ms: float) -> bool:
@@ -113,7 +119,7 @@ def main() -> list[dict]:
         rows = []
         for target in TARGETS:
             rows += [sweep_row(Path(scratch), target, window, CONTEXT) for window in WINDOWS]
-            edge = field_edge(target, rows[-1])
+            edge = field_edge(target, rows)
             if edge is not None and edge not in WINDOWS:
                 rows.append(sweep_row(Path(scratch), target, edge, CONTEXT))
     return report(rows)

@@ -126,9 +126,37 @@ def float64_run(model, feeds: dict) -> dict:
 
     evaluator = ReferenceEvaluator(float64_model(model), new_ops=_conv_ops())
     names = [value.name for value in model.graph.output]
-    feeds = {name: np.asarray(value, np.float64) if np.asarray(value).dtype.kind == "f" else value
-             for name, value in feeds.items()}
-    return dict(zip(names, evaluator.run(None, feeds)))
+    values = {"": None, **evaluator.rt_inits_}  # "": an omitted optional input
+    values.update({name: np.asarray(value, np.float64) if np.asarray(value).dtype.kind == "f" else value
+                   for name, value in feeds.items()})
+    # The evaluator's own run() keeps every intermediate to the end: on joe's 1053-slice white-noise latent (the
+    # W=301 self-check) its host RSS peaked 3.4 GB over the start, this loop's, dropping each tensor after its last
+    # reader, 1.3 GB, with bit-identical output.
+    kept, last_read = {"", *names}, {}
+    for position, node in enumerate(evaluator.rt_nodes_):
+        for name in [*node.input, *_subgraph_reads(node.onnx_node)]:
+            last_read[name] = position
+    for position, node in enumerate(evaluator.rt_nodes_):
+        inputs = [values[name] for name in node.input]
+        outputs = node.run(*inputs, context=values) if node.need_context() else node.run(*inputs)
+        values.update(zip(node.output, outputs))
+        for name in [*node.input, *node.output]:
+            if last_read.get(name, -1) <= position and name not in kept and name in values:
+                del values[name]
+    return {name: values[name] for name in names}
+
+
+def _subgraph_reads(node) -> list[str]:
+    """Every tensor name read inside `node`'s subgraphs (If / Loop / Scan bodies read outer tensors by name)."""
+    import onnx
+
+    reads = []
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+        for graph in graphs:
+            for inner in graph.node:
+                reads += [*inner.input, *_subgraph_reads(inner)]
+    return reads
 
 
 def floor_verdict(name: str, value: float, fixed_db: float, floor_db: float, detail: str):

