@@ -4,10 +4,12 @@ window, the layer table's estimated cycles and RW traffic per emitted slice, the
 weight / internal memory, REGTASK lines, CPU ops, the worst interior and tail SNR against a full-length fp32 decode
 and the simulator on the self-check. Writes bench/results/inflect_window.{md,png} (bench/run.py writes the JSON).
 
-No real Inflect snapshot is reachable here. The recipes' per-target windows follow this sweep's rule (the fewest
-estimated cycles per emitted slice among windows with 0 REGTASK lines, 0 CPU ops and every gate passing): on
-rk3576 and rk3566, where the multi-level polyphase form is needed, that is 237 and 127; on the real weights the
-export gates judge the fidelity again at build time."""
+No real Inflect snapshot is reachable here. The sweep's rule is the fewest predicted board ms per emitted slice
+(gates/board_time.py) among windows with 0 REGTASK lines, 0 CPU ops and every gate passing: on rk3576 and rk3566,
+where the multi-level polyphase form is needed, the recipes ship its 237 and 127; on rk3588 they ship the spec's
+256, where 512 ranks first (the recipes say so). Builds here use no stride-phase levels (the option's default; the
+recipes' counts come from bench/inflect_stride_phase.py at the shipped windows). On the real weights the export gates
+judge the fidelity again at build time."""
 from __future__ import annotations
 
 import sys
@@ -77,7 +79,7 @@ def main() -> list[dict]:
         sweep.plot([r for r in rows if r["size"] == config.name and r["status"] == "built"],
                    RESULTS / f"inflect_window_{config.name}.png",
                    f"Inflect v2 {config.name} decoder (random weights), context {CONTEXT}, toolkit {TOOLKIT}",
-                   ylabel="estimated NPU cycles per emitted slice")
+                   ylabel="predicted board ms per emitted slice")
     (RESULTS / "inflect_window.md").write_text(
         f"Inflect v2 decoder window sweep (bench/inflect_window.py), Micro and Nano shapes with random weights, "
         f"context {CONTEXT}, toolkit {TOOLKIT}\n\n```\n" + format_table(rows) + "\n```\n")
