@@ -129,7 +129,8 @@ class FakeRKNNLite:
         self.released = True
 
 
-def test_rknnlite_backend_uses_manifest_order_and_falls_back_to_auto(tmp_path, monkeypatch):
+def fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype: str):
+    """RknnLiteBackend over FakeRKNNLite, and an engine whose manifest takes a (float32) and b (`b_dtype`)."""
     api = types.ModuleType("rknnlite.api")
     api.RKNNLite = FakeRKNNLite
     monkeypatch.setitem(sys.modules, "rknnlite", types.ModuleType("rknnlite"))
@@ -141,8 +142,13 @@ def test_rknnlite_backend_uses_manifest_order_and_falls_back_to_auto(tmp_path, m
     write_manifest(tmp_path / "e.manifest.json", {
         "toolkit_version": "2.3.2",
         "inputs": [{"name": "a", "shape": [1, 2, 3], "dtype": "float32"},
-                   {"name": "b", "shape": [1, 2, 3], "dtype": "float32"}],
+                   {"name": "b", "shape": [1, 2, 3], "dtype": b_dtype}],
         "outputs": [{"name": "y", "shape": [1, 2, 3], "dtype": "float32"}]})
+    return RknnLiteBackend, engine
+
+
+def test_rknnlite_backend_uses_manifest_order_and_falls_back_to_auto(tmp_path, monkeypatch):
+    RknnLiteBackend, engine = fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype="float32")
     a, b = np.ones((1, 2, 3), np.float32), np.arange(6, dtype=np.float32).reshape(1, 2, 3)
     with RknnLiteBackend(engine) as backend:
         out = backend.run({"b": b, "a": a})  # dict order differs from the manifest's
@@ -158,19 +164,7 @@ def test_rknnlite_backend_uses_manifest_order_and_falls_back_to_auto(tmp_path, m
 def test_rknnlite_backend_feeds_each_input_in_the_manifests_dtype(tmp_path, monkeypatch):
     """An input the manifest says is fed in float16 reaches rknnlite as a float16 array (rknnlite takes the array's
     dtype as the input's type), whatever dtype the caller holds it in; the others as the manifest says."""
-    api = types.ModuleType("rknnlite.api")
-    api.RKNNLite = FakeRKNNLite
-    monkeypatch.setitem(sys.modules, "rknnlite", types.ModuleType("rknnlite"))
-    monkeypatch.setitem(sys.modules, "rknnlite.api", api)
-    from runtime.board.rknnlite import RknnLiteBackend
-
-    engine = tmp_path / "e.rknn"
-    engine.write_bytes(b"fake")
-    write_manifest(tmp_path / "e.manifest.json", {
-        "toolkit_version": "2.3.2",
-        "inputs": [{"name": "a", "shape": [1, 2, 3], "dtype": "float32"},
-                   {"name": "b", "shape": [1, 2, 3], "dtype": "float16"}],
-        "outputs": [{"name": "y", "shape": [1, 2, 3], "dtype": "float32"}]})
+    RknnLiteBackend, engine = fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype="float16")
     b = np.arange(6, dtype=np.float32).reshape(1, 2, 3) / 3
     with RknnLiteBackend(engine, core_mask="AUTO") as backend:
         backend.run({"a": np.ones((1, 2, 3), np.float64), "b": b})
