@@ -11,6 +11,7 @@ from core.contract import producer_info
 from core.errors import SetupError
 from runtime.board.files import MANIFEST_SUFFIX, sha256_file
 from runtime.board.numeric import json_safe
+from runtime.board.shapes import set_contracts
 
 
 def file_entry(path: Path, manifest_dir: Path) -> dict:
@@ -45,18 +46,31 @@ def exec_plan_fragment(contract: dict, rknn_name: str) -> dict:
     option, component = contract.get("exec_plan_option"), contract.get("component")
     if not option or not component:
         return {}
-    entry = {"impl": "rknn", "artifacts": {contract.get("role", "main"): rknn_name}}
+    # an engine of several shape sets fills each of its sets' roles (one ladder role: named once)
+    roles = dict.fromkeys(view.get("role", "main") for view in set_contracts(contract))
+    entry = {"impl": "rknn", "artifacts": {role: rknn_name for role in roles}}
     if contract.get("exec_params") is not None:
         entry["params"] = contract["exec_params"]
     return {option: {component: entry}}
 
 
+def shape_set_entry(entry: dict, inputs: list, outputs: list, regtask_report, table, predicted_board_ms) -> dict:
+    """One shape set of a dynamic engine in its manifest: its tensors as fed and returned, the contract fields it
+    stands for, and its own figures from its own layer table (the compiler builds one graph per set)."""
+    return {"inputs": list(inputs), "outputs": list(outputs), "contract": entry["contract"],
+            "regtask": regtask_report.to_json(), "ops": table.ops_json(), "est_cycles": table.est_cycles,
+            "rw_kb": table.rw_kb, "weight_bytes": table.weight_bytes, "internal_bytes": table.internal_bytes,
+            "predicted_board_ms": predicted_board_ms}
+
+
 def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs, onnx_path: Path,
                    rknn_path: Path, build_log: Path, regtask_report, table, verdicts, simulator: dict,
-                   build_stats: dict | None = None, predicted_board_ms: dict | None = None) -> dict:
+                   build_stats: dict | None = None, predicted_board_ms: dict | None = None,
+                   shape_sets: list | None = None) -> dict:
     """The manifest of one engine (see HACKING.md); `inputs`/`outputs` are the tensor entries a caller feeds and
     gets ({"name", "shape", "dtype"}: `core.contract.fed_inputs`), `table` a LayerTable, `predicted_board_ms`
-    gates.board_time.predict's figure (None: no constants for the target)."""
+    gates.board_time.predict's figure (None: no constants for the target). An engine of several shape sets gives
+    the figures of its largest set there and every set's in `shape_sets` (`shape_set_entry`)."""
     producer = contract.get("producer") or producer_info()
     rknn_name, manifest_dir = Path(rknn_path).name, Path(rknn_path).parent
     return json_safe({
@@ -86,6 +100,7 @@ def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs
         "gates": [verdict.to_json() for verdict in verdicts],
         "exec_plan": exec_plan_fragment(contract, rknn_name),
         "contract": contract,
+        **({"shape_sets": shape_sets} if shape_sets else {}),
     })
 
 
@@ -137,6 +152,14 @@ def summary_lines(data: dict) -> list[str]:
     ]
     lines += [f"    cpu: {op['type']} {op['name']}" for op in ops.get("cpu_ops", [])]
     lines.append("  " + board_time_line(data.get("predicted_board_ms")))
+    for number, entry in enumerate(data.get("shape_sets", [])):
+        shapes = ", ".join(f"{t['name']} {t['shape']}" for t in entry["inputs"]
+                           if len({tuple(i["shape"]) for s in data["shape_sets"] for i in s["inputs"]
+                                   if i["name"] == t["name"]}) > 1)
+        predicted = (entry.get("predicted_board_ms") or {}).get("ms")
+        lines.append(f"  shape set {number} (role {entry['contract'].get('role')}): {shapes}; {entry['ops']['cpu']} CPU "
+                     f"ops, {entry['regtask']['lines']} REGTASK lines, est. cycles {entry['est_cycles']:,}, internal "
+                     f"{entry['internal_bytes']:,}" + (f", predicted {predicted:,.1f} ms" if predicted else ""))
     lines.append("  gates:")
     for gate in data.get("gates", []):
         mark = "PASS" if gate["passed"] else "FAIL"

@@ -148,6 +148,41 @@ def parse_layer_table(log_text: str) -> LayerTable:
     return table
 
 
+DYNAMIC_GRAPH_DONE = re.compile(r"Dynamic Shape: build graph\[(\d+)\] done!")
+
+
+def shape_set_logs(log_text: str, sets: list[dict]) -> list[str]:
+    """The part of a dynamic-shape build log that belongs to each shape set, in `sets` order: the compiler builds
+    one graph per set (largest first, whatever the list order) and ends each with 'Dynamic Shape: build graph[i]
+    done!', so each part holds that graph's REGTASK lines, its layer table and its memory totals. A part is matched
+    to its set by the input shapes of its table's InputOperator rows. ValueError when the log holds another number
+    of graphs or a table that matches no set (or two)."""
+    ends = [match.end() for match in DYNAMIC_GRAPH_DONE.finditer(log_text)]
+    if len(ends) != len(sets):
+        raise ValueError(f"the build log ends {len(ends)} dynamic-shape graphs, the engine lists {len(sets)} shape sets")
+    parts, start = [], 0
+    for end in ends:
+        parts.append(log_text[start:end])
+        start = end
+    ordered: list = [None] * len(sets)
+    for part in parts:
+        fed = {layer.node: layer.output_shape for layer in parse_layer_table(part).layers
+               if layer.op_type == "InputOperator"}
+        matches = [number for number, entry in enumerate(sets)
+                   if all(_elements(fed.get(name, ())) == _elements(shape) for name, shape in entry["inputs"].items())]
+        if len(matches) != 1 or ordered[matches[0]] is not None:
+            raise ValueError(f"a dynamic-shape layer table with inputs {fed} matches shape sets {matches}")
+        ordered[matches[0]] = part
+    return ordered
+
+
+def _elements(shape) -> int:
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    return count
+
+
 def cpu_ops_verdict(table: LayerTable) -> Verdict:
     """Fails when any compute op (not I/O glue) is placed on the CPU."""
     ops = table.cpu_compute

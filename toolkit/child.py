@@ -5,8 +5,8 @@ writes check*.onnx there), fds 1 and 2 = the build log (the native compiler writ
 Imports only the stdlib, numpy, onnxruntime and rknn: the converter venv holds nothing else of rkaudio's
 world.
 
-Request keys: onnx, target, inputs (names), input_shapes, custom_string, rknn (path to export to, or
-null), outputs (names), simulate (bool: start the simulator), events_fd (a pipe write end inherited
+Request keys: onnx, target, inputs (names), input_shapes, custom_string, dynamic_input (null, or the input
+shapes of each shape set an engine of several is compiled for), rknn (path to export to, or null), outputs (names), simulate (bool: start the simulator), events_fd (a pipe write end inherited
 from the parent), parent_pid (the child dies with it).
 Every step is announced on the events pipe as one JSON line ({"stage": ...}) *before* it starts, so the
 parent can name the stage in which a signal killed the child. After the build, the child answers run
@@ -234,11 +234,14 @@ def main(request_path: str) -> int:
 
         rknn = RKNN(verbose=True)
         events.send(stage="config")
+        dynamic = {"dynamic_input": request["dynamic_input"]} if request.get("dynamic_input") else {}
         _checked("config", rknn.config(target_platform=request["target"], float_dtype="float16",
-                                       custom_string=request["custom_string"]))
+                                       custom_string=request["custom_string"], **dynamic))
         events.send(stage="load")
-        _checked("load_onnx", rknn.load_onnx(model=request["onnx"], inputs=request["inputs"],
-                                             input_size_list=request["input_shapes"]))
+        # An engine of several shape sets is loaded as it is: naming its inputs with one set's sizes crops the graph
+        # to that set, and the other sets then fail to build (KeyError in update_dynamic_shapes; measured).
+        crop = {} if dynamic else {"inputs": request["inputs"], "input_size_list": request["input_shapes"]}
+        _checked("load_onnx", rknn.load_onnx(model=request["onnx"], **crop))
         events.send(stage="build")
         _checked("build", rknn.build(do_quantization=False))
         if request.get("rknn"):

@@ -21,6 +21,7 @@ from pathlib import Path
 from core.contract import get_contract
 from core.errors import BuildError, SetupError
 from core.paths import REPO_ROOT
+from runtime.board.shapes import matching_set, output_shapes, shape_sets
 from runtime.board.soc import check_target
 from toolkit.versions import check_toolkit, converter_python
 
@@ -43,7 +44,7 @@ class TensorSpec:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
 
-def _tensor_specs(values, kind: str) -> list[TensorSpec]:
+def _tensor_specs(values, kind: str, fixed: dict | None = None) -> list[TensorSpec]:
     from onnx import helper
 
     specs = []
@@ -51,22 +52,39 @@ def _tensor_specs(values, kind: str) -> list[TensorSpec]:
         tensor_type = value.type.tensor_type
         dims = []
         for axis, dim in enumerate(tensor_type.shape.dim):
+            if fixed and value.name in fixed:
+                dims.append(int(fixed[value.name][axis]))
+                continue
             if not dim.HasField("dim_value") or dim.dim_value <= 0:
                 label = dim.dim_param or "unknown"
                 raise SetupError(
                     f"{kind} '{value.name}' has a symbolic dimension '{label}' at axis {axis}; the NPU needs "
-                    "fixed shapes: export with fixed sizes (or pin them with surgery.graph.fold.fold_fixed)")
+                    "fixed shapes: export with fixed sizes (or pin them with surgery.graph.fold.fold_fixed), or "
+                    "list the shape sets in the contract's `shape_sets` (a family's `--ladder dynamic` does)")
             dims.append(int(dim.dim_value))
         dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
         specs.append(TensorSpec(value.name, tuple(dims), dtype))
     return specs
 
 
-def graph_io(model) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """Graph inputs (initializers excluded) and outputs with their fixed shapes."""
+def graph_io(model, shape_set: dict | None = None) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """Graph inputs (initializers excluded) and outputs with their fixed shapes; for an engine of several shape
+    sets, those of `shape_set` (an entry of the contract's `shape_sets`; default: the last, the largest rung)."""
+    sets = shape_sets(get_contract(model))
+    chosen = shape_set or (sets[-1] if sets else {"inputs": {}, "outputs": {}})
     initializers = {init.name for init in model.graph.initializer}
     inputs = [value for value in model.graph.input if value.name not in initializers]
-    return _tensor_specs(inputs, "input"), _tensor_specs(model.graph.output, "output")
+    return (_tensor_specs(inputs, "input", chosen["inputs"]),
+            _tensor_specs(model.graph.output, "output", chosen["outputs"]))
+
+
+def dynamic_input(model, inputs: list[TensorSpec]) -> list | None:
+    """`config(dynamic_input=...)` of an engine of several shape sets (each set's input shapes in `inputs` order),
+    None for a fixed-shape one."""
+    sets = shape_sets(get_contract(model))
+    if not sets:
+        return None
+    return [[list(entry["inputs"][spec.name]) for spec in inputs] for entry in sets]
 
 
 def toolkit_readable(model, toolkit: str):
@@ -99,6 +117,8 @@ def custom_string(contract: dict) -> str:
         ("role", contract.get("role")), ("exec_plan_option", contract.get("exec_plan_option")),
         ("rkaudio", producer.get("rkaudio")), ("git", producer.get("git")),
         ("ladder_key", contract.get("ladder_key")), ("exec_params", contract.get("exec_params")),
+        # an engine of several shape sets: each set's inputs that vary, so a board can ask the engine itself
+        ("shape_sets", _varying_inputs(contract.get("shape_sets"))),
     ]
     essentials: dict = {}
     for key, value in candidates:
@@ -108,6 +128,15 @@ def custom_string(contract: dict) -> str:
         if len(json.dumps(trial, separators=(",", ":")).encode()) <= CUSTOM_STRING_MAX_BYTES:
             essentials = trial
     return json.dumps(essentials, separators=(",", ":"))
+
+
+def _varying_inputs(sets: list | None) -> dict | None:
+    """The shape sets in brief (the manifest holds them in full): the first input whose shape differs between
+    sets, and per set its role and that input's shape: what a board runtime feeds to pick a set."""
+    if not sets:
+        return None
+    varying = next(name for name in sets[0]["inputs"] if len({tuple(s["inputs"][name]) for s in sets}) > 1)
+    return {"by": varying, "sets": [[s["contract"].get("role"), s["inputs"][varying]] for s in sets]}
 
 
 # ---------------------------------------------------------------- the child
@@ -182,6 +211,7 @@ class ConverterChild:
         try:
             model = onnx.load(str(onnx_path))
             self.inputs, self.outputs = graph_io(model)
+            self.shape_sets = shape_sets(get_contract(model))
             readable = toolkit_readable(model, self.toolkit)
             if readable is not model:
                 onnx_path = self.work_dir / "model.onnx"
@@ -191,6 +221,7 @@ class ConverterChild:
                 "inputs": [s.name for s in self.inputs], "input_shapes": [list(s.shape) for s in self.inputs],
                 "outputs": [s.name for s in self.outputs],
                 "custom_string": custom_string(get_contract(model)),
+                "dynamic_input": dynamic_input(model, self.inputs),
                 # Absolute: the child runs in its own work dir, where a relative --out would point nowhere.
                 "rknn": str(Path(rknn_path).resolve()) if rknn_path else None, "simulate": simulate,
                 "parent_pid": os.getpid(),
@@ -271,6 +302,10 @@ class ConverterChild:
         """Simulator outputs for `feeds` (input name -> array), by output name."""
         import numpy as np
 
+        shapes = {s.name: s.shape for s in self.outputs}
+        if self.shape_sets:  # refused before the toolkit sees a shape the engine was not compiled for
+            fed = {name: np.shape(value) for name, value in feeds.items()}
+            shapes = output_shapes(self.shape_sets, matching_set(self.shape_sets, fed, "the simulator"))
         inputs_path = self.work_dir / "run_inputs.npz"
         outputs_path = self.work_dir / "run_outputs.npz"
         np.savez(inputs_path, **feeds)
@@ -282,8 +317,7 @@ class ConverterChild:
         self._next_event("ran")
         with np.load(outputs_path) as data:
             outputs = {name: data[name] for name in data.files}
-        # The toolkit may return a 4-D view of a lower-rank output: restore the ONNX shape.
-        shapes = {s.name: s.shape for s in self.outputs}
+        # The toolkit may return a 4-D view of a lower-rank output: restore the ONNX shape (the fed set's).
         return {name: value.reshape(shapes[name]) if value.size == int(np.prod(shapes[name])) else value
                 for name, value in outputs.items()}
 

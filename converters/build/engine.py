@@ -13,8 +13,9 @@ from pathlib import Path
 from converters.build.analysis import analyse_in_child, checked_feeds
 from core.errors import BuildError, GateFailure
 from core.paths import build_log_name, engine_name, manifest_name
+from runtime.board.shapes import keyed, matching_set, of_set, shape_sets
 from runtime.board.verdict import Verdict
-from toolkit.session import ConverterChild, log_tail
+from toolkit.session import ConverterChild, graph_io, log_tail
 from runtime.board.soc import check_target
 from toolkit.versions import DEFAULT_TOOLKIT, check_toolkit
 
@@ -129,8 +130,6 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     from core import manifest
     from gates import board_time, fp16_range, layer_table, regtask
     from core.onnx_graph import load_model
-    from toolkit.session import graph_io
-
     onnx_path, out_dir = Path(onnx_path), Path(out_dir)
     model = load_model(onnx_path)  # missing, unreadable, truncated or NaN-carrying: one SetupError line
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -145,14 +144,23 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     if not constants.passed:  # fail before a compile that can take minutes
         raise GateFailure([constants], advice=fp16_range.ADVICE, context=f"{stem} for {options.target}")
 
+    contract = get_contract(model)
+    sets = shape_sets(contract)  # an engine of several shape sets (a dynamic ladder): every figure per set
+    set_names = [keyed("", number) for number in range(len(sets))] or [""]  # the suffix of each set's tensors
     feeds, reference, floor = None, {}, {}
     if selfcheck is not None:
         with np.load(selfcheck) as data:
-            feeds = {name: data[name] for name in data.files}
-        feeds = checked_feeds(graph_io(model)[0], feeds, f"self-check {selfcheck} (keys: the ONNX input names)")
+            stored = {name: data[name] for name in data.files}
+        feeds = [checked_feeds(graph_io(model, entry)[0], of_set(stored, number) if sets else stored,
+                               f"self-check {selfcheck} (keys: the ONNX input names"
+                               + (f", @{number} for shape set {number})" if sets else ")"))
+                 for number, entry in enumerate(sets or [None])]
         # The host figures first (fp32 reference and fp16 floor), so the child's session can stay open for a
         # per-layer analysis when the simulator gates fail.
-        reference, floor = host_references(model, Path(reference_onnx or onnx_path), feeds)
+        for suffix, set_feeds in zip(set_names, feeds):
+            set_reference, set_floor = host_references(model, Path(reference_onnx or onnx_path), set_feeds)
+            reference.update({name + suffix: value for name, value in set_reference.items()})
+            floor.update({name + suffix: value for name, value in set_floor.items()})
     simulator_figures, sim_verdicts, sim_advice, layer_note = {}, [], {}, ""
     try:
         child = ConverterChild(onnx_path, options.target, options.toolkit, log_path, rknn_path=partial_rknn,
@@ -160,17 +168,19 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
         with child:
             child.wait_ready()
             if feeds is not None:
-                simulated = child.run(feeds)
-                golden_simulated = [child.run(checked_feeds(child.inputs, extra, "an end-to-end golden call"))
+                simulated = {name + suffix: value for suffix, set_feeds in zip(set_names, feeds)
+                             for name, value in child.run(set_feeds).items()}
+                golden_simulated = [child.run(checked_feeds(_set_inputs(model, sets, extra), extra,
+                                                            "an end-to-end golden call"))
                                     for extra in golden_feeds]
                 sim_verdicts, simulator_figures = simulator_verdicts(reference, simulated, options.min_simulator_snr_db,
                                                                      floor)
                 culprits = []
                 if options.layer_table_on_failure and any(not v.passed and not v.degenerate
                                                           for v in sim_verdicts):  # where is it lost?
-                    culprits, layer_note = _layer_culprits(child, feeds, model, reference_onnx is not None)
+                    culprits, layer_note = _layer_culprits(child, feeds[-1], model, reference_onnx is not None)
                 sim_advice = simulator_advice(sim_verdicts, simulator_figures, options.min_simulator_snr_db,
-                                              culprits, get_contract(model).get("family"))
+                                              culprits, contract.get("family"))
             inputs, outputs = child.inputs, child.outputs
         if not partial_rknn.is_file():
             raise BuildError("export", "the child finished but wrote no engine", log_tail(log_path), log_path)
@@ -178,16 +188,20 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
                        "reproducible": "byte-identical builds (MALLOC_PERTURB_ in the compiler child)"}
 
         log_text = log_path.read_text(errors="replace")
-        regtask_report = regtask.parse_regtask(log_text)
         try:
-            table = layer_table.parse_layer_table(log_text)
+            parts = layer_table.shape_set_logs(log_text, sets) if sets else [log_text]
+            tables = [layer_table.parse_layer_table(part) for part in parts]
         except ValueError as error:
             raise BuildError("parse log", str(error), log_tail(log_path), log_path) from None
-        verdicts = [*export_verdicts, constants, regtask.regtask_verdict(regtask_report, options.max_regtask_lines)]
-        advice = {verdicts[-1].name: regtask.ADVICE}
-        if options.fail_on_cpu_ops:
-            verdicts.append(layer_table.cpu_ops_verdict(table))
-            advice[verdicts[-1].name] = layer_table.ADVICE
+        regtask_reports = [regtask.parse_regtask(part) for part in parts]
+        verdicts = [*export_verdicts, constants]
+        advice = {}
+        for suffix, report, table in zip(set_names, regtask_reports, tables):  # REGTASK and CPU ops per shape set
+            verdicts.append(_for_set(regtask.regtask_verdict(report, options.max_regtask_lines), suffix))
+            advice[verdicts[-1].name] = regtask.ADVICE
+            if options.fail_on_cpu_ops:
+                verdicts.append(_for_set(layer_table.cpu_ops_verdict(table), suffix))
+                advice[verdicts[-1].name] = layer_table.ADVICE
         if options.reproduce:
             verdicts.append(reproduce_verdict(onnx_path, options, partial_rknn, out_dir))
             advice[verdicts[-1].name] = REPRODUCE_ADVICE
@@ -200,16 +214,21 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
                               extra={"simulator": simulator_figures})
 
         os.replace(partial_rknn, final_rknn)
-        contract = get_contract(model)
-        fed = fed_inputs([spec.to_json() for spec in inputs], contract)
-        returned = [spec.to_json() for spec in outputs]
+        per_set = []
+        for entry, report, table in zip(sets or [None], regtask_reports, tables):
+            set_inputs, set_outputs = graph_io(model, entry) if entry else (inputs, outputs)
+            fed = fed_inputs([spec.to_json() for spec in set_inputs], contract)
+            returned = [spec.to_json() for spec in set_outputs]
+            per_set.append((fed, returned, report, table, board_time.predict(
+                board_time.CallFigures.from_table(table, fed, returned), options.target)))
+        fed, returned, regtask_report, table, predicted = per_set[-1]  # a dynamic engine's largest set
         data = manifest.build_manifest(
             contract=contract,
             target=options.target, toolkit=options.toolkit, inputs=fed, outputs=returned,
             onnx_path=onnx_path, rknn_path=final_rknn, build_log=log_path, regtask_report=regtask_report,
             table=table, verdicts=verdicts, simulator=simulator_figures, build_stats=build_stats,
-            predicted_board_ms=board_time.predict(board_time.CallFigures.from_table(table, fed, returned),
-                                                  options.target))
+            predicted_board_ms=predicted,
+            shape_sets=[manifest.shape_set_entry(entry, *figures) for entry, figures in zip(sets, per_set)])
         manifest.write_manifest(final_manifest, data)
     except BaseException:
         partial_rknn.unlink(missing_ok=True)
@@ -219,6 +238,25 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     return EngineResult(final_rknn, final_manifest, log_path, data, verdicts,
                         simulated if feeds is not None else {}, reference,
                         golden_simulated if feeds is not None else [])
+
+
+def _for_set(verdict: Verdict, suffix: str) -> Verdict:
+    """A gate of one shape set of a dynamic engine, named `<gate>@<set>` (unchanged for a fixed-shape engine)."""
+    from dataclasses import replace
+
+    return replace(verdict, name=verdict.name + suffix) if suffix else verdict
+
+
+def _set_inputs(model, sets: list[dict], feeds: dict) -> list:
+    """The input specs of the shape set `feeds` has the shapes of (the engine's own for a fixed-shape engine)."""
+    import numpy as np
+
+    from toolkit.session import graph_io
+
+    if not sets:
+        return graph_io(model)[0]
+    number = matching_set(sets, {name: np.shape(value) for name, value in feeds.items()}, "an end-to-end golden call")
+    return graph_io(model, sets[number])[0]
 
 
 def _layer_culprits(child, feeds: dict, model, fp16_maths: bool) -> tuple[list[str], str]:

@@ -18,6 +18,7 @@ import numpy as np
 from core.errors import PackageError
 from core.paths import end_to_end_inputs, engine_name
 from runtime.board.files import KIT_DIR
+from runtime.board.shapes import SET_KEY, of_set
 
 
 @dataclass
@@ -112,16 +113,22 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
         if unstored:
             raise PackageError(f"{record.selfcheck.name}: inputs {unstored} were not written by record_export in the "
                                "kit's storage form; export the ONNX again with this rkaudio")
-        arrays = [writer.add("input", spec["name"], feeds[spec["name"]]) for spec in manifest["inputs"]]
-        arrays += [writer.add("fp32", tensor, value) for tensor, value in result.reference_outputs.items()]
-        arrays += [writer.add("simulator", tensor, value) for tensor, value in result.simulator_outputs.items()]
         contract = manifest["contract"]
-        index["engines"].append({
-            "engine": Path(result.rknn).name, "manifest": Path(result.manifest).name, "arrays": arrays,
-            "reference": f"onnxruntime fp32 on {contract.get('reference_onnx') or manifest['onnx']['path']}",
-            "simulator": manifest["simulator"], "min_snr_db": min_snr_db,
-            # the board-time model's figure, reported beside the measured latency: the first board run checks it
-            "predicted_ms": (manifest.get("predicted_board_ms") or {}).get("ms")})
+        for number, entry in enumerate(manifest.get("shape_sets") or [manifest]):  # a dynamic engine: per set
+            def own(arrays: dict) -> dict:
+                return of_set(arrays, number) if "shape_sets" in manifest else arrays
+
+            set_feeds = own(feeds)
+            arrays = [writer.add("input", spec["name"], set_feeds[spec["name"]]) for spec in entry["inputs"]]
+            arrays += [writer.add("fp32", tensor, value) for tensor, value in own(result.reference_outputs).items()]
+            arrays += [writer.add("simulator", tensor, value) for tensor, value in own(result.simulator_outputs).items()]
+            index["engines"].append({
+                "engine": Path(result.rknn).name, "manifest": Path(result.manifest).name, "arrays": arrays,
+                **({SET_KEY: number} if "shape_sets" in manifest else {}),
+                "reference": f"onnxruntime fp32 on {contract.get('reference_onnx') or manifest['onnx']['path']}",
+                "simulator": own(manifest["simulator"]), "min_snr_db": min_snr_db,
+                # the board-time model's figure, reported beside the measured latency: the first board run checks it
+                "predicted_ms": (entry.get("predicted_board_ms") or {}).get("ms")})
     simulated = {Path(r.rknn).name: list(r.golden_simulator_outputs) for r in results}
     manifests = {Path(r.rknn).name: r.manifest_data for r in results}
     for recording in recordings:

@@ -134,7 +134,7 @@ def family_command(family):
             parameters[component.name] = inspect.Parameter(
                 component.name, inspect.Parameter.KEYWORD_ONLY, default=False,
                 annotation=Annotated[bool, typer.Option(flag, help=text)])
-    models = [family.source] + [c.options for c in family.components] + [c.gates for c in family.components]
+    models = [family.source] + [family.options_model(c) for c in family.components] + [c.gates for c in family.components]
     for model in models:
         for name in declared(model, "cli"):
             parameters.setdefault(name, _parameter(model, name))
@@ -158,7 +158,7 @@ def family_command(family):
         component = chosen[0] if chosen else family.components[0]
         label = f"convert {family.command_name}"
         job = Job(family, component, _validated(family.source, values, label),
-                  _validated(component.options, values, label),
+                  _validated(family.options_model(component), values, label),
                   _validated(family.gates_model(component), values, label),
                   values["target"], Path(values["out"]), values["toolkit"])
         pipeline.run(job, skip_rknn=values["skip_rknn"], from_onnx=values["onnx"],

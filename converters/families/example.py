@@ -108,7 +108,7 @@ FAMILY = Family(
     name=NAME,
     help="Export the built-in example conv graph and compile it: the smoke test of the whole path.",
     source=Source,
-    components=(Component(COMPONENT, export_ladder, Options, context="example export"),),
+    components=(Component(COMPONENT, export_ladder, Options, context="example export", ladder=("main",)),),
     sources=lambda job: [],  # no checkpoint: the weights come from `source.seed`, part of the recipe itself
     loops=("runtime.board.ladder:golden_loop",),
 )

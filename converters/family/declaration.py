@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields as dataclass_fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
@@ -87,6 +87,15 @@ class BuildGates(Table):
         "onnxruntime fp32 (the exact fp32 twin where the engine graph has one).", flag="--min-snr-db")
 
 
+class LadderChoice(Table):
+    """The shared option of a ladder-shaped component (`Component.ladder`)."""
+
+    ladder: Literal["static", "dynamic"] = option(
+        "static", "static: one engine per rung (bucket, role), each with its own copy of the weights. dynamic: one "
+        "engine compiled for every rung's shapes (rknn-toolkit2 dynamic_input), the weights stored once; opt-in "
+        "until a board run of its kit passes (the simulator has missed board failures of dynamic engines).")
+
+
 def build_options(gates: BaseModel, target: str, toolkit: str, reproduce: bool = False) -> BuildOptions:
     """The `BuildOptions` of a validated gates table (its shared keys; the rest are the family's own gates)."""
     return BuildOptions(target=target, toolkit=toolkit, reproduce=reproduce,
@@ -119,7 +128,9 @@ class Job:
 class Component:
     """One engine set of a family, with its exec_plan component name. `export(job) -> list[Exported]` is the one
     export both the command and the recipe call. `switch` is the command flag that selects it when it is not the
-    family's first component (`--encoder`)."""
+    family's first component (`--encoder`). `ladder` names the roles whose engines are one model at several
+    shapes (rungs, buckets, first/main): the component then takes the shared `ladder` option (static: one engine
+    each; dynamic: one engine for all their shapes, converters/family/ladder.py)."""
 
     name: str
     export: Callable[[Job], list]
@@ -128,6 +139,7 @@ class Component:
     advice: str = ""
     context: str = ""
     switch: tuple[str, str] | None = None  # (flag, help)
+    ladder: tuple[str, ...] = ()  # the roles whose engines form a ladder (`<n>`: digits): `ladder` option
 
 
 @dataclass(frozen=True)
@@ -173,6 +185,14 @@ class Family:
         if name is None:
             return self.components[0]
         return next(c for c in self.components if c.name == name)
+
+    def options_model(self, component: Component) -> type[BaseModel]:
+        """The component's whole options table: its own, plus the shared `ladder` choice when it declares one."""
+        if not component.ladder:
+            return component.options
+        own = {name: (info.annotation, info) for name, info in component.options.model_fields.items()}
+        return create_model(f"{self.name}_{component.name}_options", __base__=Table, **own,
+                            **{name: (info.annotation, info) for name, info in LadderChoice.model_fields.items()})
 
     def gates_model(self, component: Component) -> type[BaseModel]:
         """The component's whole gates table: the shared build gates at this family's defaults, then its own."""

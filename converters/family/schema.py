@@ -232,7 +232,7 @@ def check_family_tables(recipe: dict, family, where: str) -> dict:
         parts.append((family.component(None), {"targets": recipe["targets"]}, ""))
     per_target: dict[str, set] = {"options": set(), "gates": set()}
     for component, table, label in parts:
-        for kind, model in (("options", subset(component.options, "recipe")),
+        for kind, model in (("options", subset(family.options_model(component), "recipe")),
                             ("gates", subset(family.gates_model(component), "recipe"))):
             merged = {**recipe[kind], **table.get(kind, {})}
             keys = per_target_keys(model, merged)
@@ -268,6 +268,6 @@ def recipe_job(family, recipe: dict, target: str, work_dir, toolkit: str, source
     return Job(family, component,
                validate(family.source, source, f"{family.name} random_source: ") if source is not None else
                validate(subset(family.source, "recipe"), recipe.get("source", {}), where + "source."),
-               validate(subset(component.options, "recipe"), recipe.get("options", {}), where + "options."),
+               validate(subset(family.options_model(component), "recipe"), recipe.get("options", {}), where + "options."),
                validate(subset(family.gates_model(component), "recipe"), recipe.get("gates", {}), where + "gates."),
                target, Path(work_dir), toolkit, recipe)

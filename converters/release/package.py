@@ -40,12 +40,16 @@ def merge_exec_plan(engines: list[tuple[str, dict]]) -> dict:
     """The consumer's session options selecting every engine: `{option: {component: {impl, artifacts, params}}}`.
 
     `engines` are (file name in the package, contract). Engines sharing a component and role form a ladder:
-    a comma-separated `main` (or other role) in `ladder_key` order, as the runtime expects."""
+    a comma-separated `main` (or other role) in `ladder_key` order, as the runtime expects. An engine of several
+    shape sets fills the role of each of its sets, and a ladder role it fills alone names it once."""
+    from runtime.board.shapes import set_contracts
+
     slots: dict[tuple[str, str, str], list[tuple[object, str]]] = {}
     params: dict[tuple[str, str], dict] = {}
-    for file_name, contract in engines:
-        option, component, role = contract["exec_plan_option"], contract["component"], contract["role"]
-        slots.setdefault((option, component, role), []).append((contract.get("ladder_key"), file_name))
+    for file_name, engine_contract in engines:
+        for contract in set_contracts(engine_contract):
+            option, component, role = contract["exec_plan_option"], contract["component"], contract["role"]
+            slots.setdefault((option, component, role), []).append((contract.get("ladder_key"), file_name))
         if "exec_params" in contract:
             known = params.setdefault((option, component), contract["exec_params"])
             if known != contract["exec_params"]:
@@ -58,6 +62,7 @@ def merge_exec_plan(engines: list[tuple[str, dict]]) -> dict:
                                f"({', '.join(name for _, name in members)}) but not all carry a ladder_key "
                                "to order them")
         ordered = [name for _, name in sorted(members, key=lambda m: m[0])] if len(members) > 1 else [members[0][1]]
+        ordered = list(dict.fromkeys(ordered))
         entry = plan.setdefault(option, {}).setdefault(component, {"impl": "rknn", "artifacts": {}})
         entry["artifacts"][role] = ",".join(ordered)
         if (option, component) in params:
@@ -105,7 +110,7 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
     With `recipe` and `target`, the model card (README.md, converters/release/card.py) is written too; `build_key`
     (converters.release.recipes.package_key) goes into build-key.json.
     Returns the manifests as written."""
-    from runtime.host.exec_plan import plan_problems
+    from runtime.host.exec_plan import plan_problems, shared_file_problems
 
     seen: set[str] = set()
     manifests, engines = [], []
@@ -137,7 +142,7 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
                 write_file(package_dir / name, source)
                 seen.add(name)
     plan = merge_exec_plan(engines)
-    refused = plan_problems(plan)
+    refused = plan_problems(plan) + shared_file_problems(plan, {Path(r.rknn).name: m for r, m in zip(results, manifests)})
     if refused:  # the consumer would refuse the package: a contract that disagrees with the spec's table
         raise PackageError("the merged exec_plan.json breaks the consumer's rules (runtime/host/exec_plan.py): "
                            + "; ".join(refused))

@@ -17,27 +17,45 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from runtime.board.numeric import snr_db
+from runtime.board.shapes import check_set, set_contracts
 
 INDEX_NAME = "index.json"
 SCHEMA_VERSION = 1
 
 
+class _Slot:
+    """One opened backend, shared by the views of an engine compiled for several shape sets."""
+
+    def __init__(self, open_backend: Callable[[], object]):
+        self.open_backend, self.backend, self.opened = open_backend, None, 0
+
+
 class Engine:
     """One engine as a loop sees it: its file name, its contract (the manifest's / ONNX metadata's) and `run`.
-    The backend is opened on first use by `open_backend()` (a pool may close it again to bound memory)."""
+    The backend is opened on first use by `open_backend()` (a pool may close it again to bound memory). An engine
+    compiled for several shape sets is one view per set (`runtime.board.shapes.set_contracts`), sharing one
+    backend: a view runs only the shapes of its own set."""
 
     def __init__(self, name: str, contract: dict, open_backend: Callable[[], object],
-                 on_run: Optional[Callable[["Engine", dict, dict], None]] = None):
+                 on_run: Optional[Callable[["Engine", dict, dict], None]] = None, slot: Optional[_Slot] = None):
         self.name, self.contract = name, contract
-        self._open, self._backend, self._on_run = open_backend, None, on_run
-        self.opened = 0  # how many times the backend was opened (a pool that thrashes shows here)
+        self._slot, self._on_run = slot or _Slot(open_backend), on_run
+
+    @property
+    def opened(self) -> int:
+        """How many times the backend was opened (a pool that thrashes shows here)."""
+        return self._slot.opened
+
+    @property
+    def is_open(self) -> bool:
+        return self._slot.backend is not None
 
     @property
     def backend(self):
-        if self._backend is None:
-            self._backend = self._open()
-            self.opened += 1
-        return self._backend
+        if self._slot.backend is None:
+            self._slot.backend = self._slot.open_backend()
+            self._slot.opened += 1
+        return self._slot.backend
 
     @property
     def input_names(self) -> List[str]:
@@ -52,30 +70,35 @@ class Engine:
         return dict(self.backend.input_dtypes)
 
     def run(self, feeds: dict) -> dict:
+        check_set(self.contract, {name: np.shape(value) for name, value in feeds.items()}, self.name)
         outputs = self.backend.run(feeds)
         if self._on_run is not None:
             self._on_run(self, feeds, outputs)
         return outputs
 
     def close(self) -> None:
-        if self._backend is not None:
-            self._backend.close()
-            self._backend = None
+        if self._slot.backend is not None:
+            self._slot.backend.close()
+            self._slot.backend = None
 
 
 class EnginePool:
     """Engines of one package opened lazily, at most `max_open` at a time (least recently used closed first);
-    `max_open=None` keeps every opened engine (a board runtime holds all its contexts)."""
+    `max_open=None` keeps every opened engine (a board runtime holds all its contexts). An engine of several shape
+    sets enters the pool as one view per set (`Engine`), opened once."""
 
     def __init__(self, entries: List[tuple], opener: Callable[[str], object], max_open: Optional[int] = None,
                  on_run: Optional[Callable[[Engine, dict, dict], None]] = None):
         self.max_open = max_open
         self._recent: List[Engine] = []
-        self.engines = [Engine(name, contract, self._opener_for(name, opener), on_run) for name, contract in entries]
+        self.engines = []
+        for name, contract in entries:
+            slot = _Slot(self._opener_for(name, opener))
+            self.engines += [Engine(name, view, slot.open_backend, on_run, slot) for view in set_contracts(contract)]
 
     def _opener_for(self, name: str, opener: Callable[[str], object]) -> Callable[[], object]:
         def open_backend():
-            alive = [e for e in self._recent if e._backend is not None and e.name != name]
+            alive = [e for e in self._recent if e.is_open and e.name != name]
             while self.max_open is not None and len(alive) >= self.max_open:
                 alive.pop(0).close()  # the one opened longest ago
             backend = opener(name)

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from runtime.board.files import MANIFEST_SUFFIX
+from runtime.board.shapes import matching_set, output_shapes
 from runtime.board.soc import NPU_CORES
 
 CORE_MASKS = ("0", "1", "2", "0_1", "0_1_2")
@@ -43,7 +44,9 @@ class RknnLiteBackend:
     """An engine on the board's NPU through rknn-toolkit-lite2. Input order and dtypes and output shapes come from
     the manifest beside the engine: each input goes in the dtype the manifest says it is fed in (float16 for a
     buffer the engine's contract feeds in fp16: rknnlite takes the array's dtype as the input's type, and the
-    engine holds the input in fp16, so nothing is converted on the CPU); outputs come back as float32.
+    engine holds the input in fp16, so nothing is converted on the CPU); outputs come back as float32. An engine of
+    several shape sets (`shape_sets` in its manifest) runs a feed at the shapes of one of its sets, and refuses any
+    other (`runtime.board.shapes.ShapeRefused`, naming the shapes).
     `core_mask` is "0", "1", "2", "0_1", "0_1_2" or "AUTO"; with `strict=False` a mask the runtime refuses falls
     back to AUTO (`self.core_mask` says which ran), with `strict=True` it raises."""
 
@@ -55,6 +58,11 @@ class RknnLiteBackend:
         self.input_dtypes = {t["name"]: np.dtype(t["dtype"]) for t in manifest["inputs"]}
         self.output_names = [t["name"] for t in manifest["outputs"]]
         self._output_shapes = {t["name"]: tuple(t["shape"]) for t in manifest["outputs"]}
+        self.name = Path(rknn_path).name
+        # an engine of several shape sets: a feed picks its set, and its outputs come back in that set's shapes
+        self._sets = [{"inputs": {t["name"]: t["shape"] for t in entry["inputs"]},
+                       "outputs": {t["name"]: t["shape"] for t in entry["outputs"]}}
+                      for entry in manifest.get("shape_sets") or []]
         self._lite = RKNNLite()
         toolkit = manifest.get("toolkit_version", "?")
         if self._lite.load_rknn(str(rknn_path)) != 0:
@@ -79,11 +87,14 @@ class RknnLiteBackend:
 
     def run(self, feeds: dict) -> dict:
         arrays = [np.ascontiguousarray(feeds[name], dtype=self.input_dtypes[name]) for name in self.input_names]
+        shapes = self._output_shapes
+        if self._sets:  # refused here, before the runtime sees a shape it was not compiled for
+            fed = {name: array.shape for name, array in zip(self.input_names, arrays)}
+            shapes = output_shapes(self._sets, matching_set(self._sets, fed, self.name))
         outputs = self._lite.inference(inputs=arrays, data_format=["nchw"] * len(arrays))
         if outputs is None:
             raise RuntimeError("rknnlite inference returned None")
-        return {name: np.asarray(value).reshape(self._output_shapes[name])
-                for name, value in zip(self.output_names, outputs)}
+        return {name: np.asarray(value).reshape(shapes[name]) for name, value in zip(self.output_names, outputs)}
 
     def close(self) -> None:
         self._lite.release()

@@ -39,6 +39,7 @@ from runtime.board import rknnlite as board  # noqa: E402
 from runtime.board.files import KIT_DIR, SUMS_NAME, sha256_file  # noqa: E402
 from runtime.board.golden import ArrayReader, CallLog, EnginePool, digest, read_index, run_loop  # noqa: E402
 from runtime.board.numeric import json_safe, max_abs, snr_db  # noqa: E402
+from runtime.board.shapes import SET_KEY  # noqa: E402
 from runtime.board.speech import hearing, write_wav  # noqa: E402
 from runtime.board.verdict import Verdict, at_least, at_most, judged  # noqa: E402
 
@@ -114,6 +115,15 @@ def latency(times_ms: List[float]) -> Dict[str, Optional[float]]:
     return {"min": float(values.min()), "median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
 
+def resident_kb() -> Optional[int]:
+    """This process's resident memory (VmRSS, kB), None where /proc does not tell it."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
 class BoardOpener:
     """Opens engines with rknn-toolkit-lite2 on this board (the default; host replays pass their own opener)."""
 
@@ -180,11 +190,16 @@ class SelfTest:
 
     # --- one engine -------------------------------------------------------------------------------------------
     def timed(self, engine: str, core_mask: str, inputs: dict) -> dict:
+        resident = resident_kb()
         started = time.perf_counter()
         backend = self.open(engine, core_mask)
         init_ms = (time.perf_counter() - started) * 1e3
         try:
             outputs = backend.run(inputs)  # warm-up; its outputs are the ones compared
+            # what opening and a first run at these shapes added to this process (rknnlite reports no context
+            # memory; NPU buffers the driver maps outside the process do not show here)
+            grown = resident_kb()
+            init_rss_kb = grown - resident if grown is not None and resident is not None else None
             times = []
             for _ in range(self.runs):
                 started = time.perf_counter()
@@ -193,7 +208,7 @@ class SelfTest:
             ran_mask = getattr(backend, "core_mask", core_mask)
         finally:
             backend.close()
-        return {"init_ms": init_ms, "latency_ms": latency(times), "core_mask": ran_mask,
+        return {"init_ms": init_ms, "init_rss_kb": init_rss_kb, "latency_ms": latency(times), "core_mask": ran_mask,
                 "outputs": {name: np.asarray(value) for name, value in outputs.items()}}
 
     def engine(self, entry: dict) -> dict:
@@ -216,7 +231,8 @@ class SelfTest:
                 gates.append(at_least(f"replay_snr_vs_simulator[{name}]", figures["snr_db_vs_simulator"],
                                       REPLAY_MIN_DB, "dB"))
             rows.append(gated_row(name, gates, **figures))
-        result = {"engine": entry["engine"], "init_ms": run["init_ms"], "latency_ms": run["latency_ms"],
+        result = {"engine": entry["engine"], **({SET_KEY: entry[SET_KEY]} if SET_KEY in entry else {}),
+                  "init_ms": run["init_ms"], "init_rss_kb": run["init_rss_kb"], "latency_ms": run["latency_ms"],
                   "predicted_ms": entry.get("predicted_ms"), "core_mask": run["core_mask"], "outputs": rows,
                   "passed": all(r["passed"] for r in rows)}
         if self.core_masks:
@@ -325,7 +341,8 @@ class SelfTest:
         engines = [e for e in self.index["engines"] if not only or e["engine"] in only]
         report = {"engines": [], "end_to_end": []}
         for number, entry in enumerate(engines, 1):
-            self.say(f"[{number}/{len(engines)}] {entry['engine']} ...")
+            shape_set = f" (shape set {entry[SET_KEY]})" if SET_KEY in entry else ""
+            self.say(f"[{number}/{len(engines)}] {entry['engine']}{shape_set} ...")
             report["engines"].append(self.engine(entry))
         if end_to_end:
             for entry in self.index.get("end_to_end", []):

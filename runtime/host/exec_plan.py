@@ -129,3 +129,29 @@ def plan_problems(plan) -> List[str]:
                 else:
                     problems += component_problems(option, name, entry)
     return problems
+
+
+def shared_file_problems(plan, manifests: Dict[str, dict]) -> List[str]:
+    """One engine file in several roles (Audio8's `step_<n>`, Qwen3's `first` and `main`) or listed for a whole
+    ladder role: accepted only when the file's manifest lists a shape set for each role it fills (an engine of
+    several shape sets, `shape_sets`); a fixed-shape engine fills one role. `manifests`: file name -> manifest."""
+    problems = []
+    for option, components in plan.items():
+        for name, entry in (components.items() if isinstance(components, dict) else ()):
+            roles_of: Dict[str, List[str]] = {}
+            for role, files in ((entry.get("artifacts") or {}) if isinstance(entry, dict) else {}).items():
+                for file_name in (files.split(",") if isinstance(files, str) else []):
+                    roles_of.setdefault(file_name.strip(), []).append(role)
+            for file_name, roles in roles_of.items():
+                manifest = manifests.get(file_name)
+                if manifest is None:
+                    continue
+                sets = manifest.get("shape_sets") or []
+                listed = {entry_set["contract"].get("role", manifest.get("role")) for entry_set in sets}
+                if not sets and len(roles) > 1:
+                    problems.append(f"{option} component {name!r}: {file_name} fills roles {roles} but is compiled for "
+                                    "one shape set")
+                elif sets:
+                    problems += [f"{option} component {name!r}: {file_name} fills role {role!r} but lists no shape "
+                                 f"set for it (its sets: {sorted(listed)})" for role in roles if role not in listed]
+    return problems

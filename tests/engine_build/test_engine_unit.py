@@ -123,14 +123,15 @@ class FakeRKNNLite:
     def inference(self, inputs, data_format=None):
         self.inputs = inputs
         # Outputs come back 4-D (as the runtime does for 3-D tensors): a + 2b, flattened.
-        return [(inputs[0] + 2 * inputs[1]).reshape(1, 2, 1, 3)]
+        return [(inputs[0] + 2 * inputs[1]).reshape(1, 2, 1, -1)]
 
     def release(self):
         self.released = True
 
 
-def fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype: str):
-    """RknnLiteBackend over FakeRKNNLite, and an engine whose manifest takes a (float32) and b (`b_dtype`)."""
+def fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype: str, lengths: tuple = ()):
+    """RknnLiteBackend over FakeRKNNLite, and an engine whose manifest takes a (float32) and b (`b_dtype`), [1, 2, 3]
+    or, with `lengths`, compiled for the shape sets [1, 2, length]."""
     api = types.ModuleType("rknnlite.api")
     api.RKNNLite = FakeRKNNLite
     monkeypatch.setitem(sys.modules, "rknnlite", types.ModuleType("rknnlite"))
@@ -143,7 +144,11 @@ def fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype: str):
         "toolkit_version": "2.3.2",
         "inputs": [{"name": "a", "shape": [1, 2, 3], "dtype": "float32"},
                    {"name": "b", "shape": [1, 2, 3], "dtype": b_dtype}],
-        "outputs": [{"name": "y", "shape": [1, 2, 3], "dtype": "float32"}]})
+        "outputs": [{"name": "y", "shape": [1, 2, 3], "dtype": "float32"}],
+        **({"shape_sets": [{"inputs": [{"name": name, "shape": [1, 2, length], "dtype": "float32"} for name in "ab"],
+                            "outputs": [{"name": "y", "shape": [1, 2, length], "dtype": "float32"}],
+                            "contract": {"role": "main", "ladder_key": length}} for length in lengths]}
+           if lengths else {})})
     return RknnLiteBackend, engine
 
 
@@ -185,3 +190,19 @@ def test_a_child_reports_its_own_peak_memory_not_its_parents():
     own_kb, inherited_kb = map(int, out.stdout.split())
     assert held.nbytes // 1024 <= inherited_kb  # the old figure: at least the parent's 512 MiB
     assert own_kb < 256 * 1024, own_kb  # a bare interpreter's own peak
+
+
+def test_rknnlite_backend_runs_each_shape_set_and_refuses_an_unlisted_shape(tmp_path, monkeypatch):
+    """An engine of several shape sets runs a feed at any listed set's shapes, its outputs in that set's shapes; a
+    shape outside the list is refused before the runtime sees it, with an error naming the fed and listed shapes."""
+    from runtime.board.shapes import ShapeRefused
+
+    RknnLiteBackend, engine = fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype="float32", lengths=(3, 5))
+    with RknnLiteBackend(engine, core_mask="AUTO") as backend:
+        for length in (3, 5):
+            a = np.ones((1, 2, length), np.float32)
+            assert backend.run({"a": a, "b": a})["y"].shape == (1, 2, length)
+        calls = len(FakeRKNNLite.instances[-1].inputs)
+        with pytest.raises(ShapeRefused, match=r"e\.rknn: fed a \[1, 2, 4\].*\[1, 2, 3\].*\[1, 2, 5\]"):
+            backend.run({"a": np.ones((1, 2, 4), np.float32), "b": np.ones((1, 2, 4), np.float32)})
+        assert len(FakeRKNNLite.instances[-1].inputs) == calls  # nothing reached the runtime

@@ -145,7 +145,8 @@ FAMILY = Family(
     help="Export Audio8-ASR's encoder, adapter, prefill, one decoder step per K/V bucket and LM head shards,\n"
          "gate greedy tokens against the torch FP32 model, and compile every graph.",
     source=Source,
-    components=(Component("asr", export_graphs, Options, advice=ADVICE, context="audio8 graphs"),),
+    components=(Component("asr", export_graphs, Options, advice=ADVICE, context="audio8 graphs",
+                          ladder=("step_<n>",)),),
     build_defaults={"max_regtask_lines": 0},
     sources=source_files,
     random_source=random_source,

@@ -264,7 +264,7 @@ FAMILY = Family(
     name=NAME,
     help="Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role.",
     source=Source,
-    components=(Component(COMPONENT, export_steps, Options, advice=ADVICE),),
+    components=(Component(COMPONENT, export_steps, Options, advice=ADVICE, ladder=("first", "main")),),
     build_defaults={"max_regtask_lines": 0, "min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
     sources=recipe_sources,
     random_source=random_source,

@@ -1,0 +1,159 @@
+"""`--ladder dynamic`: the engines of a ladder (one fixed-shape export per rung, bucket or role) become one export
+that the toolkit compiles once for all their shapes (`config(dynamic_input=...)`), the weights stored once.
+
+The family exports its rungs as always; `dynamic_ladder` merges those whose role its component declares a ladder
+(`Component.ladder`) into one shape-generic ONNX (`surgery.graph.shape_generic`), gates that the merged graph
+computes exactly what each rung's graph computes on its self-check, and writes the contract's `shape_sets` (each
+set's input and output shapes and the contract fields that differ between rungs: role, ladder key, length), so
+the build, the manifest, the exec_plan and the runtime read the sets from the engine and restate nothing."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from converters.family.exported import Exported, record_export
+from core.contract import get_contract
+from core.errors import SetupError
+from core.paths import engine_name, reference_path
+from runtime.board.shapes import SHAPE_SETS, keyed
+from runtime.board.verdict import Verdict, at_most
+
+LADDERS = ("static", "dynamic")
+# What every rung's contract carries on its own and the merged engine does not take from one rung.
+NOT_PER_SET = ("producer", "export_verdicts", "reference_onnx")
+EXACT_LIMIT = 1e-6  # max|d| / max|reference| of the merged graph against each rung's own graph
+
+
+def _role_matches(role: str, patterns: tuple[str, ...]) -> bool:
+    return any(re.fullmatch(re.escape(p).replace(re.escape("<n>"), r"\d+"), role or "") for p in patterns)
+
+
+def _merged_stem(stems: list[str]) -> str:
+    """The rungs' common stem without its trailing length spelling (`cosyvoice3_flow_s24` .. -> `cosyvoice3_flow`),
+    plus `_ladder`."""
+    common = re.sub(r"_[A-Za-z]?\d*$", "", os.path.commonprefix(stems)) or "engine"
+    return f"{common}_ladder"
+
+
+def _shapes(model) -> tuple[dict, dict]:
+    from toolkit.session import graph_io
+
+    inputs, outputs = graph_io(model)
+    return {s.name: list(s.shape) for s in inputs}, {s.name: list(s.shape) for s in outputs}
+
+
+def exactness_verdict(generic, rungs: list[Exported]) -> Verdict:
+    """The merged graph against each rung's own graph on that rung's self-check (onnxruntime fp32): the worst
+    max|d| relative to the rung's output scale. Anything but rounding noise means the merge changed the maths."""
+    import numpy as np
+
+    from runtime.host.backends import OnnxBackend
+
+    worst, where = 0.0, ""
+    with OnnxBackend(generic) as merged:
+        for record in rungs:
+            with np.load(record.selfcheck) as data:
+                feeds = {name: data[name] for name in data.files}
+            with OnnxBackend(record.onnx) as own:
+                expected = own.run(feeds)
+            got = merged.run(feeds)
+            for name, value in expected.items():
+                scale = float(np.max(np.abs(value))) or 1.0
+                error = float(np.max(np.abs(got[name].astype(np.float64) - value))) / scale
+                if error >= worst:
+                    worst, where = error, f"{record.onnx.name} {name}"
+    return at_most("shape_generic_exact", worst, EXACT_LIMIT, "max|d|/max|ref|",
+                   f"one graph for {len(rungs)} shape sets against each set's own graph (worst: {where})")
+
+
+def merge_rungs(rungs: list[Exported], say: Callable[[str], None] = print) -> Exported:
+    """One shape-generic export of `rungs` (in set order), beside them: its ONNX, its keyed self-check
+    (`<input>@<set>`), its fp32 twin when the rungs have one, and the end-to-end goldens renamed to it."""
+    import numpy as np
+    import onnx
+
+    from core.contract import set_contract
+    from core.onnx_graph import load_model
+    from surgery.graph.shape_generic import NotOneGraph, shape_generic
+
+    models = [load_model(r.onnx) for r in rungs]
+    contracts = [get_contract(m) for m in models]
+    out_dir = rungs[0].onnx.parent
+    onnx_path = out_dir / f"{_merged_stem([r.onnx.stem for r in rungs])}.onnx"
+    try:
+        generic = shape_generic(models)
+        twin = (shape_generic([load_model(r.reference) for r in rungs])
+                if all(r.reference is not None for r in rungs) else None)
+    except NotOneGraph as error:
+        raise SetupError(f"--ladder dynamic: the rungs {[r.onnx.name for r in rungs]} are not one graph at several "
+                         f"shapes: {error}") from None
+    keys = {key for contract in contracts for key in contract if key not in NOT_PER_SET}
+    # the role always: it is what the exec_plan and the runtime's loops pick a set by
+    differing = sorted({"role"} | {key for key in keys
+                                   if len({json.dumps(c.get(key), sort_keys=True) for c in contracts}) > 1})
+    sets = []
+    for model, contract in zip(models, contracts):
+        inputs, outputs = _shapes(model)
+        sets.append({"inputs": inputs, "outputs": outputs, "contract": {key: contract.get(key) for key in differing}})
+    contract = {**contracts[-1], SHAPE_SETS: sets, "ladder": "dynamic"}
+    contract.pop("reference_onnx", None)
+    contract.pop("export_verdicts", None)
+    onnx.save(set_contract(generic, contract), str(onnx_path))
+    feeds = {}
+    for number, record in enumerate(rungs):
+        with np.load(record.selfcheck) as data:
+            feeds.update({keyed(name, number): data[name] for name in data.files})
+    reference = None
+    if twin is not None:
+        reference = reference_path(onnx_path)
+        onnx.save(twin, str(reference))
+    verdicts = list(dict.fromkeys(v for r in rungs for v in r.verdicts))
+    verdicts.append(exactness_verdict(onnx_path, rungs))
+    record = record_export(onnx_path, verdicts, feeds=feeds, reference=reference)
+    say(f"  merged {len(rungs)} rungs into {onnx_path.name}: one engine for shape sets "
+        + ", ".join(str({name: shape for name, shape in s["inputs"].items()
+                         if len({tuple(x["inputs"][name]) for x in sets}) > 1}) for s in sets))
+    return replace(record, end_to_end=_renamed_goldens(rungs, onnx_path))
+
+
+def _renamed_goldens(rungs: list[Exported], merged: Path) -> Path | None:
+    """The end-to-end goldens that named the rungs now name the merged engine once (its views stand for them)."""
+    names = {r.onnx.name for r in rungs}
+    engines = {engine_name(r.onnx) for r in rungs}
+    found = None
+    for spec_path in dict.fromkeys(r.end_to_end for r in rungs if r.end_to_end is not None):
+        spec = json.loads(Path(spec_path).read_text())
+        spec["onnx"] = list(dict.fromkeys(merged.name if n in names else n for n in spec["onnx"]))
+        spec["engines"] = list(dict.fromkeys(engine_name(merged) if n in engines else n for n in spec["engines"]))
+        Path(spec_path).write_text(json.dumps(spec, indent=2) + "\n")
+        found = spec_path
+    return found
+
+
+def dynamic_ladder(exported: list[Exported], roles: tuple[str, ...], say: Callable[[str], None] = print) -> list:
+    """`exported` with the records whose role matches `roles` (`<n>` matches digits) merged into one, in ladder
+    order (their `ladder_key`, then export order); a rung split by depth (contract `chain`) merges part by part.
+    The other records are kept as they are."""
+    groups: dict = {}
+    for position, record in enumerate(exported):
+        contract = get_contract(record.onnx)
+        if _role_matches(contract.get("role"), roles):
+            part = (contract.get("chain") or {}).get("part", 0)
+            groups.setdefault(part, []).append((contract.get("ladder_key", 0), position, record))
+    if not groups:
+        raise SetupError(f"--ladder dynamic: no exported engine fills the ladder roles {list(roles)}")
+    merged_at, merged = {}, {}
+    for part, members in groups.items():
+        members.sort(key=lambda item: (item[0], item[1]))
+        if len(members) < 2:
+            raise SetupError(f"--ladder dynamic needs at least two rungs; this export has one "
+                             f"({members[0][2].onnx.name}): build it static")
+        positions = [position for _, position, _ in members]
+        merged_at[min(positions)] = merge_rungs([record for _, _, record in members], say)
+        merged.update(dict.fromkeys(positions))
+    return [merged_at[position] if position in merged_at else record
+            for position, record in enumerate(exported) if position in merged_at or position not in merged]
