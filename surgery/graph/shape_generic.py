@@ -9,9 +9,8 @@ weights), and writes each differing constant as a function of the input dims:
 - a Slice start or end a fixed distance from its axis end becomes that negative index (no arithmetic either);
 - any other integer constant: each differing entry as `a * dim + b` of an input dim that varies with it, read
   with Shape -> Gather (the toolkit folds these per shape set, as it builds one graph per set);
-- a float constant that is one value repeated over a varying shape (a ones column): ConstantOfShape of that shape;
-- a table whose every set is the leading corner of the largest set's (RoPE rows, a causal mask): the largest
-  table, sliced to the set's sizes.
+- a table whose every set is the leading corner of the largest set's (RoPE rows, a causal mask, a ones column):
+  the largest table, sliced to the set's sizes.
 Anything else that differs (a band table whose values move with the width) is refused: it has to be an input.
 Small constants (shape vectors, axes, scalars) are given one copy per reader first, so an exporter that shared
 one constant between readers at one shape and not at another still yields one graph."""
@@ -279,22 +278,6 @@ def shape_generic(models: list[onnx.ModelProto]) -> onnx.ModelProto:
                 builder.nodes.append(helper.make_node("Cast", [name + "/int64"], [name], name=name + "/cast",
                                                       to=helper.np_dtype_to_tensor_dtype(first.dtype)))
             continue
-        if first.size and all(v.ndim == first.ndim and np.all(v == first.flat[0]) for v in versions):
-            entries = []
-            for axis in range(first.ndim):
-                sizes = [v.shape[axis] for v in versions]
-                if len(set(sizes)) == 1:
-                    entries.append(sizes[0])
-                    continue
-                fit = _fit(sizes, dims)
-                if fit is None:
-                    raise NotOneGraph(f"constant {name} axis {axis} sizes {sizes} are no a*dim+b of a varying input dim")
-                entries.append(builder.affine(*fit))
-            builder.vector(entries, name + "/shape")
-            builder.nodes.append(helper.make_node(
-                "ConstantOfShape", [name + "/shape"], [name], name=name + "/fill",
-                value=numpy_helper.from_array(np.asarray([first.flat[0]], dtype=first.dtype))))
-            continue
         largest = max(versions, key=lambda v: v.size)
         if all(v.ndim == largest.ndim and all(a <= b for a, b in zip(v.shape, largest.shape))
                and np.array_equal(v, largest[tuple(slice(0, n) for n in v.shape)]) for v in versions):
@@ -313,7 +296,7 @@ def shape_generic(models: list[onnx.ModelProto]) -> onnx.ModelProto:
                           builder.const(np.asarray(axes, np.int64))], [name], name=name + "/prefix"))
             continue
         raise NotOneGraph(f"constant {name} ({first.dtype}, shapes {[tuple(v.shape) for v in versions]}) differs "
-                          "between the shape sets and is neither a shape nor a filled tensor: a shape-dependent table "
+                          "between the shape sets and is neither a shape nor the leading corner of its largest set: such a table "
                           "has to be a graph input (export it as one, as CosyVoice3's RoPE tables are)")
     computed = {output for node in builder.nodes for output in node.output}
     replaced = computed | set(rewritten)
