@@ -296,8 +296,8 @@ def shape_generic(models: list[onnx.ModelProto]) -> onnx.ModelProto:
                           builder.const(np.asarray(axes, np.int64))], [name], name=name + "/prefix"))
             continue
         raise NotOneGraph(f"constant {name} ({first.dtype}, shapes {[tuple(v.shape) for v in versions]}) differs "
-                          "between the shape sets and is neither a shape nor the leading corner of its largest set: such a table "
-                          "has to be a graph input (export it as one, as CosyVoice3's RoPE tables are)")
+                          "between the shape sets and is neither a shape nor the leading corner of its largest set: "
+                          "such a table has to be a graph input (export it as one, as CosyVoice3's RoPE tables are)")
     computed = {output for node in builder.nodes for output in node.output}
     replaced = computed | set(rewritten)
 
