@@ -218,8 +218,10 @@ def banded_relative_attention(model: onnx.ModelProto) -> onnx.ModelProto:
         window = max(_window(layer.emb_k.T, n), _window(layer.emb_v, n))
         k = 2 * window + 1
         # One band constant per use (logits, weights), each shared by all layers: the toolkit lays the two uses
-        # out differently, and a single tensor used both ways is cloned per layer (27 MB more at N=512).
-        band_logits, band_weights = f"relattn/band_logits_n{n}_k{k}", f"relattn/band_weights_n{n}_k{k}"
+        # out differently, and a single tensor used both ways is cloned per layer (27 MB more at N=512). Named
+        # without N: the band at N is the leading corner of the band at any longer N, so the widths of a ladder
+        # stay one graph (surgery.graph.shape_generic).
+        band_logits, band_weights = f"relattn/band_logits_k{k}", f"relattn/band_weights_k{k}"
         shared.setdefault(band_logits, band_constant(n, window))
         shared.setdefault(band_weights, band_constant(n, window))
         tag = f"relattn{number}"

@@ -140,7 +140,7 @@ FAMILY = Family(
     components=(
         Component("decoder", export_decoder, DecoderOptions, advice=DECODER_ADVICE, context=SELFCHECK_CONTEXT),
         Component("duration_encoder", export_encoder, EncoderOptions, EncoderGates, advice=ENCODER_ADVICE,
-                  context="piper encoder export",
+                  context="piper encoder export", ladder=("main",),
                   switch=("--encoder", "Build the duration-encoder engines instead of the decoder.")),
     ),
     sources=voice_files,
