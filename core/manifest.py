@@ -157,9 +157,10 @@ def summary_lines(data: dict) -> list[str]:
                            if len({tuple(i["shape"]) for s in data["shape_sets"] for i in s["inputs"]
                                    if i["name"] == t["name"]}) > 1)
         predicted = (entry.get("predicted_board_ms") or {}).get("ms")
-        lines.append(f"  shape set {number} (role {entry['contract'].get('role')}): {shapes}; {entry['ops']['cpu']} CPU "
-                     f"ops, {entry['regtask']['lines']} REGTASK lines, est. cycles {entry['est_cycles']:,}, internal "
-                     f"{entry['internal_bytes']:,}" + (f", predicted {predicted:,.1f} ms" if predicted else ""))
+        lines.append(f"  shape set {number} (role {entry['contract'].get('role')}): {shapes}; "
+                     f"{entry['ops']['cpu']} CPU ops, {entry['regtask']['lines']} REGTASK lines, est. cycles "
+                     f"{entry['est_cycles']:,}, internal {entry['internal_bytes']:,}"
+                     + (f", predicted {predicted:,.1f} ms" if predicted else ""))
     lines.append("  gates:")
     for gate in data.get("gates", []):
         mark = "PASS" if gate["passed"] else "FAIL"

@@ -159,7 +159,8 @@ def shape_set_logs(log_text: str, sets: list[dict]) -> list[str]:
     of graphs or a table that matches no set (or two)."""
     ends = [match.end() for match in DYNAMIC_GRAPH_DONE.finditer(log_text)]
     if len(ends) != len(sets):
-        raise ValueError(f"the build log ends {len(ends)} dynamic-shape graphs, the engine lists {len(sets)} shape sets")
+        raise ValueError(f"the build log ends {len(ends)} dynamic-shape graphs, the engine lists {len(sets)} "
+                         "shape sets")
     parts, start = [], 0
     for end in ends:
         parts.append(log_text[start:end])

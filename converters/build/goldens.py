@@ -121,7 +121,8 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
             set_feeds = own(feeds)
             arrays = [writer.add("input", spec["name"], set_feeds[spec["name"]]) for spec in entry["inputs"]]
             arrays += [writer.add("fp32", tensor, value) for tensor, value in own(result.reference_outputs).items()]
-            arrays += [writer.add("simulator", tensor, value) for tensor, value in own(result.simulator_outputs).items()]
+            arrays += [writer.add("simulator", tensor, value)
+                       for tensor, value in own(result.simulator_outputs).items()]
             index["engines"].append({
                 "engine": Path(result.rknn).name, "manifest": Path(result.manifest).name, "arrays": arrays,
                 **({SET_KEY: number} if "shape_sets" in manifest else {}),

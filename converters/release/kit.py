@@ -105,10 +105,11 @@ def write_sums(package_dir: Path) -> Path:
 
 def verify(package_dir: Path) -> list[str]:
     """Every problem of a package: a file missing, changed or not listed in SHA256SUMS, an engine whose manifest
-    is missing or disagrees with it (bytes, sha256), an exec_plan the consumer would refuse (runtime/host/exec_plan.py)
-    or one naming an absent engine. Empty: intact."""
+    is missing or disagrees with it (bytes, sha256), an exec_plan the consumer would refuse (runtime/host/exec_plan.py:
+    its rules, and a file in a role its manifest lists no shape set for) or one naming an absent engine. Empty:
+    intact."""
     from runtime.board.files import sha256_file
-    from runtime.host.exec_plan import plan_problems
+    from runtime.host.exec_plan import plan_problems, shared_file_problems
     from runtime.board.selftest import SetupProblem, read_sums
 
     package_dir = Path(package_dir)
@@ -138,7 +139,10 @@ def verify(package_dir: Path) -> list[str]:
     plan_path = package_dir / "exec_plan.json"
     if plan_path.is_file():
         plan = json.loads(plan_path.read_text())
-        refused = plan_problems(plan)
+        manifest_paths = {engine: package_dir / manifest_name(Path(engine)) for engine in present
+                          if engine.endswith(".rknn")}
+        manifests = {engine: json.loads(path.read_text()) for engine, path in manifest_paths.items() if path.is_file()}
+        refused = plan_problems(plan) + shared_file_problems(plan, manifests)
         problems += [f"exec_plan.json: {problem}" for problem in refused]
         if not refused:
             for option in plan.values():

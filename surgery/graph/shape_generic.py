@@ -163,11 +163,13 @@ class _Builder:
         out = self.dim(dim)
         if a != 1:
             scaled = self._name("mul")
-            self.nodes.append(helper.make_node("Mul", [out, self.const(np.array([a], np.int64))], [scaled], name=scaled))
+            factor = self.const(np.array([a], np.int64))
+            self.nodes.append(helper.make_node("Mul", [out, factor], [scaled], name=scaled))
             out = scaled
         if b != 0:
             shifted = self._name("add")
-            self.nodes.append(helper.make_node("Add", [out, self.const(np.array([b], np.int64))], [shifted], name=shifted))
+            offset = self.const(np.array([b], np.int64))
+            self.nodes.append(helper.make_node("Add", [out, offset], [shifted], name=shifted))
             out = shifted
         return out
 

@@ -33,7 +33,8 @@ def packages(tmp_path_factory):
     shipped = (REPO_ROOT / "recipes" / "example_conv.toml").read_text()
     (recipes_dir / "example_conv.toml").write_text(shipped)
     dynamic = shipped.replace('package = "example_conv"', 'package = "example_dyn"')
-    (recipes_dir / "example_dyn.toml").write_text(dynamic.replace("frames = [64, 128]", 'frames = [64, 128]\nladder = "dynamic"'))
+    (recipes_dir / "example_dyn.toml").write_text(
+        dynamic.replace("frames = [64, 128]", 'frames = [64, 128]\nladder = "dynamic"'))
     rows = recipes.build_all("rk3588", declaration, "2.3.2", recipes_dir, dist, say=lambda line: None)
     assert [(r["package"], r["status"]) for r in rows] == [("example_conv_rk3588", "ok"), ("example_dyn_rk3588", "ok")]
     return {"static": dist / "rk3588" / "example_conv_rk3588", "dynamic": dist / "rk3588" / "example_dyn_rk3588"}

@@ -47,7 +47,8 @@ def _fixed(length: int, band: bool = False, extra_node: bool = False) -> onnx.Mo
         helper.make_node("Add", ["tail_sum", "last_flat"], ["z"]),
     ]
     if extra_node:
-        nodes[-1:] = [helper.make_node("Add", ["tail_sum", "last_flat"], ["z0"]), helper.make_node("Neg", ["z0"], ["z"])]
+        nodes[-1:] = [helper.make_node("Add", ["tail_sum", "last_flat"], ["z0"]),
+                      helper.make_node("Neg", ["z0"], ["z"])]
     graph = helper.make_graph(nodes, "g", [x], [y, z], [numpy_helper.from_array(v, k) for k, v in constants.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
