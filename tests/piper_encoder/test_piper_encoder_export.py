@@ -142,3 +142,27 @@ def test_a_degenerate_encoder_reference_fails_without_a_figure():
     assert judged.degenerate == judged.detail and judged.outcome == "degenerate"
     with pytest.raises(GateFailure, match="the comparison has nothing to judge"):
         refuse_degenerate([judged], "piper encoder export")
+
+
+def test_the_width_ladder_builds_as_one_dynamic_engine(require_converter, tmp_path):
+    """`--ladder dynamic`: the widths merge into one engine (the band tables are leading corners of the widest), every
+    per-width gate passes, and each width's own layer table shows what compiles differently from the static widths:
+    the six band ReduceSums run on the CPU (so the recipe's static widths stay the default)."""
+    from dataclasses import replace
+
+    from converters.family import pipeline
+
+    require_converter("2.3.2")
+    job = _encoder_job(tmp_path, fail_on_cpu_ops=False)
+    from converters.families.piper import FAMILY
+
+    options = FAMILY.options_model(FAMILY.component("duration_encoder"))
+    job = replace(job, options=options(frames=[64, 128], ladder="dynamic"))
+    results = pipeline.run(job)
+    assert [r.rknn.name for r in results] == ["piper_encoder_ladder.rknn"]
+    manifest = results[0].manifest_data
+    assert [entry["contract"]["frames"] for entry in manifest["shape_sets"]] == [64, 128]
+    assert all(v["passed"] for v in manifest["gates"])
+    for entry in manifest["shape_sets"]:
+        assert entry["regtask"]["lines"] == 0
+        assert sorted({op["type"] for op in entry["ops"]["cpu_ops"]}) == ["ReduceSum"] and entry["ops"]["cpu"] == 6
