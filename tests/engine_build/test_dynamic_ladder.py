@@ -147,3 +147,20 @@ def test_one_rung_cannot_be_a_dynamic_ladder(tmp_path):
         dynamic_ladder(records, ("main",), say=lambda line: None)
     with pytest.raises(SetupError, match="no exported engine fills the ladder roles"):
         dynamic_ladder(records, ("first",), say=lambda line: None)
+
+
+def test_a_symbolic_dimension_builds_only_with_its_shape_sets(packages):
+    """`convert build` compiles the merged ONNX from the sets its contract lists, and refuses the same graph
+    without them (what a shape-generic ONNX from elsewhere is), naming the dimension and the fix."""
+    from converters.release.kit import HostOpener
+    from core.contract import get_contract, set_contract
+    from core.errors import SetupError
+    from core.onnx_graph import load_model
+    from toolkit.session import graph_io
+
+    model = load_model(HostOpener(packages["dynamic"], "simulator").onnx_path("example_c16_ladder.rknn"))
+    inputs, _ = graph_io(model)
+    assert [list(spec.shape) for spec in inputs] == [[1, 16, 128]]  # the largest set: what the manifest's top shows
+    contract = {key: value for key, value in get_contract(model).items() if key != "shape_sets"}
+    with pytest.raises(SetupError, match="input 'x' has a symbolic dimension 's0' at axis 2.*shape_sets"):
+        graph_io(set_contract(model, contract))
