@@ -7,9 +7,9 @@ In order:
 1. every file against SHA256SUMS (a changed, missing or truncated file stops it: exit 2, each file named);
 2. the engines' toolkit version against the board runtime's (an older runtime refuses them: exit 2);
 3. every engine on its golden inputs (an engine of several shape sets: each set's): a warm-up, then --runs timed
-   runs; SNR and max|d| against the fp32
-   reference and against the simulator outputs the build measured; init time and latency min / median / p90,
-   beside the board time the build's model predicted (the manifest's predicted_board_ms: a report, not a gate);
+   runs; SNR and max|d| against the fp32 reference and against the simulator outputs the build measured; init time
+   and latency min / median / p90, beside the board time the build's model predicted (the manifest's
+   predicted_board_ms: a report, not a gate);
 4. with --core-masks, each engine again per NPU core mask, and the SNR between cores (masks the SoC lacks are
    skipped, never run on AUTO);
 5. the end-to-end goldens through the packaged runtime loop (every engine call compared with its fp32 record,
