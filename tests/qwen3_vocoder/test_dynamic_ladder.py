@@ -93,8 +93,9 @@ def convert(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_command_exports_the_pair_for_a_dynamic_ladder(tiny_snapshot, tmp_path):
-    """--ladder dynamic: the first step at 16 frames and main at --codes-length, merged into one graph; --role
-    and --output choose one step of a static build and are refused with it, as is a main step no longer than first."""
+    """--ladder dynamic: the first step at 16 frames and main at --codes-length, merged into one graph (which
+    --onnx reads back as both steps); --role and --output choose one step of a static build and are refused with
+    it, as is a main step no longer than first."""
     from core.contract import get_contract
 
     run = convert("--model-dir", str(tiny_snapshot), "--ladder", "dynamic", "--codes-length", "32", "--skip-rknn",
@@ -102,6 +103,8 @@ def test_the_command_exports_the_pair_for_a_dynamic_ladder(tiny_snapshot, tmp_pa
     assert run.returncode == 0, run.stderr[-3000:]
     sets = get_contract(tmp_path / f"{LADDER_STEM}.onnx")["shape_sets"]
     assert [(entry["contract"]["role"], entry["inputs"]["codes"][-1]) for entry in sets] == [("first", 16), ("main", 32)]
+    again = convert("--onnx", str(tmp_path / f"{LADDER_STEM}.onnx"), "--skip-rknn", "--out", str(tmp_path / "again"))
+    assert again.returncode == 0 and "role first, B=16 and role main, B=32, cache_numel" in again.stdout, again.stderr
     for args, refusal in [(("--role", "first"), "--role and --output choose the one step of a static build"),
                           (("--output", str(tmp_path / "x.onnx")), "--role and --output choose the one step"),
                           (("--codes-length", "16"), "--codes-length 16 is the main step's and must exceed")]:
