@@ -40,7 +40,8 @@ DYNAMIC_DISABLED_RULES = {"2.3.2": ("replace_parallel_slice_by_split",), "2.5.0"
 # a 1x1 Conv: a dynamic ladder writes those means as MatMuls for them (surgery.graph.mean_as_matmul). 2.3.2: the
 # tiny Qwen3 step's 5 RMSNorm means on the CPU in each shape set, est_cycles 2.0% / 2.1% under the static engines';
 # as MatMuls 1.4% / 1.5%, simulator SNR as static. 2.5.0 keeps them on the NPU (the MatMul there: +0.7% est_cycles,
-# +3% predicted board ms; rk3588, measured 2026-12-03).
+# +3% predicted board ms; rk3588, measured 2026-12-03). A LayerNorm's means stay: 2.3.2 fuses them into exNorm at
+# dynamic shapes too.
 DYNAMIC_MEANS_ON_CPU = ("2.3.2",)
 CUSTOM_STRING_MAX_BYTES = 1024  # the toolkit's limit for config(custom_string=...)
 LOG_TAIL_LINES = 20
