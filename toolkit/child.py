@@ -6,7 +6,8 @@ Imports only the stdlib, numpy, onnxruntime and rknn: the converter venv holds n
 world.
 
 Request keys: onnx, target, inputs (names), input_shapes, custom_string, dynamic_input (null, or the input
-shapes of each shape set an engine of several is compiled for), rknn (path to export to, or null), outputs (names), simulate (bool: start the simulator), events_fd (a pipe write end inherited
+shapes of each shape set an engine of several is compiled for), disable_rules (toolkit rules config() turns
+off: `toolkit.session.DYNAMIC_DISABLED_RULES`), rknn (path to export to, or null), outputs (names), simulate (bool: start the simulator), events_fd (a pipe write end inherited
 from the parent), parent_pid (the child dies with it).
 Every step is announced on the events pipe as one JSON line ({"stage": ...}) *before* it starts, so the
 parent can name the stage in which a signal killed the child. After the build, the child answers run
@@ -235,6 +236,8 @@ def main(request_path: str) -> int:
         rknn = RKNN(verbose=True)
         events.send(stage="config")
         dynamic = {"dynamic_input": request["dynamic_input"]} if request.get("dynamic_input") else {}
+        if request.get("disable_rules"):
+            dynamic["disable_rules"] = request["disable_rules"]
         _checked("config", rknn.config(target_platform=request["target"], float_dtype="float16",
                                        custom_string=request["custom_string"], **dynamic))
         events.send(stage="load")

@@ -28,6 +28,21 @@ from toolkit.versions import check_toolkit, converter_python
 # Newest ONNX IR version / default-domain opset each toolkit's bundled onnx can read
 # (2.3.2 runs with onnx 1.16.1, 2.5.0 with onnx 1.18.0).
 TOOLKIT_ONNX_LIMITS = {"2.3.2": {"ir": 10, "opset": 21}, "2.5.0": {"ir": 11, "opset": 23}}
+# Toolkit rules a dynamic-shape build (an engine of several shape sets) turns off. 2.3.2's
+# replace_parallel_slice_by_split joins Slices of one tensor that cover it ([0:-2] and [-2:] of the tiny Qwen3 step's
+# pre_conv halo join, the ends counted from the axis end as surgery.graph.shape_generic writes them) into a Split
+# whose sizes it takes from the negative bounds, and refuses the graph: "The shape [1, -2, 16] of
+# '/step/pre_conv/Slice_1_output_0' for Split(...) is invalid! The model can not be dynamic!". Off, the first/main
+# ladder builds with every gate held and per-set est_cycles within 2% of the static engines' (rk3588, measured
+# 2026-12-03). 2.5.0 builds it with the rule on. A fixed-shape build keeps every rule.
+DYNAMIC_DISABLED_RULES = {"2.3.2": ("replace_parallel_slice_by_split",), "2.5.0": ()}
+# Toolkits whose dynamic-shape build runs a last-axis ReduceMean on the CPU, where their fixed-shape build makes it
+# a 1x1 Conv: a dynamic ladder writes those means as MatMuls for them (surgery.graph.mean_as_matmul). 2.3.2: the
+# tiny Qwen3 step's 5 RMSNorm means on the CPU in each shape set, est_cycles 2.0% / 2.1% under the static engines';
+# as MatMuls 1.4% / 1.5%, simulator SNR as static. 2.5.0 keeps them on the NPU (the MatMul there: +0.7% est_cycles,
+# +3% predicted board ms; rk3588, measured 2026-12-03). A LayerNorm's means stay: 2.3.2 fuses them into exNorm at
+# dynamic shapes too.
+DYNAMIC_MEANS_ON_CPU = ("2.3.2",)
 CUSTOM_STRING_MAX_BYTES = 1024  # the toolkit's limit for config(custom_string=...)
 LOG_TAIL_LINES = 20
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # the toolkit colours its log lines
@@ -222,6 +237,7 @@ class ConverterChild:
                 "outputs": [s.name for s in self.outputs],
                 "custom_string": custom_string(get_contract(model)),
                 "dynamic_input": dynamic_input(model, self.inputs),
+                "disable_rules": list(DYNAMIC_DISABLED_RULES[self.toolkit]) if self.shape_sets else [],
                 # Absolute: the child runs in its own work dir, where a relative --out would point nowhere.
                 "rknn": str(Path(rknn_path).resolve()) if rknn_path else None, "simulate": simulate,
                 "parent_pid": os.getpid(),

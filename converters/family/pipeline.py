@@ -69,7 +69,7 @@ def run(job, *, skip_rknn: bool = False, from_onnx: Path | None = None, reproduc
         if getattr(job.options, "ladder", "static") == "dynamic":
             from converters.family.ladder import dynamic_ladder
 
-            exported = dynamic_ladder(exported, job.component.ladder, say)
+            exported = dynamic_ladder(exported, job.component.ladder, say, check_toolkit(job.toolkit))
     results = build(exported, job.out, options, context=job.context, advice=job.component.advice, say=say)
     if job.family.after_build is not None:
         job.family.after_build(job, results)

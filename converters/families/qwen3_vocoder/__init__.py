@@ -6,7 +6,8 @@ decoder's full decode, write the ONNX with its contract. Conversion stage: `--on
 cache size, head dim and kv_len back from the graph and only compiles.
 
 `FAMILY` declares the command and the recipe adapter: the command exports one step (`--role`, `--codes-length`,
-`--output`) from `--model-dir`, a recipe one step per `options.engines` entry from its `source.dir` / `source.repo`."""
+`--output`) from `--model-dir`, or with `--ladder dynamic` the stream's pair (first B=16, main B=--codes-length) as
+one engine; a recipe one step per `options.engines` entry from its `source.dir` / `source.repo`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -49,7 +50,8 @@ class Engine(Table):
 class Options(Table):
     codes_length: int = option(
         64, "Code frames per step, compiled in (16 for the first group, 64 for the rest). For --role window: the new "
-        "frames per event (the window is 25 context frames + these).", short="-B", recipe=False, ge=1)
+        "frames per event (the window is 25 context frames + these). With --ladder dynamic: the main step's (the "
+        "first step's are 16).", short="-B", recipe=False, ge=1)
     role: Literal[ROLES] = option(
         "main", "Artifact role in qwen3_tts.exec_plan: main (B=64 step), first (B=16 step) or window (stateless "
         "decode of 25 context + new frames).", recipe=False)
@@ -150,13 +152,29 @@ def export_steps(job) -> list[pipeline.Exported]:
     if job.recipe is None:
         if job.source.model_dir is None:
             raise SetupError("give --model-dir SNAPSHOT (export) or --onnx STEP.onnx (compile an earlier export)")
-        options = job.options
-        onnx_path = options.output or Path(job.out) / onnx_name(options.role, options.codes_length)
-        return export(job.source.model_dir, [(options.role, options.codes_length, onnx_path)], options.sine_form)
+        return export(job.source.model_dir, command_steps(job.options, Path(job.out)), job.options.sine_form)
     engines = [(engine.role, engine.codes_length, Path(job.out) / onnx_name(engine.role, engine.codes_length))
                for engine in job.options.engines]
     # A recipe's source lacks the command's model_dir, unless `random_source`'s replaced it (build_cell)
     return export(getattr(job.source, "model_dir", None) or _recipe_snapshot(job), engines, job.options.sine_form)
+
+
+def command_steps(options, out: Path) -> list[tuple[str, int, Path]]:
+    """The (role, code frames, ONNX path) the command exports: its one step (--role, --codes-length, --output), or
+    with --ladder dynamic the two steps of the stream, first at the shipped 16 frames and main at --codes-length,
+    which the pipeline merges into one engine (a dynamic ladder of one step has nothing to merge)."""
+    if options.ladder == "static":
+        return [(options.role, options.codes_length,
+                 options.output or out / onnx_name(options.role, options.codes_length))]
+    first = SHIPPED_FRAMES["first"]
+    if options.role != "main" or options.output is not None:
+        raise SetupError(f"--ladder dynamic builds the first (B={first}) and the main step (B=--codes-length) as one "
+                         "engine: --role and --output choose the one step of a static build")
+    if options.codes_length <= first:
+        raise SetupError(f"--ladder dynamic: --codes-length {options.codes_length} is the main step's and must exceed "
+                         f"the first step's {first} code frames")
+    return [(role, frames, out / onnx_name(role, frames)) for role, frames in (("first", first),
+                                                                               ("main", options.codes_length))]
 
 
 def _recipe_snapshot(job) -> str:

@@ -185,8 +185,12 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
 
 
 def describe(onnx_path: Path, contract: dict, source: str) -> str:
-    """One line of what a step's contract fixes (role, B, cache size, head dim, kv_len), and where it came from."""
-    return (f"{Path(onnx_path).name}: role {contract['role']}, B={contract['frames']}, cache_numel "
+    """One line of what a step's contract fixes (role and B, of each shape set of a dynamic ladder; cache size, head
+    dim, kv_len), and where it came from."""
+    from runtime.board.shapes import set_contracts
+
+    steps = " and ".join(f"role {c['role']}, B={c['frames']}" for c in set_contracts(contract))
+    return (f"{Path(onnx_path).name}: {steps}, cache_numel "
             f"{contract['cache_numel']}, head_dim {contract['head_dim']}, kv_len {contract['kv_len']} ({source})")
 
 
