@@ -25,6 +25,7 @@ from runtime.board.verdict import Verdict, at_most
 LADDERS = ("static", "dynamic")
 # What every rung's contract carries on its own and the merged engine does not take from one rung.
 NOT_PER_SET = ("producer", "export_verdicts", "reference_onnx")
+LEAN_MIN_ELEMENTS = 1 << 16  # an initializer this large is a weight or a table, never a shape: set aside to merge
 EXACT_LIMIT = 1e-6  # max|d| / max|reference| of the merged graph against each rung's own graph
 
 
@@ -39,11 +40,41 @@ def _merged_stem(stems: list[str]) -> str:
     return f"{common}_ladder"
 
 
-def _shapes(model) -> tuple[dict, dict]:
+def _shapes(model, weights: dict) -> tuple[dict, dict]:
+    """The input (the weights set aside excluded) and output shapes of one rung's graph."""
     from toolkit.session import graph_io
 
     inputs, outputs = graph_io(model)
-    return {s.name: list(s.shape) for s in inputs}, {s.name: list(s.shape) for s in outputs}
+    return ({s.name: list(s.shape) for s in inputs if s.name not in weights},
+            {s.name: list(s.shape) for s in outputs})
+
+
+def _lean_rungs(paths: list[Path]) -> tuple[list, dict]:
+    """(the rungs' graphs, the weights set aside): loaded one at a time, every large initializer that all rungs
+    hold byte-identical set aside once as a graph input (`core.onnx_graph.weights_aside`; only the first rung's
+    copy is kept). Held whole, the merge took ~25x one rung's weight bytes (a 256 MiB stand-in, five rungs):
+    past 30 GB for CosyVoice3's five 1.3 GB rungs."""
+    import numpy as np
+
+    from core.onnx_graph import load_model, weights_aside, weights_back
+
+    graphs, first, differing = [], {}, set()
+    for path in paths:
+        model = load_model(path)
+        large = {t.name: t for t in model.graph.initializer if int(np.prod(t.dims)) >= LEAN_MIN_ELEMENTS}
+        if not graphs:
+            first = large  # the first rung's tensors: the merged graph's weights (they keep that rung loaded)
+        differing |= set(first) ^ set(large)
+        differing |= {name for name, tensor in large.items() if name in first and name not in differing
+                      and tensor.SerializeToString() != first[name].SerializeToString()}
+        graphs.append(weights_aside(model, set(large) - differing)[0])
+        del model, large
+    # a tensor found to differ only at a later rung goes back into the earlier graphs (it equals the first's there)
+    back = {name: first[name] for name in differing if name in first}
+    for graph in graphs:
+        weights_back(graph, {name: tensor for name, tensor in back.items()
+                             if any(value.name == name for value in graph.graph.input)})
+    return graphs, {name: tensor for name, tensor in first.items() if name not in differing}
 
 
 def exactness_verdict(generic, rungs: list[Exported]) -> Verdict:
@@ -77,17 +108,19 @@ def merge_rungs(rungs: list[Exported], say: Callable[[str], None] = print) -> Ex
     import onnx
 
     from core.contract import set_contract
-    from core.onnx_graph import load_model
+    from core.onnx_graph import weights_back
     from surgery.graph.shape_generic import NotOneGraph, shape_generic
 
-    models = [load_model(r.onnx) for r in rungs]
+    models, weights = _lean_rungs([r.onnx for r in rungs])
     contracts = [get_contract(m) for m in models]
     out_dir = rungs[0].onnx.parent
     onnx_path = out_dir / f"{_merged_stem([r.onnx.stem for r in rungs])}.onnx"
     try:
         generic = shape_generic(models)
-        twin = (shape_generic([load_model(r.reference) for r in rungs])
-                if all(r.reference is not None for r in rungs) else None)
+        twin = None
+        if all(r.reference is not None for r in rungs):
+            twin_models, twin_weights = _lean_rungs([r.reference for r in rungs])
+            twin = weights_back(shape_generic(twin_models), twin_weights)
     except NotOneGraph as error:
         raise SetupError(f"--ladder dynamic: the rungs {[r.onnx.name for r in rungs]} are not one graph at several "
                          f"shapes: {error}") from None
@@ -97,12 +130,12 @@ def merge_rungs(rungs: list[Exported], say: Callable[[str], None] = print) -> Ex
                                    if len({json.dumps(c.get(key), sort_keys=True) for c in contracts}) > 1})
     sets = []
     for model, contract in zip(models, contracts):
-        inputs, outputs = _shapes(model)
+        inputs, outputs = _shapes(model, weights)
         sets.append({"inputs": inputs, "outputs": outputs, "contract": {key: contract.get(key) for key in differing}})
     contract = {**contracts[-1], SHAPE_SETS: sets, "ladder": "dynamic"}
     contract.pop("reference_onnx", None)
     contract.pop("export_verdicts", None)
-    onnx.save(set_contract(generic, contract), str(onnx_path))
+    onnx.save(weights_back(set_contract(generic, contract), weights), str(onnx_path))
     feeds = {}
     for number, record in enumerate(rungs):
         with np.load(record.selfcheck) as data:
