@@ -164,6 +164,37 @@ def drop_unused_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def weights_aside(model: onnx.ModelProto, names) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+    """(a new model whose initializers `names` are graph inputs of their type and shape, those initializers): a
+    pass that never reads the weights runs on a graph of a few MB, and `model` can be dropped (protobuf frees a
+    message's memory only with the whole message). `weights_back` puts them back."""
+    names = set(names)
+    graph = model.graph
+    aside = {tensor.name: tensor for tensor in graph.initializer if tensor.name in names}
+    skeleton = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            list(graph.node), graph.name,
+            list(graph.input) + [onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims))
+                                 for name, tensor in aside.items()],
+            list(graph.output), [tensor for tensor in graph.initializer if tensor.name not in aside],
+            value_info=list(graph.value_info)),
+        opset_imports=list(model.opset_import))
+    skeleton.ir_version = model.ir_version
+    skeleton.metadata_props.extend(model.metadata_props)
+    return skeleton, aside
+
+
+def weights_back(model: onnx.ModelProto, aside: dict[str, onnx.TensorProto]) -> onnx.ModelProto:
+    """The inverse of `weights_aside` (in place; returns the model): each input named in `aside` becomes its
+    initializer again, where the graph still reads it."""
+    used = {name for node in model.graph.node for name in node.input}
+    inputs = [value for value in model.graph.input if value.name not in aside]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    model.graph.initializer.extend(tensor for name, tensor in aside.items() if name in used)
+    return model
+
+
 def load_model(path, what: str = "ONNX model", load_external_data: bool = True) -> onnx.ModelProto:
     """The ONNX at `path`, refused up front with one line naming the file (and the tensor) when it is missing,
     unreadable, truncated, not ONNX at all, or carries a NaN/Inf constant (an fp16 engine of it is garbage)."""

@@ -187,11 +187,11 @@ class Family:
         return next(c for c in self.components if c.name == name)
 
     def options_model(self, component: Component) -> type[BaseModel]:
-        """The component's whole options table: its own, plus the shared `ladder` choice when it declares one."""
+        """The component's whole options table: its own (its validators too), plus the shared `ladder` choice when
+        it declares one."""
         if not component.ladder:
             return component.options
-        own = {name: (info.annotation, info) for name, info in component.options.model_fields.items()}
-        return create_model(f"{self.name}_{component.name}_options", __base__=Table, **own,
+        return create_model(f"{self.name}_{component.name}_options", __base__=component.options,
                             **{name: (info.annotation, info) for name, info in LadderChoice.model_fields.items()})
 
     def gates_model(self, component: Component) -> type[BaseModel]:

@@ -26,6 +26,7 @@ from toolkit.versions import DEFAULT_TOOLKIT
 LADDERS = ("static", "dynamic")
 # What every rung's contract carries on its own and the merged engine does not take from one rung.
 NOT_PER_SET = ("producer", "export_verdicts", "reference_onnx")
+LEAN_MIN_ELEMENTS = 1 << 16  # an initializer this large is a weight or a table, never a shape: set aside to merge
 EXACT_LIMIT = 1e-6  # max|d| / max|reference| of the merged graph against each rung's own graph
 
 
@@ -40,17 +41,58 @@ def _merged_stem(stems: list[str]) -> str:
     return f"{common}_ladder"
 
 
-def _shapes(model) -> tuple[dict, dict]:
+def _shapes(model, weights: dict) -> tuple[dict, dict]:
+    """The input (the weights set aside excluded) and output shapes of one rung's graph."""
     from toolkit.session import graph_io
 
     inputs, outputs = graph_io(model)
-    return {s.name: list(s.shape) for s in inputs}, {s.name: list(s.shape) for s in outputs}
+    return ({s.name: list(s.shape) for s in inputs if s.name not in weights},
+            {s.name: list(s.shape) for s in outputs})
 
 
-def exactness_verdict(generic, rungs: list[Exported], graphs: list) -> Verdict:
+def _lean_rungs(paths: list[Path]) -> tuple[list, dict]:
+    """(the rungs' graphs, the weights set aside): loaded one at a time, every large initializer that all rungs
+    hold byte-identical set aside once as a graph input (`core.onnx_graph.weights_aside`; only the first rung's
+    copy is kept). Held whole, the merge took ~25x one rung's weight bytes (a 256 MiB stand-in, five rungs):
+    past 30 GB for CosyVoice3's five 1.3 GB rungs."""
+    import numpy as np
+
+    from core.onnx_graph import load_model, weights_aside, weights_back
+
+    graphs, first, differing = [], {}, set()
+    for path in paths:
+        model = load_model(path)
+        large = {t.name: t for t in model.graph.initializer if int(np.prod(t.dims)) >= LEAN_MIN_ELEMENTS}
+        if not graphs:
+            first = large  # the first rung's tensors: the merged graph's weights (they keep that rung loaded)
+        differing |= set(first) ^ set(large)
+        differing |= {name for name, tensor in large.items() if name in first and name not in differing
+                      and tensor.SerializeToString() != first[name].SerializeToString()}
+        graphs.append(weights_aside(model, set(large) - differing)[0])
+        del model, large
+    # a tensor found to differ only at a later rung goes back into the earlier graphs (it equals the first's there)
+    back = {name: first[name] for name in differing if name in first}
+    for graph in graphs:
+        weights_back(graph, {name: tensor for name, tensor in back.items()
+                             if any(value.name == name for value in graph.graph.input)})
+    return graphs, {name: tensor for name, tensor in first.items() if name not in differing}
+
+
+def _with_weights(graph, weights: dict):
+    """A copy of a lean rung's graph with its weights back in (`weights_back` works in place)."""
+    import onnx
+
+    from core.onnx_graph import weights_back
+
+    whole = onnx.ModelProto()
+    whole.CopyFrom(graph)
+    return weights_back(whole, weights)
+
+
+def exactness_verdict(generic, rungs: list[Exported], graphs: list, weights: dict) -> Verdict:
     """The merged graph against each rung's own graph (`graphs`, the ONNX models the merge started from, in rung
-    order) on that rung's self-check (onnxruntime fp32): the worst max|d| relative to the rung's output scale.
-    Anything but rounding noise means the merge changed the maths."""
+    order, their shared `weights` set aside: `_lean_rungs`) on that rung's self-check (onnxruntime fp32): the worst
+    max|d| relative to the rung's output scale. Anything but rounding noise means the merge changed the maths."""
     import numpy as np
 
     from runtime.host.backends import OnnxBackend
@@ -60,7 +102,7 @@ def exactness_verdict(generic, rungs: list[Exported], graphs: list) -> Verdict:
         for record, graph in zip(rungs, graphs):
             with np.load(record.selfcheck) as data:
                 feeds = {name: data[name] for name in data.files}
-            with OnnxBackend(graph) as own:
+            with OnnxBackend(_with_weights(graph, weights)) as own:  # one rung's weights in memory at a time
                 expected = own.run(feeds)
             got = merged.run(feeds)
             for name, value in expected.items():
@@ -84,12 +126,12 @@ def merge_rungs(rungs: list[Exported], say: Callable[[str], None] = print, toolk
     import onnx
 
     from core.contract import set_contract
-    from core.onnx_graph import load_model
+    from core.onnx_graph import weights_back
     from surgery.graph.mean_as_matmul import mean_as_matmul
     from surgery.graph.shape_generic import NotOneGraph, shape_generic
     from toolkit.session import DYNAMIC_MEANS_ON_CPU
 
-    models = [load_model(r.onnx) for r in rungs]
+    models, weights = _lean_rungs([r.onnx for r in rungs])
     if toolkit in DYNAMIC_MEANS_ON_CPU:
         models = [mean_as_matmul(model) for model in models]
     contracts = [get_contract(m) for m in models]
@@ -97,8 +139,10 @@ def merge_rungs(rungs: list[Exported], say: Callable[[str], None] = print, toolk
     onnx_path = out_dir / f"{_merged_stem([r.onnx.stem for r in rungs])}.onnx"
     try:
         generic = shape_generic(models)
-        twin = (shape_generic([load_model(r.reference) for r in rungs])
-                if all(r.reference is not None for r in rungs) else None)
+        twin = None
+        if all(r.reference is not None for r in rungs):
+            twin_models, twin_weights = _lean_rungs([r.reference for r in rungs])
+            twin = weights_back(shape_generic(twin_models), twin_weights)
     except NotOneGraph as error:
         raise SetupError(f"--ladder dynamic: the rungs {[r.onnx.name for r in rungs]} are not one graph at several "
                          f"shapes: {error}") from None
@@ -108,12 +152,12 @@ def merge_rungs(rungs: list[Exported], say: Callable[[str], None] = print, toolk
                                    if len({json.dumps(c.get(key), sort_keys=True) for c in contracts}) > 1})
     sets = []
     for model, contract in zip(models, contracts):
-        inputs, outputs = _shapes(model)
+        inputs, outputs = _shapes(model, weights)
         sets.append({"inputs": inputs, "outputs": outputs, "contract": {key: contract.get(key) for key in differing}})
     contract = {**contracts[-1], SHAPE_SETS: sets, "ladder": "dynamic"}
     contract.pop("reference_onnx", None)
     contract.pop("export_verdicts", None)
-    onnx.save(set_contract(generic, contract), str(onnx_path))
+    onnx.save(weights_back(set_contract(generic, contract), weights), str(onnx_path))
     feeds = {}
     for number, record in enumerate(rungs):
         with np.load(record.selfcheck) as data:
@@ -123,7 +167,7 @@ def merge_rungs(rungs: list[Exported], say: Callable[[str], None] = print, toolk
         reference = reference_path(onnx_path)
         onnx.save(twin, str(reference))
     verdicts = list(dict.fromkeys(v for r in rungs for v in r.verdicts))
-    verdicts.append(exactness_verdict(onnx_path, rungs, models))
+    verdicts.append(exactness_verdict(onnx_path, rungs, models, weights))
     record = record_export(onnx_path, verdicts, feeds=feeds, reference=reference)
     say(f"  merged {len(rungs)} rungs into {onnx_path.name}: one engine for shape sets "
         + ", ".join(str({name: shape for name, shape in s["inputs"].items()

@@ -149,3 +149,44 @@ def test_tiny_rungs_enumerate_at_most_max_set_size(tmp_path):
     result = A.account(rungs)
     assert len(result["sets"]) == sum(k + 1 for k in range(1, A.MAX_SET_SIZE + 1))  # (a, b) counts, a+b = k
     assert max(len(s["set"].split("+")) for s in result["sets"]) == A.MAX_SET_SIZE
+
+
+def dynamic_package(directory, host_mib: dict, plan: bool = True):
+    """One `--ladder dynamic` engine holding every rung of `host_mib` (S -> (weight MiB, internal MiB) of its
+    shape set), as the build writes its manifest."""
+    directory.mkdir(parents=True, exist_ok=True)
+    largest = max(host_mib)
+    manifest = fake_manifest(largest, *host_mib[largest])
+    manifest["rknn"]["path"] = "cosyvoice3_flow_ladder.rknn"
+    manifest["contract"]["estimator"] = {"depth": 22, "heads": 16, "dim": 1024, "dim_head": 64}
+    manifest["shape_sets"] = [{"contract": {"length": s, "ladder_key": s, "role": "main"},
+                               "weight_bytes": int(w * MIB), "internal_bytes": int(i * MIB)}
+                              for s, (w, i) in sorted(host_mib.items())]
+    (directory / "cosyvoice3_flow_ladder.manifest.json").write_text(json.dumps(manifest))
+    if plan:
+        (directory / "exec_plan.json").write_text(json.dumps({"cosyvoice3.exec_plan": {"flow": {
+            "impl": "rknn", "artifacts": {"main": "cosyvoice3_flow_ladder.rknn"}}}}))
+    return directory
+
+
+def test_a_dynamic_engine_is_one_context_beside_its_rungs_as_static_contexts(tmp_path):
+    """The calibrated real-shape figures in one engine: each set costs what its static engine would (the static
+    sets unchanged), and one context holding all five rungs costs the weights once plus the S=500 set's internal
+    memory and attention scratch: within 3900 MiB, where the static engines admit at most 110+400-like pairs."""
+    package = dynamic_package(tmp_path / "pkg", A.CALIBRATION_HOST_MIB)
+    rungs = A.read_rungs(package)
+    assert [r.length for r in rungs] == [110, 200, 250, 400, 500]
+    assert {r.engine for r in rungs} == {"cosyvoice3_flow_ladder.rknn"}
+    result = A.account(rungs)
+    static = A.account(A.read_rungs(fake_package(tmp_path / "static", {
+        s: i for s, (_, i) in A.CALIBRATION_HOST_MIB.items()}, weight_mib=632.54)))
+    assert [row["context_mib"] for row in result["rungs"]] == [row["context_mib"] for row in static["rungs"]]
+    assert result["sets"] == static["sets"] and static["one_context"] == []
+    (context,) = result["one_context"]
+    weight, internal = A.CALIBRATION_HOST_MIB[500]
+    assert context["context_mib"] == pytest.approx(weight + internal + A.attention_bytes(500, 22, 16) / MIB, abs=0.1)
+    assert context["context_mib"] == result["rungs"][-1]["context_mib"]  # the S=500 rung alone
+    assert context["holds"] == "110+200+250+400+500" and context["fits"] and context["contexts_in_budget"] == 1
+    assert context["static_mib"] == pytest.approx(sum(row["context_mib"] for row in static["rungs"]), abs=0.5)
+    assert "unmeasured" in context["assumption"]
+    assert "one context of cosyvoice3_flow_ladder.rknn holds 110+200+250+400+500 at once" in A.format_report(result)

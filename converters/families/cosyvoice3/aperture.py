@@ -23,7 +23,12 @@ host figures of each engine as they are and judges refusal by the mapping, not b
 refuses the rung, as the board does, at twice the board's figure; the board's reported 1039 MiB there is 1.28x
 the toolkit's weight + internal, about the S=110 ratio, as if the report left the attention scratch out.
 These are estimates from one board's measurements of another build of this estimator (same shape and toolkit
-version); the per-rung ratios say how far to trust them. A package carries them in `aperture.json`."""
+version); the per-rung ratios say how far to trust them. A package carries them in `aperture.json`.
+
+An engine compiled for every rung (`--ladder dynamic`: its manifest's `shape_sets`, each with its own memory
+report) gives one row per set, costed as that rung's static engine would be, so the static sets stay comparable;
+and one context holding every rung, assumed (unmeasured: no board has run one) to hold the weights once and the
+largest set's internal memory and attention scratch, the sets taking turns in one arena."""
 from __future__ import annotations
 
 import itertools
@@ -156,13 +161,22 @@ def rungs_from_manifests(entries: list) -> list:
     return rungs
 
 
+def set_manifests(manifest: dict) -> list[dict]:
+    """The manifest of an engine of several shape sets as one manifest per set (that set's contract fields and
+    memory report); a fixed-shape engine's as it is."""
+    return [{**manifest, **{key: entry[key] for key in ("weight_bytes", "internal_bytes") if key in entry},
+             "contract": {**manifest.get("contract", {}), **entry.get("contract", {})}}
+            for entry in manifest.get("shape_sets") or []] or [manifest]
+
+
 def flow_manifests(directory: Path) -> list[tuple[str, dict]]:
-    """(engine name, manifest) of every cosyvoice3 flow engine in `directory`, in length (then part) order."""
+    """(engine name, manifest) of every cosyvoice3 flow engine in `directory`, one per shape set, in length (then
+    part) order."""
     found = []
     for path in sorted(Path(directory).glob("*.manifest.json")):
         manifest = json.loads(path.read_text())
         if manifest.get("family") == "cosyvoice3" and manifest.get("component") == "flow":
-            found.append((Path(manifest["rknn"]["path"]).name, manifest))
+            found.extend((Path(manifest["rknn"]["path"]).name, entry) for entry in set_manifests(manifest))
     return sorted(found, key=lambda item: (int(item[1]["contract"]["length"]),
                                            int((item[1]["contract"].get("chain") or {}).get("part", 0))))
 
@@ -183,11 +197,23 @@ def read_rungs(package_dir: Path) -> list[Rung]:
         if "params" in plan:
             raise SetupError(f"{plan_path}: the flow component takes no exec_plan params")
         ladder = [name for name in plan.get("artifacts", {}).get("main", "").split(",") if name]
-        by_name = {p.engine: (r.length, i) for r in rungs for i, p in enumerate(r.parts)}
-        order = [by_name.get(name) for name in ladder]
+        by_name: dict = {}
+        for rung in rungs:
+            for i, part in enumerate(rung.parts):
+                by_name.setdefault(part.engine, []).append((rung.length, i))
+        order = [entry for name in ladder for entry in by_name.get(name, [None])]
         if ladder and (None in order or order != sorted(order)):
             raise SetupError(f"{plan_path}: the flow ladder {ladder} is not this package's rungs in length order")
     return rungs
+
+
+def one_context(rungs: list[Rung]) -> Rung:
+    """The rungs one engine holds (`--ladder dynamic`) as one context: per part the largest set's weights (held
+    once) and internal memory, and the largest rung's attention scratch. An assumption, not a measurement."""
+    largest = max(rungs, key=lambda r: r.length)
+    parts = [Part(part.engine, part.rknn_bytes, max(r.parts[i].weight_bytes for r in rungs),
+                  max(r.parts[i].internal_bytes for r in rungs), part.blocks) for i, part in enumerate(largest.parts)]
+    return Rung(largest.length, parts, largest.heads)
 
 
 MAX_SET_SIZE = 8  # contexts per process a set may hold (the spec's largest admitted set holds 4)
@@ -248,6 +274,24 @@ def account(rungs: list[Rung], budget_mib: float = DEFAULT_BUDGET_MIB, ceiling_g
             costs[rung.length] = context
     sets = multisets(costs, budget_mib)
     built = {row["length"] for row in rows}
+    held: dict = {}
+    for rung in rungs:
+        held.setdefault(rung.engine, []).append(rung)
+    contexts = []
+    for engine, group in held.items():
+        if len(group) < 2:
+            continue
+        context = one_context(group)
+        cost, mapping = context.context_mib(tensors), context.mapping_gb(tensors)
+        lengths = sorted(r.length for r in group)
+        contexts.append({
+            "engine": engine, "holds": set_name(lengths), "weight_bytes": context.weight_bytes,
+            "internal_bytes": context.internal_bytes, "context_mib": round(cost, 1), "mapping_gb": round(mapping, 3),
+            "refused": mapping > ceiling_gb, "fits": mapping <= ceiling_gb and cost <= budget_mib,
+            "contexts_in_budget": int(budget_mib // cost) if mapping <= ceiling_gb else 0,
+            "static_mib": round(sum(r.context_mib(tensors) for r in group), 1),
+            "assumption": f"unmeasured: the weights once, the S={context.length} set's internal memory and "
+                          "attention scratch (the sets take turns in one arena)"})
 
     def spec_set_row(combo, spec):
         """One rung set the spec measured (`spec`: "admitted" or "refused" on the board) beside this estimate."""
@@ -267,6 +311,7 @@ def account(rungs: list[Rung], budget_mib: float = DEFAULT_BUDGET_MIB, ceiling_g
         "rungs": rows,
         "sets": [{"set": set_name(c), "mib": round(sum(costs[s] for s in c), 1)} for c in sets],
         "maximal_sets": [set_name(c) for c in maximal(sets)],
+        "one_context": contexts,
         "spec_sets": [spec_set_row(c, "admitted") for c in SPEC_ADMITTED]
                      + [spec_set_row(c, "refused") for c in SPEC_REFUSED],
     }
@@ -288,6 +333,13 @@ def format_report(result: dict) -> str:
     lines.append(f"{len(sets)} rung set(s) fit {result['budget_mib']:g} MiB: "
                  + (", ".join(f"{s['set']} ({s['mib']:.0f})" for s in sets) or "none"))
     lines.append("maximal: " + (", ".join(result["maximal_sets"]) or "none"))
+    for entry in result["one_context"]:
+        verdict = ("REFUSED: its init mapping is over the ceiling" if entry["refused"] else
+                   f"fits {result['budget_mib']:g} MiB ({entry['contexts_in_budget']} such context(s))"
+                   if entry["fits"] else f"over {result['budget_mib']:g} MiB")
+        lines.append(f"one context of {entry['engine']} holds {entry['holds']} at once: {entry['context_mib']:.0f} MiB, "
+                     f"mapping {entry['mapping_gb']:.3f} GB, {verdict}; as static contexts {entry['static_mib']:.0f} "
+                     f"MiB ({entry['assumption']})")
     for entry in result["spec_sets"]:
         verdict = {True: "admitted", False: "refused", None: "not in this package"}[entry["estimate"]]
         agree = "" if entry["estimate"] is None else (

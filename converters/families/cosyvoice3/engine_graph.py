@@ -10,7 +10,7 @@ IsNaN/Not/Neg/Tile and no -inf (rknn-toolkit2 marks IsNaN/Not/Neg unsupported an
 - the speaker vector is projected once and broadcast by an Add (no repeat), the 1/sqrt(dim_head) score scale
   (a power of two for dim_head 64/16/4) is folded into to_q, and every chunk of an AdaLN linear is its own
   MatMul (no Split/Slice of a [B, 6*dim] row), and the scale/shift after each LayerNorm are expanded to
-  [B, S, dim] by a ones MatMul (a broadcast [B, 1, dim] there crashes the 2.3.2 compiler);
+  [B, S, dim] by a ones column (a broadcast [B, 1, dim] there crashes the 2.3.2 compiler);
 - tanh GELU is written out (Tanh, no Pow); LayerNorm is `plain` (x - mean) / sqrt(var + eps) or the
   scale-safe form (`layer_norm(..., form="safe")`, see there). Plain is the default: rknn-toolkit2 fuses it into
   exNorm, which holds a planted |x| ~ 1e4 residual on the rk3588 simulator (where a literal fp16 LayerNorm
@@ -103,9 +103,12 @@ class EstimatorGraph(nn.Module):
 
     @staticmethod
     def _rows(vector: torch.Tensor, length: int) -> torch.Tensor:
-        """[B, D] -> [B, S, D] as a MatMul with a ones column: rknn-toolkit2 2.3.2 segfaults (OpEmit) when a
-        fused LayerNorm is followed by a Mul/Add broadcasting a computed [B, 1, D] vector."""
-        return torch.matmul(torch.ones(1, length, 1, dtype=vector.dtype), vector[:, None, :])
+        """[B, D] -> [B, S, D] as ones [1, S, 1] * vector [B, 1, D]: rknn-toolkit2 2.3.2 segfaults (OpEmit) when a
+        fused LayerNorm is followed by a Mul/Add broadcasting a computed [B, 1, D] vector. A Mul, not a ones
+        MatMul: the toolkit turns a MatMul by a constant ones column into this Mul anyway (the same static engine),
+        but under `--ladder dynamic` the column is a Slice of the largest rung's, no constant, and a MatMul with
+        K = 1 on two computed tensors runs on the CPU; the Mul stays on the NPU."""
+        return torch.ones(1, length, 1, dtype=vector.dtype) * vector[:, None, :]
 
     def _modulate(self, x, scale, shift):
         length = x.shape[1]

@@ -168,28 +168,11 @@ def fold_lean(model, fold):
     """`fold` (onnxslim: ~11x the model's bytes in RAM, 15 GB at the real shape) run on the graph without its
     weights: every initializer of >= 64 Ki elements becomes a graph input of its shape while it folds, and comes
     back afterwards. The shape glue the fold removes never depends on a weight (torch already folded those)."""
-    import onnx
+    from core.onnx_graph import weights_aside, weights_back
 
-    big = {init.name: init for init in model.graph.initializer if int(np.prod(init.dims)) >= LEAN_FOLD_MIN_ELEMENTS}
-    skeleton = onnx.ModelProto()
-    skeleton.CopyFrom(model) if not big else None
-    if big:
-        graph = onnx.helper.make_graph(
-            list(model.graph.node), model.graph.name, list(model.graph.input) + [
-                onnx.helper.make_tensor_value_info(name, init.data_type, list(init.dims)) for name, init in big.items()],
-            list(model.graph.output), [init for init in model.graph.initializer if init.name not in big])
-        skeleton = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
-        skeleton.ir_version = model.ir_version
-        skeleton.metadata_props.extend(model.metadata_props)
-    folded = fold(skeleton)
-    if not big:
-        return folded
-    used = {name for node in folded.graph.node for name in node.input}
-    inputs = [i for i in folded.graph.input if i.name not in big]
-    del folded.graph.input[:]
-    folded.graph.input.extend(inputs)
-    folded.graph.initializer.extend(init for name, init in big.items() if name in used)
-    return folded
+    skeleton, aside = weights_aside(model, [init.name for init in model.graph.initializer
+                                            if int(np.prod(init.dims)) >= LEAN_FOLD_MIN_ELEMENTS])
+    return weights_back(fold(skeleton), aside)
 
 
 def forbidden(model) -> list[str]:
