@@ -195,6 +195,23 @@ def _write_plan(out_dir: Path, plan: dict) -> None:
     (Path(out_dir) / PLAN_FILE).write_text(json.dumps(plan, indent=1))
 
 
+def name_built_engines(out_dir: Path, engines: list[tuple[str, dict]]) -> None:
+    """Point each graph of the plan at the engine built for it: `engines` are (file name, contract) of the build.
+    An engine compiled for several shape sets (`--ladder dynamic`: the step buckets) runs the graph of each of its
+    sets, whose own fixed-shape engine was never built; the board runtime opens its engines by the plan."""
+    from runtime.board.audio8 import graph_key
+    from runtime.board.shapes import set_contracts
+
+    plan_path = Path(out_dir) / PLAN_FILE
+    if not plan_path.is_file():  # `--onnx` of one graph into another directory: no plan there to point
+        return
+    built = {graph_key(view): name for name, contract in engines for view in set_contracts(contract)}
+    plan = json.loads(plan_path.read_text())
+    for entry in plan["graphs"]:
+        entry["rknn"] = built.get(graph_key(entry["contract"]), entry["rknn"])
+    _write_plan(out_dir, plan)
+
+
 def export(model, out_dir: Path, kv_buckets, head_shards: int, stress: bool = True, target: str | None = None,
            say=print, clips=None) -> list[Exported]:
     """Export every graph, warn of problem ops, run the token gates through the graphs and record their verdicts
