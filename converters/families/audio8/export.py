@@ -19,7 +19,8 @@ from converters.family.pipeline import Exported, record_export
 from core.paths import engine_name, selfcheck_path
 from gates.verdict import require
 from runtime.board.verdict import Verdict, at_most
-from runtime.board.audio8 import PLAN_FILE, mel_chunks, padded_pooling, placeholder_count, rope_tables
+from runtime.board.audio8 import PLAN_FILE, graph_key, mel_chunks, padded_pooling, placeholder_count, rope_tables
+from runtime.board.shapes import set_contracts
 
 FAMILY = "audio8"
 EXEC_PLAN_OPTION = "audio8_asr.exec_plan"
@@ -199,9 +200,6 @@ def name_built_engines(out_dir: Path, engines: list[tuple[str, dict]]) -> None:
     """Point each graph of the plan at the engine built for it: `engines` are (file name, contract) of the build.
     An engine compiled for several shape sets (`--ladder dynamic`: the step buckets) runs the graph of each of its
     sets, whose own fixed-shape engine was never built; the board runtime opens its engines by the plan."""
-    from runtime.board.audio8 import graph_key
-    from runtime.board.shapes import set_contracts
-
     plan_path = Path(out_dir) / PLAN_FILE
     if not plan_path.is_file():  # `--onnx` of one graph into another directory: no plan there to point
         return
