@@ -159,13 +159,13 @@ class _StepLayer(nn.Module):
         q = self.heads.rope(attn.q_proj(x).reshape(heads), cos, sin)
         key = self.heads.rope(attn.k_proj(x).reshape(heads), cos, sin)
         value = attn.v_proj(x).reshape(heads)
-        smax = full_k.shape[1]
         # the buffer as the MatMul's left operand ([heads, Smax, 1], a plain Reshape to the mask's row): the layout
         # the toolkit picks itself for q @ K^T in a fixed-shape graph, but not with dynamic_input, where q @ K^T
         # cost the small step 7-13% more cycles on rk3576 (`--ladder dynamic`; fixed-shape engines unchanged)
         cached = torch.matmul(full_k, q.transpose(1, 2)).reshape(mask.shape) * scale + mask  # [heads, 1, Smax]
         own = (q * key).sum(-1, keepdim=True) * scale  # [heads, 1, 1]
         weights = torch.softmax(torch.cat([cached, own], dim=-1), dim=-1)
+        smax = full_k.shape[1]
         out = torch.matmul(weights[..., :smax], full_v) + weights[..., smax:] * value
         h = h + attn.o_proj(out.reshape(h.shape))
         return h + self.layer.mlp(rms_norm(self.layer.post_attention_layernorm, h)), key, value
