@@ -11,11 +11,13 @@ they do each decode step's. Per token: one call of the current bucket's step gra
 layers' [heads, Smax, head_dim] buffers (this position not yet written, still masked) and returns each layer's
 K/V row for this position, which the CPU then writes in place and unmasks; the head shards give the logits.
 When the write position reaches the bucket's end, every layer's valid rows are copied into the next bucket and
-decoding continues at the same token and RoPE position. The K/V buffers and the mask are held in the dtype the
-step graph takes them in (its backend's `input_dtypes`): fp16 for an engine whose contract feeds them in fp16
-(`feed_dtypes`, the dtype the engine holds them in, so rknnlite converts nothing), fp32 for the ONNX on onnxruntime
-(the fp32 path the export gates judge at fp32's floor). The embedding table is stored in fp16 and widened to fp32
-row by row. Graphs load on first use; the frontend graphs are released after prefill.
+decoding continues at the same token and RoPE position; one engine compiled for every bucket's shapes (`--ladder
+dynamic`: the plan names it for each step graph, a kit gives one view per bucket) stays open through it. The K/V
+buffers and the mask are held in the dtype the step graph takes them in (its backend's `input_dtypes`): fp16 for
+an engine whose contract feeds them in fp16 (`feed_dtypes`, the dtype the engine holds them in, so rknnlite
+converts nothing), fp32 for the ONNX on onnxruntime (the fp32 path the export gates judge at fp32's floor). The
+embedding table is stored in fp16 and widened to fp32 row by row. Graphs load on first use; the frontend graphs are
+released after prefill.
 
 `golden_loop` is the family's end-to-end golden for the board self-test kit: the same runtime over the kit's
 engines (`runtime.board.golden.Engine`, each known by its contract) instead of a plan directory."""
@@ -37,6 +39,16 @@ PLAN_FILE = "audio8_plan.json"
 
 class BucketError(SetupError):
     """The input does not fit the exported graphs (audio too long or empty, K/V positions exhausted)."""
+
+
+def graph_key(contract: dict) -> tuple:
+    """What the runtime asks for a graph by: (component, role, ladder_key) of its contract (of a shape set's view,
+    for an engine compiled for several sets)."""
+    return (contract["component"], contract["role"], contract.get("ladder_key"))
+
+
+def step_key(bucket: int) -> tuple:
+    return ("decoder", f"step_{bucket}", None)
 
 
 def rope_tables(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +138,7 @@ class Audio8Runtime:
             self.plan_dir, self.plan = None, None
             self.contract = engines[0].contract
             self._embed_table = embed_table
-            self.graphs = {self._key(engine.contract): engine for engine in engines}
+            self.graphs = {graph_key(engine.contract): engine for engine in engines}
             return
         if backend_for is None:
             raise SetupError("an Audio8Runtime over a plan directory needs backend_for, what opens each graph "
@@ -139,11 +151,7 @@ class Audio8Runtime:
         self.plan = json.loads(plan_path.read_text())
         self.contract = self.plan["graphs"][0]["contract"]
         self._embed_table = np.load(self.plan_dir / self.plan["embed_table"], mmap_mode="r")
-        self.graphs = {self._key(entry["contract"]): entry for entry in self.plan["graphs"]}
-
-    @staticmethod
-    def _key(contract: dict) -> tuple:
-        return (contract["component"], contract["role"], contract.get("ladder_key"))
+        self.graphs = {graph_key(entry["contract"]): entry for entry in self.plan["graphs"]}
 
     # ------------------------------------------------------------ backends, lazily
     def _run(self, key: tuple, feeds: dict, timings: "Timings", stage: str) -> dict:
@@ -156,9 +164,7 @@ class Audio8Runtime:
 
     def _backend(self, key: tuple, timings: "Timings"):
         """The graph's backend, opened on first use (timed as loading)."""
-        if key not in self.graphs:
-            where = f"the plan in {self.plan_dir}" if self.plan_dir is not None else "the engines given"
-            raise SetupError(f"{where} has no graph {key}")
+        self._graph(key)
         backend = self._open.get(key)
         if backend is None:
             start = time.perf_counter()
@@ -169,12 +175,31 @@ class Audio8Runtime:
     def _buffer_dtypes(self, bucket: int, timings: "Timings") -> tuple[np.dtype, np.dtype]:
         """(K/V, mask) dtypes: those the bucket's step graph takes them in (`input_dtypes` of its backend: fp32 for
         an fp32 ONNX on onnxruntime, the manifest's fed dtype for an engine)."""
-        fed = self._backend(("decoder", f"step_{bucket}", None), timings).input_dtypes
+        fed = self._backend(step_key(bucket), timings).input_dtypes
         return np.dtype(fed["full_k_0"]), np.dtype(fed["mask"])
+
+    def _graph(self, key: tuple):
+        """The plan entry or Engine of graph `key`."""
+        if key not in self.graphs:
+            where = f"the plan in {self.plan_dir}" if self.plan_dir is not None else "the engines given"
+            raise SetupError(f"{where} has no graph {key}")
+        return self.graphs[key]
+
+    def _file(self, key: tuple) -> str:
+        """The file that runs graph `key`: an engine compiled for several shape sets (`--ladder dynamic`) runs the
+        graphs of all its sets, each bucket's step for one."""
+        graph = self._graph(key)
+        return graph.name if self.plan_dir is None else graph[self.artifact]
 
     def _open_graph(self, key: tuple):
         if self.plan_dir is None:
-            return self.graphs[key]  # an Engine: runs itself (its backend opens on its first run, closes on release)
+            # an Engine: runs itself (its backend opens on its first run, closes on release); the views of one
+            # engine share its backend
+            return self.graphs[key]
+        shared = next((backend for open_key, backend in self._open.items()
+                       if self._file(open_key) == self._file(key)), None)
+        if shared is not None:
+            return shared
         path = self.plan_dir / self.graphs[key][self.artifact]
         if not path.is_file():
             raise SetupError(f"no {path.name} in {self.plan_dir}: build the engines with `convert audio8` "
@@ -185,9 +210,12 @@ class Audio8Runtime:
         return list(self._open)
 
     def release(self, component: str | None = None, role: str | None = None) -> None:
-        """Close the open graphs of `component` and/or `role` (all when neither is given)."""
+        """Release the open graphs of `component` and/or `role` (all when neither is given), closing each file no
+        graph still open runs."""
         for key in [k for k in self._open if component in (None, k[0]) and role in (None, k[1])]:
             backend = self._open.pop(key)
+            if any(self._file(open_key) == self._file(key) for open_key in self._open):
+                continue
             close = getattr(backend, "close", None)
             if close is not None:
                 close()
@@ -318,7 +346,7 @@ class Audio8Runtime:
                      "mask": mask}
             for layer in range(c["layers"]):
                 feeds[f"full_k_{layer}"], feeds[f"full_v_{layer}"] = keys[layer], values[layer]
-            step = self._run(("decoder", f"step_{bucket}", None), feeds, timings, "step_ms")
+            step = self._run(step_key(bucket), feeds, timings, "step_ms")
             start = time.perf_counter()
             for layer in range(c["layers"]):  # this position's rows, written after the step that computed them
                 keys[layer][:, position] = step[f"key_delta_{layer}"][:, 0]
@@ -339,13 +367,16 @@ class Audio8Runtime:
 
     def _migrate(self, bucket, position, keys, values, mask, timings):
         """Release the old step graph, then copy every layer's valid K/V rows into the next bucket's buffers (in
-        the dtypes that bucket's step graph takes them in: opening it here, one step graph open at a time)."""
+        the dtypes that bucket's step graph takes them in: opening it here, one step graph open at a time). One
+        engine compiled for both buckets' shapes stays open: reloading it would only cost its init."""
         larger = [b for b in sorted(self.contract["kv_buckets"]) if b > bucket]
         if not larger:
             raise BucketError(f"decoding reached position {position}, past the largest K/V bucket {bucket}: "
                               "export a larger --kv-buckets entry or lower max_new_tokens")
-        self.release(role=f"step_{bucket}")
         grown = larger[0]
+        if self._file(step_key(bucket)) == self._file(step_key(grown)):
+            self._backend(step_key(grown), timings)
+        self.release(role=f"step_{bucket}")
         kv_dtype, mask_dtype = self._buffer_dtypes(grown, timings)
         start = time.perf_counter()
         heads, _, head_dim = keys[0].shape

@@ -55,5 +55,5 @@ def test_a_recipe_names_only_declared_keys():
         check_family_tables(recipe, FAMILY, "recipes/a.toml")
     assert str(refused.value).splitlines() == [
         "recipes/a.toml: source.model_dir: unknown; did you mean dir?",
-        "recipes/a.toml: options.no_stress: unknown; valid: kv_buckets, head_shards",
+        "recipes/a.toml: options.no_stress: unknown; valid: kv_buckets, head_shards, ladder",
         "recipes/a.toml: options.kv_bucket: unknown; did you mean kv_buckets?"]

@@ -114,6 +114,13 @@ def random_source(directory: Path, shape: str, recipe: dict) -> dict:
     return {"random_weights": shape}
 
 
+def after_build(job, results: list) -> None:
+    """The plan names the engines as built (one step engine for every bucket with `--ladder dynamic`)."""
+    from converters.families.audio8.export import name_built_engines
+
+    name_built_engines(job.out, [(result.rknn.name, result.manifest_data["contract"]) for result in results])
+
+
 def check_audio8(
     plan_dir: Annotated[Path, typer.Option("--plan", help="Directory written by `convert audio8` (audio8_plan.json).")],
     wav: Annotated[Path, typer.Option("--wav", help="Mono 16 kHz WAV of any length up to 8 s (the encoder's "
@@ -150,6 +157,7 @@ FAMILY = Family(
     build_defaults={"max_regtask_lines": 0},
     sources=source_files,
     random_source=random_source,
+    after_build=after_build,
     checks={"audio8": check_audio8},
     loops=("runtime.board.audio8:golden_loop",),
 )

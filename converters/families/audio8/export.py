@@ -19,7 +19,8 @@ from converters.family.pipeline import Exported, record_export
 from core.paths import engine_name, selfcheck_path
 from gates.verdict import require
 from runtime.board.verdict import Verdict, at_most
-from runtime.board.audio8 import PLAN_FILE, mel_chunks, padded_pooling, placeholder_count, rope_tables
+from runtime.board.audio8 import PLAN_FILE, graph_key, mel_chunks, padded_pooling, placeholder_count, rope_tables
+from runtime.board.shapes import set_contracts
 
 FAMILY = "audio8"
 EXEC_PLAN_OPTION = "audio8_asr.exec_plan"
@@ -193,6 +194,20 @@ def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, se
 
 def _write_plan(out_dir: Path, plan: dict) -> None:
     (Path(out_dir) / PLAN_FILE).write_text(json.dumps(plan, indent=1))
+
+
+def name_built_engines(out_dir: Path, engines: list[tuple[str, dict]]) -> None:
+    """Point each graph of the plan at the engine built for it: `engines` are (file name, contract) of the build.
+    An engine compiled for several shape sets (`--ladder dynamic`: the step buckets) runs the graph of each of its
+    sets, whose own fixed-shape engine was never built; the board runtime opens its engines by the plan."""
+    plan_path = Path(out_dir) / PLAN_FILE
+    if not plan_path.is_file():  # `--onnx` of one graph into another directory: no plan there to point
+        return
+    built = {graph_key(view): name for name, contract in engines for view in set_contracts(contract)}
+    plan = json.loads(plan_path.read_text())
+    for entry in plan["graphs"]:
+        entry["rknn"] = built.get(graph_key(entry["contract"]), entry["rknn"])
+    _write_plan(out_dir, plan)
 
 
 def export(model, out_dir: Path, kv_buckets, head_shards: int, stress: bool = True, target: str | None = None,
