@@ -46,12 +46,8 @@ def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A Qwen2RMSNorm as x / sqrt(mean(x^2) + eps) * weight: the exported rsqrt (Div of 1 by Sqrt) runs on the
     CPU in rknn-toolkit2 2.3.2 (rk3576), a tensor-by-tensor Div stays on the NPU. Its placement does not hang
     on the weights: identity weights (onnxslim then folds the Mul away) compile to the same CPU ops as perturbed
-    ones on rk3588 and rk3576, where the rsqrt form's Divs go to the CPU (tests/audio8/test_norm_placement.py).
-    The mean is a MatMul with a 1/hidden column: the toolkit makes that of a ReduceMean itself in a fixed-shape
-    graph (convert_reducemean_to_einsum), but not with `dynamic_input` ("disable convert_accumulate_op_to_einsum"),
-    where every ReduceMean runs on the CPU (the one step engine of `--ladder dynamic`: 4 per small-model call)."""
-    column = torch.full((x.shape[-1], 1), 1.0 / x.shape[-1], dtype=x.dtype)
-    return norm.weight * (x / torch.sqrt(torch.matmul(x.pow(2), column) + norm.variance_epsilon))
+    ones on rk3588 and rk3576, where the rsqrt form's Divs go to the CPU (tests/audio8/test_norm_placement.py)."""
+    return norm.weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
 
 
 def _attention(q, k, v, mask, head_dim):
