@@ -21,17 +21,13 @@ from core.errors import SetupError
 from core.paths import engine_name, reference_path
 from runtime.board.shapes import SHAPE_SETS, keyed
 from runtime.board.verdict import Verdict, at_most
+from runtime.host.exec_plan import role_matches
 from toolkit.versions import DEFAULT_TOOLKIT
 
-LADDERS = ("static", "dynamic")
 # What every rung's contract carries on its own and the merged engine does not take from one rung.
 NOT_PER_SET = ("producer", "export_verdicts", "reference_onnx")
 LEAN_MIN_ELEMENTS = 1 << 16  # an initializer this large is a weight or a table, never a shape: set aside to merge
 EXACT_LIMIT = 1e-6  # max|d| / max|reference| of the merged graph against each rung's own graph
-
-
-def _role_matches(role: str, patterns: tuple[str, ...]) -> bool:
-    return any(re.fullmatch(re.escape(p).replace(re.escape("<n>"), r"\d+"), role or "") for p in patterns)
 
 
 def _merged_stem(stems: list[str]) -> str:
@@ -197,7 +193,7 @@ def dynamic_ladder(exported: list[Exported], roles: tuple[str, ...], say: Callab
     groups: dict = {}
     for position, record in enumerate(exported):
         contract = get_contract(record.onnx)
-        if _role_matches(contract.get("role"), roles):
+        if any(role_matches(pattern, contract.get("role")) for pattern in roles):
             part = (contract.get("chain") or {}).get("part", 0)
             groups.setdefault(part, []).append((contract.get("ladder_key", 0), position, record))
     if not groups:

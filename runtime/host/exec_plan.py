@@ -61,9 +61,14 @@ OPTIONS: Dict[str, Dict[str, Component]] = {
 }
 
 
+def role_matches(pattern: str, role: str) -> bool:
+    """Whether an artifact role fills a role pattern ("<n>" in a pattern matches digits: `step_<n>`)."""
+    return re.fullmatch(re.escape(pattern).replace(re.escape("<n>"), r"\d+"), role or "") is not None
+
+
 def _role_rule(component: Component, role: str):
     for pattern, rule in component.roles.items():
-        if re.fullmatch(re.escape(pattern).replace(re.escape("<n>"), r"\d+"), role):
+        if role_matches(pattern, role):
             return pattern, rule
     return None, None
 
