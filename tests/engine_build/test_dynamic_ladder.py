@@ -164,3 +164,28 @@ def test_a_symbolic_dimension_builds_only_with_its_shape_sets(packages):
     contract = {key: value for key, value in get_contract(model).items() if key != "shape_sets"}
     with pytest.raises(SetupError, match="input 'x' has a symbolic dimension 's0' at axis 2.*shape_sets"):
         graph_io(set_contract(model, contract))
+
+
+def test_the_exactness_gate_fails_on_a_merge_that_changed_the_maths(tmp_path):
+    """`shape_generic_exact` passes the true merge of two example rungs and fails it once one weight is changed."""
+    import onnx
+    from onnx import numpy_helper
+
+    from converters.families import example
+    from converters.family.ladder import _lean_rungs, exactness_verdict
+    from surgery.graph.shape_generic import shape_generic
+
+    records = [record for frames in (16, 32) for record in example.export(tmp_path, channels=4, frames=frames, seed=0)]
+    graphs, weights = _lean_rungs([record.onnx for record in records])
+    generic = shape_generic(graphs)
+    for name, tensor in weights.items():  # the merged graph as the merge writes it
+        generic.graph.initializer.append(tensor)
+        generic.graph.input.remove(next(v for v in generic.graph.input if v.name == name))
+    assert exactness_verdict(generic, records, graphs, weights).passed
+    tampered = onnx.ModelProto()
+    tampered.CopyFrom(generic)
+    bias = next(t for t in tampered.graph.initializer if numpy_helper.to_array(t).ndim == 1
+                and numpy_helper.to_array(t).dtype.kind == "f")
+    bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias) + 0.01, bias.name))
+    verdict = exactness_verdict(tampered, records, graphs, weights)
+    assert not verdict.passed and verdict.value > 1e-4
