@@ -101,11 +101,13 @@ def own_small_constants(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _check_same_nodes(graphs: list[onnx.GraphProto]) -> None:
-    reference = [(n.op_type, list(n.input), list(n.output), [a.SerializeToString() for a in n.attribute])
-                 for n in graphs[0].node if n.op_type != "Constant"]
+    def signature(graph: onnx.GraphProto) -> list:
+        return [(n.op_type, list(n.input), list(n.output), [a.SerializeToString() for a in n.attribute])
+                for n in graph.node if n.op_type != "Constant"]
+
+    reference = signature(graphs[0])
     for number, graph in enumerate(graphs[1:], 1):
-        nodes = [(n.op_type, list(n.input), list(n.output), [a.SerializeToString() for a in n.attribute])
-                 for n in graph.node if n.op_type != "Constant"]
+        nodes = signature(graph)
         if len(nodes) != len(reference):
             raise NotOneGraph(f"shape set {number} has {len(nodes)} nodes, set 0 has {len(reference)}")
         for left, right in zip(reference, nodes):
