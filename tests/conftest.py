@@ -1,6 +1,9 @@
 """Shared fixtures. Family folders under tests/ add their own conftest.py."""
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
 from core.errors import SetupError
@@ -17,6 +20,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         group = "slow" if item.get_closest_marker("slow") else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_converter_child_outlives_its_module(request):
+    """A simulator or build child left open holds its memory until the worker exits (the suite's 16 GB bound), and a
+    test that looks for its own child would find it: once a module's fixtures are gone, none may be alive."""
+    yield
+    from tests.children import converter_children
+
+    left = converter_children()
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, (f"{request.node.nodeid} left {len(left)} converter child(ren) running (pids {left}): close "
+                      "every SimulatorBackend / HostOpener / ConverterChild it opens (a `with` block)")
 
 
 def converter_available(version: str) -> bool:

@@ -258,6 +258,12 @@ class HostOpener:
         while self._open:
             self._open.popitem()[1].close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
 
 class _Kept:
     """A backend the kit may `close()` after each phase while the opener keeps it for the next."""

@@ -69,6 +69,7 @@ def test_the_kit_replays_every_set_and_the_ode_golden_in_the_simulator(builds, t
     assert [(e["engine"], e.get("shape_set")) for e in index["engines"]] == [
         ("cosyvoice3_flow_ladder.rknn", number) for number in range(len(LENGTHS))]
     assert index["end_to_end"][0]["engines"] == ["cosyvoice3_flow_ladder.rknn"]
-    report = SelfTest(folder, HostOpener(folder, "simulator"), runs=1, core_masks=[], say=lambda line: None,
-                      report_path=tmp_path / "report.json").run()
+    with HostOpener(folder, "simulator") as opener:  # closes the simulator children it kept between phases
+        report = SelfTest(folder, opener, runs=1, core_masks=[], say=lambda line: None,
+                          report_path=tmp_path / "report.json").run()
     assert report["passed"], json.dumps(report, default=str)[:2000]

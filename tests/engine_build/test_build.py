@@ -20,6 +20,7 @@ from converters.build.engine import BuildOptions, build_engine
 from toolkit.session import ConverterChild
 from core.errors import GateFailure
 from runtime.host.backends import OnnxBackend, SimulatorBackend
+from tests.children import converter_children
 
 CONVERT = [sys.executable, "-m", "converters.cli"]
 REPO = Path(__file__).resolve().parents[2]
@@ -153,21 +154,6 @@ def test_toolkit_error_becomes_build_error_naming_the_stage(tmp_path, require_co
     assert_no_engine_left(tmp_path, "mystery")
 
 
-def _child_pids_of_this_test() -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == os.getpid() and b"toolkit.child" in cmdline:
-            pids.append(int(entry.name))
-    return pids
-
-
 def test_child_killed_by_sigsegv_leaves_no_artifact(graph, tmp_path, require_converter):
     require_converter()
     onnx_path = graph("segv", channels=22, length=4096)
@@ -184,7 +170,7 @@ def test_child_killed_by_sigsegv_leaves_no_artifact(graph, tmp_path, require_con
     # Strike once the child has announced its first stage (importing rknn takes over a second).
     log, deadline = tmp_path / "segv.build.log", time.monotonic() + 60
     while worker.is_alive() and time.monotonic() < deadline:
-        pids = _child_pids_of_this_test()
+        pids = converter_children(stdout=log)  # not a simulator another test left open
         if pids and log.is_file() and '"stage": "import"' in log.read_text(errors="replace"):
             break
         time.sleep(0.02)

@@ -76,8 +76,9 @@ def test_the_package_names_the_engine_once_and_its_kit_replays_every_set(package
     assert [(e["engine"], e.get("shape_set")) for e in index["engines"]] == [
         ("example_c16_ladder.rknn", 0), ("example_c16_ladder.rknn", 1)]
     assert index["end_to_end"][0]["engines"] == ["example_c16_ladder.rknn"]
-    report = SelfTest(package, HostOpener(package, "simulator"), runs=1, core_masks=[], say=lambda line: None,
-                      report_path=tmp_path / "report.json").run()
+    with HostOpener(package, "simulator") as opener:  # closes the simulator children it kept between phases
+        report = SelfTest(package, opener, runs=1, core_masks=[], say=lambda line: None,
+                          report_path=tmp_path / "report.json").run()
     assert report["passed"], json.dumps(report, default=str)[:2000]
     assert [row.get("shape_set") for row in report["engines"]] == [0, 1]
     assert report["end_to_end"][0]["calls"] == 2

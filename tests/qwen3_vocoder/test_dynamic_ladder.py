@@ -77,8 +77,9 @@ def test_the_package_names_the_engine_for_both_roles_and_its_stream_golden_repla
     [component] = plan["qwen3_tts.exec_plan"].values()
     assert component["artifacts"] == {"first": f"{LADDER_STEM}.rknn", "main": f"{LADDER_STEM}.rknn"}
     assert sorted(p.name for p in package.glob("*.rknn")) == [f"{LADDER_STEM}.rknn"]
-    report = SelfTest(package, HostOpener(package, "simulator"), runs=1, core_masks=[], say=lambda line: None,
-                      report_path=tmp_path / "report.json").run()
+    with HostOpener(package, "simulator") as opener:  # closes the simulator children it kept between phases
+        report = SelfTest(package, opener, runs=1, core_masks=[], say=lambda line: None,
+                          report_path=tmp_path / "report.json").run()
     assert report["passed"], json.dumps(report, default=str)[:2000]
     [stream] = report["end_to_end"]
     assert stream["name"] == "qwen3_vocoder_stream_first16_main64" and stream["passed"]
