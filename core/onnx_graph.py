@@ -195,6 +195,22 @@ def weights_back(model: onnx.ModelProto, aside: dict[str, onnx.TensorProto]) -> 
     return model
 
 
+def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A new model of `model`'s graph whose initializers keep their name, type and dims but hold no values: what a
+    build reads once its host runs are done (I/O, names, the contract), so the weights are not held through a
+    compile that needs every GB (protobuf frees them only with the whole message: drop `model` after this)."""
+    graph = model.graph
+    empty = [onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
+             for tensor in graph.initializer]
+    skeleton = onnx.helper.make_model(
+        onnx.helper.make_graph(list(graph.node), graph.name, list(graph.input), list(graph.output), empty,
+                               value_info=list(graph.value_info)),
+        opset_imports=list(model.opset_import))
+    skeleton.ir_version = model.ir_version
+    skeleton.metadata_props.extend(model.metadata_props)
+    return skeleton
+
+
 def load_model(path, what: str = "ONNX model", load_external_data: bool = True) -> onnx.ModelProto:
     """The ONNX at `path`, refused up front with one line naming the file (and the tensor) when it is missing,
     unreadable, truncated, not ONNX at all, or carries a NaN/Inf constant (an fp16 engine of it is garbage)."""

@@ -201,6 +201,19 @@ def remove_stale_work_dirs() -> list[Path]:
     return removed
 
 
+def release_freed_heap() -> None:
+    """Hand the memory this process has freed back to the system before a compile starts: glibc keeps freed heap
+    (the export's, the host references') mapped, and the child of a real-shape compile needs 10 GB beside us."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # a libc without malloc_trim holds nothing we can return
+        pass
+
+
 class ConverterChild:
     """One `python -m toolkit.child` child in the converter venv: builds the ONNX once, then runs
     simulator requests until closed. Its fds 1/2 go to `log_path`; JSON events come back on a pipe.
@@ -242,6 +255,8 @@ class ConverterChild:
                 "rknn": str(Path(rknn_path).resolve()) if rknn_path else None, "simulate": simulate,
                 "parent_pid": os.getpid(),
             }
+            del model, readable
+            release_freed_heap()
             self._start(python, request, timeout_s)
         except BaseException:
             self._cleanup()

@@ -129,7 +129,7 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     from core.contract import fed_inputs, get_contract
     from core import manifest
     from gates import board_time, fp16_range, layer_table, regtask
-    from core.onnx_graph import load_model
+    from core.onnx_graph import load_model, weightless
     onnx_path, out_dir = Path(onnx_path), Path(out_dir)
     model = load_model(onnx_path)  # missing, unreadable, truncated or NaN-carrying: one SetupError line
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -161,6 +161,8 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
             set_reference, set_floor = host_references(model, Path(reference_onnx or onnx_path), set_feeds)
             reference.update({name + suffix: value for name, value in set_reference.items()})
             floor.update({name + suffix: value for name, value in set_floor.items()})
+    # From here on the build reads the graph's names and I/O only; the child loads its own copy of the weights.
+    model = weightless(model)
     simulator_figures, sim_verdicts, sim_advice, layer_note = {}, [], {}, ""
     try:
         child = ConverterChild(onnx_path, options.target, options.toolkit, log_path, rknn_path=partial_rknn,
