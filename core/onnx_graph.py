@@ -171,17 +171,9 @@ def weights_aside(model: onnx.ModelProto, names) -> tuple[onnx.ModelProto, dict[
     names = set(names)
     graph = model.graph
     aside = {tensor.name: tensor for tensor in graph.initializer if tensor.name in names}
-    skeleton = onnx.helper.make_model(
-        onnx.helper.make_graph(
-            list(graph.node), graph.name,
-            list(graph.input) + [onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims))
-                                 for name, tensor in aside.items()],
-            list(graph.output), [tensor for tensor in graph.initializer if tensor.name not in aside],
-            value_info=list(graph.value_info)),
-        opset_imports=list(model.opset_import))
-    skeleton.ir_version = model.ir_version
-    skeleton.metadata_props.extend(model.metadata_props)
-    return skeleton, aside
+    inputs = list(graph.input) + [onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims))
+                                  for name, tensor in aside.items()]
+    return _regraphed(model, inputs, [tensor for tensor in graph.initializer if tensor.name not in aside]), aside
 
 
 def weights_back(model: onnx.ModelProto, aside: dict[str, onnx.TensorProto]) -> onnx.ModelProto:
@@ -199,11 +191,17 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     """A new model of `model`'s graph whose initializers keep their name, type and dims but hold no values: what a
     build reads once its host runs are done (I/O, names, the contract), so the weights are not held through a
     compile that needs every GB (protobuf frees them only with the whole message: drop `model` after this)."""
+    return _regraphed(model, list(model.graph.input),
+                      [onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
+                       for tensor in model.graph.initializer])
+
+
+def _regraphed(model: onnx.ModelProto, inputs: list, initializers: list) -> onnx.ModelProto:
+    """A new model of `model`'s nodes, outputs, value_info, opsets, IR version and metadata over `inputs` and
+    `initializers` (the skeletons above differ only in those two)."""
     graph = model.graph
-    empty = [onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
-             for tensor in graph.initializer]
     skeleton = onnx.helper.make_model(
-        onnx.helper.make_graph(list(graph.node), graph.name, list(graph.input), list(graph.output), empty,
+        onnx.helper.make_graph(list(graph.node), graph.name, inputs, list(graph.output), initializers,
                                value_info=list(graph.value_info)),
         opset_imports=list(model.opset_import))
     skeleton.ir_version = model.ir_version
