@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 
 import typer
 
@@ -49,11 +50,17 @@ def _terminated(signum, _frame) -> None:
     raise SystemExit(128 + signum)
 
 
+def _program_name() -> str:
+    """What the user typed: `rkaudio` or `convert` (the console scripts); `convert` for `python -m converters.cli`."""
+    typed = Path(sys.argv[0]).name
+    return typed if typed in ("convert", "rkaudio") else "convert"
+
+
 def main() -> None:
     _register_all()
     signal.signal(signal.SIGTERM, _terminated)
     try:
-        app(args=_respell(sys.argv[1:]), prog_name="convert")
+        app(args=_respell(sys.argv[1:]), prog_name=_program_name())
     except Exception as error:
         code = exit_code(error)
         if code is None:
