@@ -133,6 +133,23 @@ def board_time_line(prediction: dict | None) -> str:
     return f"predicted board time: {prediction['ms']:,.1f} ms per call ({terms}; {prediction['basis']}{computed})"
 
 
+def worst_overflow(regtask: dict) -> str:
+    """A manifest's `regtask` section's worst line in words, e.g. `worst 2.00x its field (value 0x3fe0, limit
+    0x1fff, target lite offset 0x4038)`; "" without REGTASK lines. Each field has one limit, so the field with the
+    largest worst_value/limit holds the worst line (its ratio is `worst_ratio`)."""
+    if not regtask.get("fields"):
+        return ""
+    worst = max(regtask["fields"], key=lambda entry: entry["worst_value"] / entry["limit"])
+    return (f"worst {worst['worst_value'] / worst['limit']:.2f}x its field (value {worst['worst_value']:#x}, "
+            f"limit {worst['limit']:#x}, target {worst['target']} offset {worst['offset']})")
+
+
+def regtask_line(regtask: dict, unit: str) -> str:
+    """`<lines> <unit>`, then the worst overflow when there is one."""
+    worst = worst_overflow(regtask)
+    return f"{regtask.get('lines')} {unit}" + (f", {worst}" if worst else "")
+
+
 def summary_lines(data: dict) -> list[str]:
     """Human summary of a manifest for `convert inspect`."""
     ops, regtask = data.get("ops", {}), data.get("regtask", {})
@@ -146,7 +163,7 @@ def summary_lines(data: dict) -> list[str]:
                                        for kind, dtypes in data.get("engine_io", {}).items()),
         f"  bytes: rknn {data['rknn']['bytes']:,}  onnx {data['onnx']['bytes']:,}  weight {data['weight_bytes']:,}  "
         f"internal {data['internal_bytes']:,}",
-        f"  regtask: {regtask.get('lines')} lines, worst value/limit {regtask.get('worst_ratio', 0):.3f}",
+        f"  regtask: {regtask_line(regtask, 'lines')}",
         f"  ops: {ops.get('npu')} NPU, {ops.get('cpu')} CPU compute, {ops.get('cpu_boundary')} CPU I/O glue; "
         f"est. cycles {data['est_cycles']:,}, traffic {data['rw_kb']:,.0f} KB",
     ]
@@ -158,7 +175,7 @@ def summary_lines(data: dict) -> list[str]:
                                    if i["name"] == t["name"]}) > 1)
         predicted = (entry.get("predicted_board_ms") or {}).get("ms")
         lines.append(f"  shape set {number} (role {entry['contract'].get('role')}): {shapes}; "
-                     f"{entry['ops']['cpu']} CPU ops, {entry['regtask']['lines']} REGTASK lines, est. cycles "
+                     f"{entry['ops']['cpu']} CPU ops, {regtask_line(entry['regtask'], 'REGTASK lines')}, est. cycles "
                      f"{entry['est_cycles']:,}, internal {entry['internal_bytes']:,}"
                      + (f", predicted {predicted:,.1f} ms" if predicted else ""))
     lines.append("  gates:")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from core.manifest import worst_overflow
 from runtime.board.verdict import Verdict, at_most
 
 REGTASK_LINE = re.compile(
@@ -14,9 +15,11 @@ REGTASK_LINE = re.compile(
     r"offset: (?P<offset>0x[0-9a-fA-F]+), shift = (?P<shift>\d+), limit: (?P<limit>0x[0-9a-fA-F]+), "
     r"value: (?P<value>0x[0-9a-fA-F]+)")
 
-ADVICE = ("REGTASK lines mean an op's axis is longer than that op's register field on this SoC (value > limit): "
-          "the engine may compute garbage on the board although the simulator cannot see it. Export a narrower "
-          "window (a shorter time axis per engine) and rebuild")
+# What a failed gate prints after "what to do:": the remedy first, then why, then the one deliberate way out.
+ADVICE = ("export a narrower window (a shorter time axis per engine) or hold the long axis as polyphase phases "
+          "(surgery/graph/polyphase_levels.py): an op's axis longer than its register field (value > limit) corrupts "
+          "the engine on the board, and the simulator cannot see it; raise --max-regtask-lines (a recipe's [gates] "
+          "max_regtask_lines) only on purpose, after a board run of this engine passes")
 
 
 @dataclass
@@ -47,7 +50,8 @@ def parse_regtask(log_text: str) -> RegtaskReport:
 
 
 def regtask_verdict(report: RegtaskReport, max_lines: int) -> Verdict:
-    detail = f"worst value/limit {report.worst_ratio:.3f}" if report.lines else ""
+    """At most `max_lines` REGTASK lines; the detail names the worst overflow and every field involved."""
+    detail = worst_overflow(report.to_json())
     if report.fields:
         detail += "; fields " + ", ".join(f"{f['target']}@{f['offset']} limit {f['limit']:#x} x{f['lines']}"
                                           for f in report.fields)

@@ -77,8 +77,9 @@ class BuildGates(Table):
     Their one fallback default is `BuildOptions`'s; a family states its own defaults in `Family.build_defaults`."""
 
     max_regtask_lines: int = option(
-        _BUILD_DEFAULTS["max_regtask_lines"], "Fail the build past this many REGTASK field-overflow lines (an axis "
-        "longer than an op's register field; a few hundred are benign on some SoCs).", ge=0)
+        _BUILD_DEFAULTS["max_regtask_lines"], "Fail the build past this many REGTASK field-overflow lines (an op's "
+        "axis longer than its register field: the engine is corrupted on the board, and the simulator cannot see "
+        "it). Raise it only on purpose.", ge=0)
     fail_on_cpu_ops: bool = option(
         _BUILD_DEFAULTS["fail_on_cpu_ops"], "Fail if the layer table places any compute op on the CPU "
         "(Input/OutputOperator and their rank-adapting Reshapes do not count).")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from core.manifest import worst_overflow
 from gates.layer_table import cpu_ops_verdict, parse_layer_table
 from gates.regtask import ADVICE, parse_regtask, regtask_verdict
 
@@ -52,6 +53,25 @@ def test_regtask_none_on_clean_log():
     report = parse_regtask(RK3588_FLOOR.read_text())
     assert (report.lines, report.worst_ratio, report.fields) == (0, 0.0, [])
     assert regtask_verdict(report, max_lines=0).passed
+
+
+def regtask_log_line(offset: str, limit: str, value: str) -> str:
+    return (f"E RKNN: [04:39:33.800] REGTASK: The bit width of field value exceeds the limit, target: lite, "
+            f"offset: {offset}, shift = 0, limit: {limit}, value: {value}\n")
+
+
+def test_the_worst_overflow_is_the_largest_value_over_its_own_fields_limit():
+    # 0x1a00 / 0x7ff = 3.25 is the worst although 0x3fe0 (over 0x1fff: 2.00) is the larger value
+    log = (regtask_log_line("0x4038", "0x1fff", "0x2011") + regtask_log_line("0x1028", "0x7ff", "0x1a00")
+           + regtask_log_line("0x4038", "0x1fff", "0x3fe0"))
+    report = parse_regtask(log)
+    assert report.worst_ratio == pytest.approx(0x1A00 / 0x7FF)
+    worst = "worst 3.25x its field (value 0x1a00, limit 0x7ff, target lite offset 0x1028)"
+    assert worst_overflow(report.to_json()) == worst
+    verdict = regtask_verdict(report, max_lines=0)
+    assert not verdict.passed and verdict.line().endswith(
+        f"(threshold 0)  {worst}; fields lite@0x4038 limit 0x1fff x2, lite@0x1028 limit 0x7ff x1")
+    assert worst_overflow(parse_regtask(RK3588_FLOOR.read_text()).to_json()) == ""  # no line, no worst
 
 
 @pytest.mark.parametrize("log", [RK3566_SIN, RK3576_SIN, RK3588_FLOOR], ids=lambda p: p.stem)
