@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from converters.build.engine import BuildOptions, build_engine
 from converters.cli.diagnose import diagnose
 from converters.release.recipes import DIST_DIR, RECIPES_DIR
 from converters.cli.families import declaration, register as register_families
@@ -23,7 +24,7 @@ def build(
     target: Target,
     out: OutDir = Path("."),
     toolkit: Toolkit = DEFAULT_TOOLKIT,
-    max_regtask_lines: MaxRegtaskLines = 100_000,
+    max_regtask_lines: MaxRegtaskLines = BuildOptions.max_regtask_lines,
     fail_on_cpu_ops: FailOnCpuOps = False,
     selfcheck: Annotated[Optional[Path], typer.Option(
         "--selfcheck", help="Inputs for the simulator check: an .npz whose keys are the ONNX input names. "
@@ -38,7 +39,6 @@ def build(
 
     import numpy as np
 
-    from converters.build.engine import BuildOptions, build_engine
     from toolkit.session import graph_io, random_feeds
     from core.manifest import summary_lines
 
@@ -150,8 +150,9 @@ def selftest(
     onnx_dir: Annotated[Optional[Path], typer.Option("--onnx-dir", help="Where the package's ONNX files are "
                         "(default: the work directory each manifest names, kept by `convert engines`).")] = None,
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per engine after the warm-up.")] = 3,
-    report: Annotated[Optional[Path], typer.Option("--report", help="JSON report (default: selftest-report.json "
-                      "in the working directory, or beside the package when run inside it).")] = None,
+    report: Annotated[Optional[Path], typer.Option("--report", help="JSON report, outside the package (default: "
+                      "selftest-report.json in the working directory, or beside the package when run inside it; "
+                      "none for a folder without SHA256SUMS).")] = None,
 ) -> None:
     """Replay a package's board self-test on the host: the same kit (`selftest.py`) and gates, with the engines
     compiled from their ONNX in the simulator (or run in onnxruntime). Exit 0 pass, 3 a gate failed, 2 setup."""

@@ -173,7 +173,8 @@ def family_command(family):
 def check_command(family, check):
     """`convert check <name>`: the family's check as declared, plus, when it takes `engines`
     (converters.release.check.EngineChoice), the options every check shares: --backend, --target, --toolkit and
-    --package, made into that choice."""
+    --package, made into that choice. `engines` is that choice or nothing: a parameter of that name with another
+    type would be replaced by it silently (an always-true `--engines` flag once sent a check to rknnlite)."""
     import functools
 
     from converters.release.check import Backend, EngineChoice, Package
@@ -181,6 +182,11 @@ def check_command(family, check):
     signature = inspect.signature(check, eval_str=True)
     if "engines" not in signature.parameters:
         return check
+    if signature.parameters["engines"].annotation is not EngineChoice:
+        raise ValueError(f"check {check.__name__} declares `engines` as "
+                         f"{signature.parameters['engines'].annotation!r}: that name is the shared "
+                         "converters.release.check.EngineChoice (--backend, --target, --toolkit, --package); "
+                         "annotate it so, or name the parameter otherwise")
     shared = {"backend": (Backend, "onnx"), "target": (Target, "rk3588"), "toolkit": (Toolkit, DEFAULT_TOOLKIT),
               "package": (Package, None)}
     own = [p for name, p in signature.parameters.items() if name != "engines"]

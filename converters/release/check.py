@@ -1,8 +1,9 @@
 """The engine a `convert check <family>` renders through, chosen the same way for every family: `--backend onnx`
-(the engine graph in onnxruntime; its exact fp32 twin for a graph that rounds in fp16) or `--backend simulator`
-(compiled for `--target` in rknn-toolkit2's simulator, fp16 noise and all), from a fresh export at the shape the
-release recipe ships for that target, or from a package's ONNX (`--package DIR`). The fp32 render it is judged
-against is the same walk through the ONNX's exact fp32 twin (or the ONNX itself).
+(the engine graph in onnxruntime with every tensor rounded to fp16: the host's estimate of the NPU's fp16, never the
+fp32 graph against itself) or `--backend simulator` (compiled for `--target` in rknn-toolkit2's simulator, fp16 noise
+and all), from a fresh export at the shape the release recipe ships for that target, or from a package's ONNX
+(`--package DIR`). The fp32 render it is judged against is the same walk through the ONNX's exact fp32 twin (or the
+ONNX itself).
 
 A family's check declares a parameter `engines: EngineChoice`; converters/cli/families.py then gives the command
 the shared options below and passes the choice in."""
@@ -19,11 +20,13 @@ import typer
 from core.errors import SetupError
 
 BACKENDS = ("onnx", "simulator")
+# What `--backend onnx` is, in every check's output: the host's estimate of the NPU's fp16, not the NPU.
+FP16_ESTIMATE = "onnxruntime, every tensor rounded to fp16: the fp16 estimate"
 
 Backend = Annotated[str, typer.Option(
-    "--backend", help="Render through the engine graph in onnxruntime (`onnx`; a graph relying on fp16 arithmetic "
-    "with every tensor rounded to fp16), or through the engine compiled for --target in the rknn-toolkit2 simulator "
-    "(`simulator`: what the NPU's fp16 produces, REGTASK damage aside).")]
+    "--backend", help="Render through the engine graph in onnxruntime with every tensor rounded to fp16 (`onnx`: "
+    "the fp16 estimate, no converter venv needed), or through the engine compiled for --target in the rknn-toolkit2 "
+    "simulator (`simulator`: what the NPU's fp16 produces, REGTASK damage aside).")]
 Package = Annotated[Optional[Path], typer.Option(
     "--package", help="A package built by `convert engines` (dist/<target>/<package>_<target>/): render through "
     "its engines' ONNX (kept under work/dist/, the manifests name it) instead of a fresh export; its target and "
@@ -104,30 +107,27 @@ class EngineChoice:
 
     @property
     def label(self) -> str:
-        """What renders the engine, for titles: `onnxruntime`, or `simulator, <target>, toolkit <version>` (a
-        package's own target and toolkit with --package)."""
+        """What renders the engine, for titles: `onnxruntime, fp16 estimate` (every tensor rounded to fp16), or
+        `simulator, <target>, toolkit <version>` (a package's own target and toolkit with --package)."""
         if self.backend == "onnx":
-            return "onnxruntime"
+            return FP16_ESTIMATE
         target, toolkit = self.compiled_for()
         return f"simulator, {target}, toolkit {toolkit}"
 
     @contextmanager
     def open(self, onnx_path: Path) -> Iterator:
-        """The engine backend of `onnx_path`: onnxruntime on the graph itself, or the simulator compiling it. A
-        graph that relies on fp16 arithmetic (it has an exact fp32 twin: the round Snake sine) computes something
-        else in fp32, so onnxruntime runs it with every tensor rounded to fp16 (gates.fp16_floor.fp16_rounded)."""
-        from core.paths import reference_path
+        """The engine backend of `onnx_path`: onnxruntime on the graph with every fp32 tensor and weight rounded to
+        fp16 (gates.fp16_floor.fp16_rounded: what the NPU stores, so the render differs from the fp32 one by the
+        fp16 estimate; a graph that relies on fp16 arithmetic, like the round Snake sine, computes what it should
+        only so), or the simulator compiling it."""
         from runtime.host.backends import OnnxBackend, SimulatorBackend
 
         if self.backend == "onnx":
-            graph = onnx_path
-            if reference_path(Path(onnx_path)).is_file():
-                import onnx
+            import onnx
 
-                from gates.fp16_floor import fp16_rounded
+            from gates.fp16_floor import fp16_rounded
 
-                graph = fp16_rounded(onnx.load(str(onnx_path)))
-            yield OnnxBackend(graph)
+            yield OnnxBackend(fp16_rounded(onnx.load(str(onnx_path))))
             return
         target, toolkit = self.compiled_for()
         print(f"compiling {Path(onnx_path).name} for {target} in the rknn-toolkit2 {toolkit} simulator ...")

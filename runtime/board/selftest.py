@@ -404,9 +404,17 @@ def table(report: dict) -> str:
 def selftest(package_dir: Path, opener=None, runs: int = 20, core_masks: Optional[List[str]] = None,
              report_path: Optional[Path] = None, only: Optional[List[str]] = None, end_to_end: bool = True,
              say: Callable[[str], None] = print) -> int:
-    """Run the kit of `package_dir` with `opener` (default: rknnlite on this board); write the report; the exit code."""
+    """Run the kit of `package_dir` with `opener` (default: rknnlite on this board); write the report; the exit code.
+    The report goes outside the package (SHA256SUMS describes every file there; a report inside one is refused), and
+    a folder without SHA256SUMS, which is no package, gets none unless `report_path` asks for it."""
     package_dir = Path(package_dir).resolve()
-    report_path = Path(report_path) if report_path else default_report_path(package_dir)
+    asked = report_path is not None
+    report_path = Path(report_path).resolve() if asked else default_report_path(package_dir)
+    if package_dir in report_path.parents:
+        say(f"setup problem: the report {report_path} would be a file inside the package, which {SUMS_NAME} "
+            f"describes; write it outside {package_dir}")
+        return EXIT_SETUP
+    write_report = asked or (package_dir / SUMS_NAME).is_file()
     report = {"schema": REPORT_SCHEMA, "package": package_dir.name, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "runs": runs, "core_masks_requested": core_masks or []}
     code = EXIT_SETUP
@@ -426,11 +434,12 @@ def selftest(package_dir: Path, opener=None, runs: int = 20, core_masks: Optiona
         if opener is not None and hasattr(opener, "close"):  # a host replay keeps simulator children between phases
             opener.close()
     report["exit_code"] = code
-    report_path.write_text(json.dumps(json_safe(report), indent=2) + "\n")
+    if write_report:
+        report_path.write_text(json.dumps(json_safe(report), indent=2) + "\n")
     if report.get("engines") is not None:
         say(table(report))
     verdict = {EXIT_OK: "every gate passed", EXIT_GATE: "a gate FAILED", EXIT_SETUP: "setup problem"}[code]
-    say(f"{verdict}; report: {report_path}")
+    say(f"{verdict}; report: {report_path}" if write_report else f"{verdict}; no report written")
     return code
 
 
@@ -441,8 +450,9 @@ def arguments(argv: Optional[List[str]] = None):
     parser.add_argument("--runs", type=int, default=20, help="timed runs per engine after one warm-up (default 20)")
     parser.add_argument("--core-masks", default="", help="also run each engine per NPU core mask and compare the "
                         "cores, e.g. 0,1,2,0_1_2 (masks the SoC lacks are reported as skipped)")
-    parser.add_argument("--report", type=Path, default=None, help=f"where to write the JSON report (default: "
-                        f"{REPORT_NAME} in the working directory, or beside the package when run inside it)")
+    parser.add_argument("--report", type=Path, default=None, help=f"where to write the JSON report, outside the "
+                        f"package (default: {REPORT_NAME} in the working directory, or beside the package when run "
+                        f"inside it)")
     parser.add_argument("--only", action="append", default=None, metavar="ENGINE", help="test only this engine file")
     parser.add_argument("--no-end-to-end", action="store_true", help="skip the end-to-end goldens")
     args = parser.parse_args(argv)

@@ -363,23 +363,3 @@ def test_missing_snapshot_is_a_clear_error(tmp_path):
         load_snapshot(tmp_path)
     with pytest.raises(MissingSource, match="no Audio8-ASR snapshot"):
         _snapshot_dir({"dir": str(tmp_path / "absent")})
-
-
-def test_check_command_decodes_a_wav(small_plan, tmp_path):
-    import typer
-    from typer.testing import CliRunner
-
-    from converters.families.audio8 import FAMILY
-    from runtime.board.speech import write_wav
-
-    app, check_app = typer.Typer(), typer.Typer()
-    app.add_typer(check_app, name="check")
-    check_app.command("audio8")(FAMILY.checks["audio8"])  # what converters.cli.families.register adds
-    for seconds in (0.7, 3.1):  # any length, not only 2/4/6/8 s
-        wav = write_wav(tmp_path / f"probe_{seconds}.wav", checks.probe_clip(seconds), 16000)
-        result = CliRunner().invoke(app, ["check", "audio8", "--plan", str(small_plan), "--wav", str(wav)])
-        assert result.exit_code == 0, result.output
-        assert "tokens:" in result.output and "buckets: 128" in result.output
-    too_long = write_wav(tmp_path / "long.wav", np.zeros(9 * 16000), 16000)
-    result = CliRunner().invoke(app, ["check", "audio8", "--plan", str(small_plan), "--wav", str(too_long)])
-    assert result.exit_code != 0 and "split it into clips of at most 8 s" in str(result.exception)

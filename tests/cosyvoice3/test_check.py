@@ -21,19 +21,19 @@ def rendered(out) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_onnx_backend_renders_a_fresh_tiny_export(check_cli, tmp_path):
-    """--random-weights small at --lengths 16,24: 20 frames take the S=24 rung; onnxruntime on the engine graph is
-    the fp32 render itself."""
+    """--random-weights small at --lengths 16,24: 20 frames take the S=24 rung; onnxruntime on the engine graph with
+    every tensor rounded to fp16 (the fp16 estimate) against the fp32 render."""
     out = tmp_path / "check.npy"
     result = check_cli("--random-weights", "small", "--lengths", "16,24", "--frames", "20", "--steps", "4",
                    "--out", str(out))
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "check_engine").glob("*.onnx")) == [
         "cosyvoice3_flow_s16.onnx", "cosyvoice3_flow_s24.onnx"]
-    assert "20 frames on the S=24 rung, 4-step ODE (onnxruntime)" in result.output
+    assert "20 frames on the S=24 rung, 4-step ODE (onnxruntime, every tensor rounded to fp16" in result.output
     assert "prompt    [0, 6)" in result.output and "generated [6, 20)" in result.output
     engine, fp32 = rendered(out)
     assert engine.shape == fp32.shape == (80, 20) and np.all(np.isfinite(fp32))
-    assert np.array_equal(engine, fp32) and overall_snr(result.output) == math.inf
+    assert not np.array_equal(engine, fp32) and 20.0 < overall_snr(result.output) < math.inf
 
 
 def test_simulator_opens_only_the_rung_it_uses(check_cli, tiny_export, tmp_path, require_converter):
@@ -80,7 +80,7 @@ def test_package_renders_through_its_onnx(check_cli, tiny_export, tmp_path):
     out = tmp_path / "package.npy"
     result = check_cli("--package", str(package), "--frames", "10", "--steps", "2", "--out", str(out))
     assert result.exit_code == 0, result.output
-    assert "10 frames on the S=24 rung, 2-step ODE (onnxruntime)" in result.output
+    assert "10 frames on the S=24 rung, 2-step ODE (onnxruntime, every tensor rounded to fp16" in result.output
     assert rendered(out)[0].shape == (80, 10)
     result = check_cli("--package", str(package), "--lengths", "24", "--out", str(out))
     assert isinstance(result.exception, SetupError) and "drop --model-dir/--random-weights/--lengths" in str(

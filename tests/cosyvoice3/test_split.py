@@ -87,9 +87,10 @@ def test_an_incomplete_chain_is_refused(split_export):
 
 
 def test_check_renders_through_the_chain(check_cli, split_export, tmp_path):
-    """`convert check cosyvoice3` on a split rung runs its parts in order (here onnxruntime: the fp32 render)."""
+    """`convert check cosyvoice3` on a split rung runs its parts in order (here onnxruntime, every tensor rounded to
+    fp16)."""
     onnx = [arg for record in split_export for arg in ("--onnx", str(record.onnx))]
     result = check_cli(*onnx, "--frames", "20", "--steps", "2", "--out", str(tmp_path / "chain.npy"))
     assert result.exit_code == 0, result.output
-    assert "20 frames on the S=24 rung in 2 parts, 2-step ODE (onnxruntime)" in result.output
+    assert "20 frames on the S=24 rung in 2 parts, 2-step ODE (onnxruntime, every tensor rounded to fp16" in result.output
     assert np.load(tmp_path / "chain.npy").shape == (80, 20)

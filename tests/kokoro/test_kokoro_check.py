@@ -4,6 +4,7 @@ on the round-form engine: fp16), beside the model's own decode; three WAVs, a PN
 from __future__ import annotations
 
 import math
+import re
 import shutil
 
 import pytest
@@ -28,16 +29,18 @@ def check(engine, model, voices, out, *extra):
                                     str(voices), "--out", str(out), *extra])
 
 
-def test_onnx_backend_renders_a_graph_without_twin_exactly(exported, model_onnx, tmp_path, check_report):
-    """The engine ONNX alone (no fp32 twin beside it): the engine render is the fp32 render, and both walks
-    follow the model's own decode."""
+def test_onnx_backend_renders_a_graph_without_twin_as_the_fp16_estimate(exported, model_onnx, tmp_path, check_report):
+    """The engine ONNX alone (no fp32 twin beside it): the engine render is the graph with every tensor rounded to
+    fp16, judged against the graph itself in fp32. The round-form sine needs fp16 rounding, so without its twin the
+    fp32 render is far off (a finite, low SNR says so) while the engine render follows the model's own decode."""
     engine = tmp_path / "alone" / exported[0].onnx.name
     engine.parent.mkdir()
     shutil.copy(exported[0].onnx, engine)
     out = tmp_path / "kokoro.wav"
     result = check(engine, model_onnx, voice_dir(tmp_path / "voice"), out)
     assert result.exit_code == 0, result.output
-    assert check_report(result.output, out) == math.inf
+    assert check_report(result.output, out) < math.inf and "the fp16 estimate" in result.output
+    assert float(re.search(r"engine walk (\S+) dB", result.output).group(1)) > 20.0, result.output
     assert result.output.count(" interior ") == 1 and "spec_phase vs the model's own generator" in result.output
 
 

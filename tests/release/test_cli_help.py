@@ -104,3 +104,23 @@ def test_every_family_command_is_made_from_its_declaration():
         gates = family.gates_model(family.components[0])
         assert options["--max-regtask-lines"].default == gates.model_fields["max_regtask_lines"].default
         assert options["--min-snr-db"].default == gates.model_fields["min_simulator_snr_db"].default
+
+
+def test_a_check_whose_engines_is_not_the_shared_choice_is_refused_at_registration():
+    """`engines` is the name of the shared EngineChoice: a check that gives it another type (an always-true
+    `--engines/--onnx` bool once sent `convert check audio8` to rknnlite on the host) is refused, not replaced."""
+    from typing import Annotated
+
+    from converters.cli.families import check_command
+    from converters.release.check import EngineChoice
+
+    def check_with_a_flag(engines: Annotated[bool, typer.Option("--engines/--onnx", help="x")] = False) -> None:
+        """A check that means its own flag."""
+
+    def check_with_the_choice(engines: EngineChoice, text: Annotated[str, typer.Option(help="x")] = "") -> None:
+        """A check that takes the shared choice."""
+
+    with pytest.raises(ValueError, match="declares `engines` as .*EngineChoice"):
+        check_command(declaration("example"), check_with_a_flag)
+    options = [name for name in check_command(declaration("example"), check_with_the_choice).__signature__.parameters]
+    assert options == ["text", "backend", "target", "toolkit", "package"]

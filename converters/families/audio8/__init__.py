@@ -17,6 +17,7 @@ from pydantic import AfterValidator
 
 from converters.families.audio8.checks import ADVICE
 from converters.family.declaration import Component, Family, Table, option
+from converters.release.check import EngineChoice
 from core.errors import MissingSource, SetupError
 
 NAME = "audio8"
@@ -122,29 +123,21 @@ def after_build(job, results: list) -> None:
 
 
 def check_audio8(
-    plan_dir: Annotated[Path, typer.Option("--plan", help="Directory written by `convert audio8` (audio8_plan.json).")],
     wav: Annotated[Path, typer.Option("--wav", help="Mono 16 kHz WAV of any length up to 8 s (the encoder's "
                                       "frames); split longer audio first.")],
-    engines: Annotated[bool, typer.Option("--engines/--onnx", help="Run the .rknn engines with rknn-toolkit-lite2 "
-                                          "(on a board) instead of the ONNX graphs in onnxruntime.")] = False,
+    engines: EngineChoice,
+    plan_dir: Annotated[Optional[Path], typer.Option("--plan", help="Directory written by `convert audio8` "
+                        "(audio8_plan.json and its ONNX); or give --package instead.")] = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Stop after this many tokens.")] = 200,
 ) -> None:
-    """Decode a WAV through the exported graphs: token ids, the buckets used, and per-stage milliseconds."""
-    from runtime.board.audio8 import Audio8Runtime
-    from runtime.board.mel import log_mel
-    from runtime.board.rknnlite import RknnLiteBackend
-    from runtime.host.audio import read_wav
-    from runtime.host.backends import OnnxBackend
+    """Decode a WAV twice through the graphs a board runs (encoder, adapter, prefill, a step per K/V bucket, LM head
+    shards): over the fp32 ONNX and over --backend's engines (onnx: every tensor rounded to fp16; simulator: each
+    graph compiled for --target). Print both token lists, where they first differ and whether an fp16 tie explains
+    it, the buckets and per-stage milliseconds. The graphs are --plan's or --package's; on a board, the package's
+    selftest.py runs the .rknn engines."""
+    from converters.families.audio8.check import decode_check
 
-    audio, rate = read_wav(wav)
-    with Audio8Runtime(plan_dir, backend_for=RknnLiteBackend if engines else OnnxBackend,
-                       artifact="rknn" if engines else "onnx") as runtime:
-        if rate != runtime.contract["sample_rate"]:
-            raise SetupError(f"{wav} is {rate} Hz; resample it to {runtime.contract['sample_rate']} Hz")
-        decoded = runtime.transcribe(log_mel(audio, runtime.contract["mel_bins"]), audio.size, max_new_tokens)
-    print("tokens:", ",".join(map(str, decoded.tokens)))
-    print("buckets:", " -> ".join(map(str, decoded.buckets)))
-    print("timings:", {k: round(v, 2) if isinstance(v, float) else v for k, v in decoded.timings.to_json().items()})
+    decode_check(plan_dir, wav, max_new_tokens, engines)
 
 
 FAMILY = Family(
@@ -154,7 +147,6 @@ FAMILY = Family(
     source=Source,
     components=(Component("asr", export_graphs, Options, advice=ADVICE, context="audio8 graphs",
                           ladder=("step_<n>",)),),
-    build_defaults={"max_regtask_lines": 0},
     sources=source_files,
     random_source=random_source,
     after_build=after_build,

@@ -24,6 +24,7 @@ import typer
 from pydantic import field_validator
 
 from converters.family.declaration import Component, Family, Table, option
+from converters.release.check import EngineChoice
 from converters.families.cosyvoice3.snapshot import RANDOM_CONFIGS
 from core import paths
 from core.errors import SetupError
@@ -167,7 +168,7 @@ def check_onnx(model_dir: str | None, random_weights: str | None, onnx: list[Pat
 
 
 def check_cosyvoice3(
-    engines,
+    engines: EngineChoice,
     model_dir: Annotated[Optional[str], typer.Option(
         "--model-dir", help=Source.model_fields["model_dir"].description)] = None,
     random_weights: Annotated[Optional[str], typer.Option(
@@ -287,7 +288,7 @@ FAMILY = Family(
     source=Source,
     components=(Component("flow", export_ladder, Options, advice=ADVICE, context="cosyvoice3 export",
                           ladder=("main",)),),
-    build_defaults={"max_regtask_lines": 0, "min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
+    build_defaults={"min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
     sources=recipe_sources,
     random_source=random_source,
     from_onnx=from_onnx,

@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from converters.family.declaration import Component, Family, Table, option
+from converters.release.check import EngineChoice
 from converters.families.inflect.defaults import CONTEXT, FAMILY as NAME, MIN_INTERIOR_DB, MIN_TAIL_DB, WINDOW
 from core.errors import GateFailure, SetupError
 
@@ -182,10 +183,16 @@ def from_onnx(job, onnx_path: Path) -> list:
     return [Exported.from_onnx(onnx_path, NAME)]
 
 
+# Where a user gets token ids: the model ships its tokenizer as code, not as a file rkaudio could read.
+TOKENS_SOURCE = ("The model repository's runtime/text module makes them from a sentence (VITS's text_to_sequence, "
+                 "then a blank id 0 between and around the symbols), e.g. 0,12,0,40,0.")
+
+
 def check_inflect(
     duration_onnx: Annotated[Path, typer.Option("--duration-onnx", help="The official onnx/duration.onnx.")],
-    tokens: Annotated[str, typer.Option("--tokens", help="Comma-separated blank-interleaved token ids (178 symbols).")],
-    engines,
+    engines: EngineChoice,
+    tokens: Annotated[Optional[str], typer.Option("--tokens", help="Comma-separated blank-interleaved token ids "
+                                                  f"(178 symbols). {TOKENS_SOURCE}")] = None,
     engine: Annotated[Optional[Path], typer.Option(
         "--engine", help="The decoder: a slice .onnx written by `convert inflect` (default: --package's), or a "
         ".rknn with its manifest beside it (run with rknn-toolkit-lite2 on a board: one render, no fp32 "
@@ -213,9 +220,11 @@ def check_inflect(
     from converters.families.inflect.check import render_check, render_on_board
 
     try:
-        ids = [int(t) for t in tokens.replace(" ", "").split(",") if t]
+        ids = [int(t) for t in (tokens or "").replace(" ", "").split(",") if t]
     except ValueError:
         ids = []
+    if tokens is None:
+        raise SetupError(f"give --tokens: the check renders token ids, not text. {TOKENS_SOURCE}")
     if not ids:
         raise SetupError(f"--tokens {tokens!r}: give comma-separated integer token ids, e.g. 0,12,0,40,0")
     if engine is not None and engine.suffix == ".rknn":

