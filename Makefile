@@ -11,17 +11,20 @@ PYTEST_ARGS ?=
 # pytest-xdist workers of `make test`: one per core here; the `slow` tests share one worker (tests/conftest.py), so
 # the suite's peak is one real-size build plus one small test. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
+# pytest's -m expression: `make test` runs every test, `make test-quick` leaves the `slow` ones out (pyproject.toml).
+TEST_MARKERS ?=
 # `make engines -j N` (GNU make puts -jN in MAKEFLAGS) or JOBS=N: packages built in parallel, bounded by memory.
 JOBS ?= $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),1)
 
 EXPORT_PY := $(VENV_DIR)/export/bin/python
 export RKAUDIO_VENV_DIR := $(abspath $(VENV_DIR))
 
-.PHONY: help venvs venv-export venv-convert engines test bench clean-venvs
+.PHONY: help venvs venv-export venv-convert engines test test-quick bench clean-venvs
 help:
 	@echo "make venvs [RKNN_TOOLKIT=2.3.2|2.5.0]  create .venv/export and .venv/convert-<ver> (idempotent)"
 	@echo "make engines TARGET=rk3588 [ONLY=pkg]  build every recipe whose checkpoint is present into dist/<target>/"
 	@echo "make test                              create the venvs if missing, run the test suite"
+	@echo "make test-quick                        the same without the slow tests (real-size or real-checkpoint engines)"
 	@echo "make bench NAME=<bench>                run bench/<bench>.py (table + bench/results/<bench>.json)"
 
 venvs: venv-export venv-convert
@@ -36,12 +39,15 @@ venv-convert:
 engines: venvs
 	$(EXPORT_PY) -m converters.cli engines --target $(TARGET) --toolkit $(RKNN_TOOLKIT) --jobs $(JOBS) $(if $(ONLY),--only $(ONLY))
 
-test: venv-export
+PYTEST_RUN = $(EXPORT_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(if $(TEST_MARKERS),-m '$(TEST_MARKERS)') $(PYTEST_ARGS)
+test-quick: TEST_MARKERS = not slow
+
+test test-quick: venv-export
 	@for v in $(TEST_TOOLKITS); do $(MAKE) --no-print-directory venv-convert RKNN_TOOLKIT=$$v || exit 1; done
-	@echo "$(EXPORT_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)"
-	@# pytest exits 5 when it collected nothing (run from elsewhere, a testpaths typo): never a pass.
-	@$(EXPORT_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
-	  if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests (exit 5)" >&2; fi; exit $$status
+	@echo "$(PYTEST_RUN)"
+	@# pytest exits 5 when it collected nothing (run from elsewhere, a testpaths typo, -m selecting none): never a pass.
+	@$(PYTEST_RUN); status=$$?; \
+	  if [ $$status -eq 5 ]; then echo "make $@: pytest collected no tests (exit 5)" >&2; fi; exit $$status
 
 bench: venvs
 	@test -n "$(NAME)" || { echo "usage: make bench NAME=<name>  (bench/<name>.py)" >&2; exit 2; }

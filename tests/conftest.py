@@ -12,9 +12,10 @@ from toolkit.versions import converter_python
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """`make test` runs two pytest-xdist workers (`--dist loadgroup`). Every `slow` test (a real-size build or
-    decode) goes to one group, so those run one after another on one worker and two real-size peaks never add up
-    (the 16 GB bound); every other test is grouped with its file, so a module fixture is built once."""
+    """`make test` runs two pytest-xdist workers (`--dist loadgroup`). Every `slow` test (pyproject.toml: a real-size
+    or real-checkpoint build, a real voice's decode) goes to one group, so those run one after another on one worker
+    and two real-size peaks never add up (the 16 GB bound); every other test is grouped with its file, so a module
+    fixture is built once."""
     if getattr(config.option, "dist", "no") != "loadgroup":
         return
     for item in items:

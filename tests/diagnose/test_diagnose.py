@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 
 from converters.build.engine import BuildOptions, build_engine
 from core.contract import get_contract, set_contract
@@ -103,6 +104,7 @@ def test_a_graph_relying_on_fp16_maths_carries_the_caveat(tmp_path, require_conv
     assert "caveat: this graph relies on fp16 arithmetic (its fp32 twin sine.fp32.onnx" in stdout
 
 
+@pytest.mark.slow
 def test_piper_decoder_default_engine(tmp_path, require_converter):
     """Acceptance: the default joe decoder engine (w109/c32, rk3588): the table and the PNG, and the graph
     output's row within 0.5 dB of the manifest's simulator SNR."""

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from runtime.board import speech
+from tests.real_checkpoints import real_checkpoint
 
 
 @pytest.mark.parametrize("reference, hypothesis, errors", [
@@ -59,6 +60,7 @@ def test_write_wav_is_16_bit_mono_and_clips(tmp_path):
 
 
 @pytest.fixture(scope="module")
+@real_checkpoint
 def fox():
     """joe saying a sentence, through the full voice graph (no engine needed to test the ear)."""
     from converters.families.piper.decoder import slice_voice, voice_latents
@@ -70,6 +72,7 @@ def fox():
     return np.asarray(item["audio"]).reshape(-1), sample_rate(voice.config)
 
 
+@pytest.mark.slow
 def test_pocketsphinx_hears_the_voice_and_not_noise(fox):
     audio, rate = fox
     heard = speech.hearing(audio, rate, "The quick brown fox jumps over the lazy dog, twice.")
@@ -78,6 +81,7 @@ def test_pocketsphinx_hears_the_voice_and_not_noise(fox):
     assert speech.hearing(noise, rate, "The quick brown fox jumps over the lazy dog, twice.")["wer"] >= 0.5
 
 
+@pytest.mark.slow
 def test_without_pocketsphinx_the_ear_says_how_to_add_it(fox, monkeypatch):
     real_import = builtins.__import__
 
@@ -94,6 +98,7 @@ def test_without_pocketsphinx_the_ear_says_how_to_add_it(fox, monkeypatch):
     assert heard["detail"].startswith("not measured: pocketsphinx is not installed")
 
 
+@pytest.mark.slow
 def test_compare_reports_every_span_and_marks_what_it_could_not_hear(fox, tmp_path, monkeypatch):
     """runtime.host.hearing.compare: the engine's SNR per span and overall, the files, and one line (not a crash)
     when the recogniser is missing."""

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.real_checkpoints import real_checkpoint
+
 
 @pytest.fixture(scope="session")
+@real_checkpoint
 def joe():
     import onnx
 
@@ -27,6 +30,7 @@ def joe():
 
 
 @pytest.fixture(scope="session")
+@real_checkpoint
 def joe_exports(tmp_path_factory):
     """The default 109/45/32 window and its --dec-mask twin, exported for rk3588 (no polyphase tail)."""
     from converters.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW, decoder

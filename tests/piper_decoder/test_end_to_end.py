@@ -18,6 +18,7 @@ from runtime.board.piper import VoiceDecoder
 from runtime.board.window_walk import WindowContract, plan_windows
 
 
+@pytest.mark.slow
 def test_golden_is_the_walk_over_three_windows(joe_exports):
     record = joe_exports[False]  # the default 109/45/32
     (recording,) = goldens.record_end_to_end([record])
@@ -35,6 +36,7 @@ def test_golden_is_the_walk_over_three_windows(joe_exports):
     assert recording.outputs["audio"].size == z.shape[2] * 256
 
 
+@pytest.mark.slow
 def test_each_export_names_its_own_golden(joe_exports):
     """Two windows exported into one folder keep one golden each, and `--onnx` finds it again."""
     plain, masked = joe_exports[False], joe_exports[True]
@@ -45,6 +47,7 @@ def test_each_export_names_its_own_golden(joe_exports):
             assert data["z"].shape[2] == 178  # decoder.END_TO_END_TEXTS[0] on joe
 
 
+@pytest.mark.slow
 def test_a_window_the_sentence_does_not_fit_still_gets_three_windows(joe):
     item = decoder.end_to_end_latent(joe.model, joe.piece, joe.voice.config, joe.latents, 64, 16)
     assert len(plan_windows(item["z"].shape[2], 64, 16, 32)) == 3
@@ -71,6 +74,7 @@ def test_golden_loop_feeds_g_to_every_window(multispeaker_onnx):
     np.testing.assert_array_equal(outputs["audio"], expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window, sentence", [(109, 0), (127, 1), (237, 2), (301, 3)])
 def test_each_shipped_window_hears_a_whole_sentence_over_three_windows(joe, window, sentence):
     """The golden the board self-test transcribes is a whole sentence, with its text, at every shipped window."""
@@ -79,6 +83,7 @@ def test_each_shipped_window_hears_a_whole_sentence_over_three_windows(joe, wind
     assert len(plan_windows(item["z"].shape[2], window, 32, window - 64)) == 3
 
 
+@pytest.mark.slow
 def test_a_cut_sentence_carries_no_text(joe):
     item = decoder.end_to_end_latent(joe.model, joe.piece, joe.voice.config, joe.latents, 64, 16)
     assert item["text"] is None

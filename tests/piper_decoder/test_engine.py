@@ -11,6 +11,7 @@ from runtime.board.piper import VoiceDecoder
 from runtime.host.piper import engine_contract
 
 
+@pytest.mark.slow
 def test_joe_engine_builds_clean_for_rk3588(joe_exports, tmp_path, require_converter):
     require_converter("2.3.2")
     export = joe_exports[False]
@@ -27,6 +28,7 @@ def test_joe_engine_builds_clean_for_rk3588(joe_exports, tmp_path, require_conve
     assert contract["latent_channels"] == 192 and contract["hop"] == 256 and contract["sample_rate"] == 22050
 
 
+@pytest.mark.slow
 def test_runtime_refuses_an_engine_of_another_voice(joe_exports):
     contract = engine_contract(joe_exports[False].onnx)
     runner = OnnxBackend(joe_exports[False].onnx, threads=1)
@@ -61,6 +63,7 @@ def test_input_adapter_placed_late_is_glue_but_a_graph_reshape_is_not():
     assert not verdict.passed and "/dec/mask_rs" in verdict.detail
 
 
+@pytest.mark.slow
 def test_window_walk_through_the_simulator(joe, joe_exports, require_converter):
     """The same walk over the toolkit simulator (fp16): every window within the build's 35 dB gate."""
     from runtime.board.numeric import snr_db

@@ -5,6 +5,8 @@ from converters.family.declaration import Job
 from converters.families.piper import FAMILY
 from core.errors import SetupError
 
+pytestmark = pytest.mark.slow  # the joe voice's export
+
 
 def _decoder_job(target: str, tmp_path) -> Job:
     component = FAMILY.component("decoder")

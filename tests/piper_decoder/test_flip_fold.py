@@ -97,6 +97,7 @@ def test_flip_into_an_unfoldable_op_is_refused():
         fold_flips(model)
 
 
+@pytest.mark.slow
 def test_joe_engine_graph_has_no_flip_left(joe, joe_exports):
     import onnx
 

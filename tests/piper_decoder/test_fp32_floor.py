@@ -16,6 +16,8 @@ from runtime.host.backends import OnnxBackend
 from runtime.host.piper import engine_contract
 from tests.low_floor import offset_flow
 
+pytestmark = pytest.mark.slow  # joe's weights, edited
+
 OFFSET = 300.0  # measured floors 73.9 (voice latent), 75.1 (white noise), 88.6 dB (short latent)
 COUPLINGS = ("flow.flows.6", "flow.flows.4", "flow.flows.2")  # the reverse flow runs 6, 4, 2, 0
 WINDOW, CONTEXT = 109, 32

@@ -109,6 +109,7 @@ def _walk(export, z, backend_wrapper=None):
     return walk(backend_wrapper(runner) if backend_wrapper else runner, z, contract)
 
 
+@pytest.mark.slow
 def test_dec_mask_lifts_a_47_slice_tail_and_leaves_interiors_unchanged(joe, joe_exports):
     z = decoder.short_latent(joe.latents[0], 109, 47)
     reference = decoder.full_decode(joe.full, z, None)
@@ -123,6 +124,7 @@ def test_dec_mask_lifts_a_47_slice_tail_and_leaves_interiors_unchanged(joe, joe_
     np.testing.assert_array_equal(_walk(joe_exports[False], long).output, _walk(joe_exports[True], long).output)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dec_mask", [False, True])
 def test_mask_of_one_over_padding_is_caught(joe, joe_exports, dec_mask):
     z = decoder.short_latent(joe.latents[0], 109, 47)
@@ -148,6 +150,7 @@ def _resize_upsampled(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+@pytest.mark.slow
 def test_resize_mask_upsampler_is_caught(joe_exports):
     model = onnx.load(str(joe_exports[True].onnx))
     assert opscan.verdict(opscan.scan(model, "rk3588")).passed
@@ -162,6 +165,7 @@ def test_resize_mask_upsampler_is_caught(joe_exports):
     assert not verdict.passed and "Resize" in verdict.detail
 
 
+@pytest.mark.slow
 def test_export_records_the_window_contract(joe_exports):
     contract = get_contract(joe_exports[True].onnx)
     assert (contract["window"], contract["context"], contract["emitted"], contract["hop"]) == (109, 32, 45, 256)
@@ -171,6 +175,7 @@ def test_export_records_the_window_contract(joe_exports):
         assert all(v.passed for v in export.verdicts), [v.line() for v in export.verdicts]
 
 
+@pytest.mark.slow
 def test_polyphase_joe_engine_is_the_same_map(joe):
     plain = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050)
     phased = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050, phase_levels=1)

@@ -19,6 +19,7 @@ from runtime.host.backends import OnnxBackend
 from runtime.host.piper import engine_contract
 
 
+@pytest.mark.slow
 def test_interior_gate_fails_a_context_of_24_slices(joe):
     """The flow reaches ~32 slices on joe: the spec's 93/45/24 window is not exact (74.9 dB measured)."""
     model = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050)
@@ -42,6 +43,7 @@ class OnePaddedFrameReal:
         return self.inner.run({**feeds, decoder.MASK: mask})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dec_mask", [False, True])
 def test_tail_gate_fails_one_padded_frame_marked_real(joe, joe_exports, dec_mask):
     export = joe_exports[dec_mask]
@@ -79,6 +81,7 @@ def test_gates_judge_the_whole_reference_not_a_quiet_window():
             [v.line() for v in verdicts]
 
 
+@pytest.mark.slow
 def test_silent_voice_fails_its_export_with_the_silent_reference_message(joe, tmp_path):
     """joe with its decoder's last conv (dec.conv_post, no bias, then tanh) zeroed outputs exact zeros."""
     model = onnx.ModelProto()

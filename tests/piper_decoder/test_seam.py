@@ -28,6 +28,7 @@ def _anonymised(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]
     return renamed, names
 
 
+@pytest.mark.slow
 def test_seam_found_by_structure_without_names(joe):
     seam = find_vits_seam(joe.model)
     assert seam.coupling_layers == 4 and seam.cond is None
@@ -37,6 +38,7 @@ def test_seam_found_by_structure_without_names(joe):
                                                                names[seam.decoder_input])
 
 
+@pytest.mark.slow
 def test_slice_reproduces_the_voice_and_the_conv_pre_seam_is_caught(joe):
     assert decoder.seam_verdict(joe.full, joe.latents).passed
     # The known wrong seam: the decoder alone, fed the pre-flow latent the runtime has.
@@ -68,6 +70,7 @@ def test_non_vits_graph_is_refused_with_a_reason(with_upsampler, reason):
         decoder.slice_voice(_conv_graph(with_upsampler))
 
 
+@pytest.mark.slow
 def test_cut_that_does_not_separate_is_refused(joe):
     with pytest.raises(CutError, match="does not separate"):
         cut(joe.model, [joe.piece.seam.mask], [joe.piece.seam.output])

@@ -13,9 +13,13 @@ from core.paths import engine_name
 from runtime.board.numeric import snr_db
 from runtime.host.backends import OnnxBackend
 from runtime.board.ladder import WidthLadder
+from tests.real_checkpoints import real_checkpoint
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
+@real_checkpoint
 def ladder_export(tmp_path_factory):
     return encoder.export(None, [48, 32], tmp_path_factory.mktemp("encoder_ladder"))
 

@@ -12,13 +12,16 @@ from converters.family import pipeline
 from converters.families.piper import encoder
 from core.errors import GateFailure
 from core.contract import get_contract
+from tests.real_checkpoints import real_checkpoint
 
 
 @pytest.fixture(scope="module")
+@real_checkpoint
 def voice():
     return encoder.Voice(None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [128, 192])
 def test_export_gates_pass(voice, tmp_path, width):
     record = encoder.export_width(voice, width, tmp_path)
@@ -31,6 +34,7 @@ def test_export_gates_pass(voice, tmp_path, width):
         assert feeds["x_emb"].shape[-1] == width and 0 < feeds["x_mask"].sum() < width
 
 
+@pytest.mark.slow
 def test_export_refuses_a_graph_that_keeps_a_shift_chain(voice, tmp_path, monkeypatch):
     monkeypatch.setattr(encoder, "npu_form", lambda raw: raw)  # skip the rewrite: the chains stay in
     with pytest.raises(GateFailure) as failure:
@@ -39,6 +43,7 @@ def test_export_refuses_a_graph_that_keeps_a_shift_chain(voice, tmp_path, monkey
     assert failed["relative-shift chains"].value == 12  # two per attention layer, six layers
 
 
+@pytest.mark.slow
 def test_drift_gate_and_measure(voice):
     assert not encoder.drift_verdict(384, [1.0, -8.5], 7.0).passed
     assert encoder.drift_verdict(128, [1.0, -2.0], 7.0).passed
@@ -60,6 +65,7 @@ def _forced_drift(monkeypatch, figures: dict[int, list[float]]):
     monkeypatch.setattr(encoder, "measure_drift", lambda voice, path, width, *args: figures[width])
 
 
+@pytest.mark.slow
 def test_a_width_past_the_drift_threshold_is_refused_before_the_build(tmp_path, monkeypatch, require_converter):
     """The refused width is never exported, so the build, its self-test goldens and the ladder's end-to-end
     golden all name the kept width only; the kept width's drift verdict travels in its contract."""
@@ -89,6 +95,7 @@ def test_a_width_past_the_drift_threshold_is_refused_before_the_build(tmp_path, 
     assert [call["engine"] for call in golden["calls"]] == ["piper_encoder_w32.rknn"]
 
 
+@pytest.mark.slow
 def test_every_width_refused_is_a_gate_failure(tmp_path, monkeypatch):
     _forced_drift(monkeypatch, {32: [8.0], 48: [-9.0]})
     with pytest.raises(GateFailure, match="every width drifts past the threshold") as failure:
@@ -115,6 +122,7 @@ def test_drift_threshold_with_onnx_is_refused(tmp_path):
         pipeline.run(_encoder_job(tmp_path, max_drift_pct=7.0), from_onnx=tmp_path / "piper_encoder_w128.onnx")
 
 
+@pytest.mark.slow
 def test_engine_at_128_has_no_cpu_ops_and_measured_drift(require_converter, tmp_path):
     from converters.family import pipeline
 
@@ -144,6 +152,7 @@ def test_a_degenerate_encoder_reference_fails_without_a_figure():
         refuse_degenerate([judged], "piper encoder export")
 
 
+@pytest.mark.slow
 def test_the_width_ladder_builds_as_one_dynamic_engine(require_converter, tmp_path):
     """`--ladder dynamic`: the widths merge into one engine (the band tables are leading corners of the widest), every
     per-width gate passes, and each width's own layer table shows what compiles differently from the static widths:

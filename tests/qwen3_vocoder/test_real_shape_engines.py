@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from core.paths import REPO_ROOT
+from tests.real_checkpoints import real_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -22,6 +23,7 @@ def convert(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
+@real_checkpoint
 def real_snapshot(tmp_path_factory):
     from converters.families.qwen3_vocoder.random_model import write_random_snapshot
     from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
