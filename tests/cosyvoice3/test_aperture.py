@@ -2,34 +2,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from converters.families.cosyvoice3 import aperture as A
 from core.errors import SetupError
-from core.paths import REPO_ROOT
-
-MIB = 1 << 20
-
-
-def fake_manifest(length: int, weight_mib: float, internal_mib: float) -> dict:
-    return {"family": "cosyvoice3", "component": "flow", "role": "main",
-            "rknn": {"path": f"cosyvoice3_flow_s{length}.rknn", "bytes": int((weight_mib + 20) * MIB)},
-            "weight_bytes": int(weight_mib * MIB), "internal_bytes": int(internal_mib * MIB),
-            "contract": {"length": length, "ladder_key": length}}
-
-
-def fake_package(directory, internal: dict, weight_mib: float = 600.0, plan: list | None = None):
-    directory.mkdir(parents=True, exist_ok=True)
-    for length, internal_mib in internal.items():
-        (directory / f"cosyvoice3_flow_s{length}.manifest.json").write_text(
-            json.dumps(fake_manifest(length, weight_mib, internal_mib)))
-    if plan is not None:
-        (directory / "exec_plan.json").write_text(json.dumps({"cosyvoice3.exec_plan": {"flow": {
-            "impl": "rknn", "artifacts": {"main": ",".join(f"cosyvoice3_flow_s{s}.rknn" for s in plan)}}}}))
-    return directory
+from tests.cosyvoice3.fake_package import MIB, fake_manifest, fake_package
 
 
 def test_costs_sets_and_a_refused_rung(tmp_path):
@@ -102,19 +80,6 @@ def test_calibration_constant_is_the_fit_of_the_recorded_rungs():
     unit = {s: A.attention_bytes(s, 22, 16, 1.0) / MIB for s in (100, 300)}
     board = {s: 600 + 10 + 3 * unit[s] for s in unit}
     assert A.fit_calibration({s: (600, 10) for s in unit}, board) == pytest.approx(3.0)
-
-
-def test_cli_prints_the_table_and_refuses(tmp_path):
-    package = fake_package(tmp_path / "pkg", {110: 20, 200: 60, 500: 50_000}, plan=[110, 200, 500])
-    run = subprocess.run([sys.executable, "-m", "converters.cli", "aperture", str(package), "--budget-mib", "3900",
-                          "--ceiling-gb", "4.0"], cwd=REPO_ROOT, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    lines = run.stdout.splitlines()
-    assert any(line.split()[0] == "500" and "REFUSED" in line for line in lines[2:5])
-    assert "spec admitted 110+200+250" in run.stdout and "rung set(s) fit 3900 MiB" in run.stdout
-    missing = subprocess.run([sys.executable, "-m", "converters.cli", "aperture", str(tmp_path / "none")],
-                             cwd=REPO_ROOT, capture_output=True, text=True)
-    assert missing.returncode == 2 and missing.stderr.strip() == f"error: no package at {tmp_path / 'none'}"
 
 
 def test_a_split_rung_sums_its_parts_and_maps_each(tmp_path):
