@@ -16,10 +16,10 @@ REGTASK_LINE = re.compile(
     r"value: (?P<value>0x[0-9a-fA-F]+)")
 
 # What a failed gate prints after "what to do:": the remedy first, then why, then the one deliberate way out.
-ADVICE = ("export a narrower window (a shorter time axis per engine) or hold the long axis as polyphase phases "
-          "(surgery/graph/polyphase_levels.py): an op's axis longer than its register field (value > limit) corrupts "
-          "the engine on the board, and the simulator cannot see it; raise --max-regtask-lines (a recipe's [gates] "
-          "max_regtask_lines) only on purpose, after a board run of this engine passes")
+ADVICE = ("export a narrower window (a shorter time axis per engine) or hold the long axis as polyphase phases (a "
+          "family command does this per --target): an op's axis longer than its register field (value > limit) "
+          "corrupts the engine on the board, and the simulator cannot see it; raise --max-regtask-lines (a recipe's "
+          "[gates] max_regtask_lines) only on purpose, after a board run of this engine passes")
 
 
 @dataclass

@@ -25,11 +25,11 @@ def build(
     out: OutDir = Path("."),
     toolkit: Toolkit = DEFAULT_TOOLKIT,
     max_regtask_lines: MaxRegtaskLines = BuildOptions.max_regtask_lines,
-    fail_on_cpu_ops: FailOnCpuOps = False,
+    fail_on_cpu_ops: FailOnCpuOps = BuildOptions.fail_on_cpu_ops,
     selfcheck: Annotated[Optional[Path], typer.Option(
         "--selfcheck", help="Inputs for the simulator check: an .npz whose keys are the ONNX input names. "
         "Default: standard-normal inputs (seed 0) for float inputs, zeros for integer inputs.")] = None,
-    min_snr_db: MinSnrDb = 35.0,
+    min_snr_db: MinSnrDb = BuildOptions.min_simulator_snr_db,
     timeout: Annotated[Optional[float], typer.Option(
         "--timeout", help="Kill the compiler child after this many seconds (reported as a failed stage).")] = None,
 ) -> None:

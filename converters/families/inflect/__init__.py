@@ -219,12 +219,12 @@ def check_inflect(
     window and overall and, with --decode-onnx, the windowing's against a full-length decode."""
     from converters.families.inflect.check import render_check, render_on_board
 
-    try:
-        ids = [int(t) for t in (tokens or "").replace(" ", "").split(",") if t]
-    except ValueError:
-        ids = []
     if tokens is None:
         raise SetupError(f"give --tokens: the check renders token ids, not text. {TOKENS_SOURCE}")
+    try:
+        ids = [int(t) for t in tokens.replace(" ", "").split(",") if t]
+    except ValueError:
+        ids = []
     if not ids:
         raise SetupError(f"--tokens {tokens!r}: give comma-separated integer token ids, e.g. 0,12,0,40,0")
     if engine is not None and engine.suffix == ".rknn":
