@@ -37,7 +37,7 @@ venv-convert:
 	@bash venvs/ensure.sh convert $(VENV_DIR)/convert-$(RKNN_TOOLKIT) venvs/convert-$(RKNN_TOOLKIT).txt
 
 engines: venvs
-	$(EXPORT_PY) -m converters.cli engines --target $(TARGET) --toolkit $(RKNN_TOOLKIT) --jobs $(JOBS) $(if $(ONLY),--only $(ONLY))
+	$(EXPORT_PY) -m rkaudio.cli engines --target $(TARGET) --toolkit $(RKNN_TOOLKIT) --jobs $(JOBS) $(if $(ONLY),--only $(ONLY))
 
 PYTEST_RUN = $(EXPORT_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(if $(TEST_MARKERS),-m '$(TEST_MARKERS)') $(PYTEST_ARGS)
 test-quick: TEST_MARKERS = not slow

@@ -1,7 +1,7 @@
 """A window sweep for the windowed families (issue 19), shared by their benches (bench/kokoro_window.py; the Piper
 and Inflect sweeps take the same helpers): per (target, window) one built engine's figures put per EMITTED frame,
 the table rows, and a plot against the window, one line per target. Windows are ranked by the predicted board
-milliseconds per emitted frame (the manifest's `predicted_board_ms`, gates/board_time.py: cycles, elementwise
+milliseconds per emitted frame (the manifest's `predicted_board_ms`, rkaudio/gates/board_time.py: cycles, elementwise
 traffic, CPU ops, dispatch and call I/O), not by the layer table's cycles, which cost every elementwise op at 0.
 
 A bench supplies the engines (a manifest per point, built by the family's CLI so each build's peak RSS is its
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def manifest_row(manifest: dict, emitted: int, target: str | None = None) -> dict:
-    """The sweep's engine columns of one manifest (core.manifest schema) for an engine that emits `emitted`
+    """The sweep's engine columns of one manifest (rkaudio.core.manifest schema) for an engine that emits `emitted`
     frames per window: predicted board ms, cycles and RW traffic per emitted frame, the first window's predicted
     ms and cycles (one window's), the engine / weight / internal memory, REGTASK lines, CPU ops, the worst
     simulator SNR over the outputs (on the build's self-check) and the build's peak RSS."""
@@ -51,8 +51,8 @@ def log_row(build_log: Path, window: int, emitted: int, target: str, failure: st
     """The same engine columns from the build log of a build a gate refused (no .rknn, no manifest): the layer
     table's cycles, traffic and memory and the REGTASK lines; engine bytes, simulator SNR and peak RSS unknown;
     `build_status` carries the failed gate's line."""
-    from gates.layer_table import parse_layer_table
-    from gates.regtask import parse_regtask
+    from rkaudio.gates.layer_table import parse_layer_table
+    from rkaudio.gates.regtask import parse_regtask
 
     import re
 
@@ -79,14 +79,14 @@ def relative_to(rows: list[dict], window: int, key: str = "predicted_ms_per_emit
 
 
 def build_cli(family: str, args: list[str], out: Path, log: Path) -> float:
-    """Run `python -m converters.cli <family> <args> --out <out>` in the export venv (one build at a time: the
+    """Run `python -m rkaudio.cli <family> <args> --out <out>` in the export venv (one build at a time: the
     caller loops), the output into `log`; returns the wall seconds; RuntimeError naming the log on failure
     (`failed_gate(log)` says which gate when one refused the engine)."""
     out.mkdir(parents=True, exist_ok=True)
     python = REPO / ".venv" / "export" / "bin" / "python"
     started = time.perf_counter()
     with open(log, "w") as sink:
-        code = subprocess.call([str(python if python.exists() else sys.executable), "-m", "converters.cli", family,
+        code = subprocess.call([str(python if python.exists() else sys.executable), "-m", "rkaudio.cli", family,
                                 *args, "--out", str(out)], cwd=REPO, stdout=sink, stderr=subprocess.STDOUT,
                                env={**os.environ, "PYTHONPATH": str(REPO)})
     if code:

@@ -23,10 +23,10 @@ def host_timings(plan_dir: Path, steps: int) -> list[dict]:
     """Per probe clip (any length: `checks.PROBE_SECONDS`): frontend, prefill, and per-token decoder stages over
     `steps` tokens (EOS ignored: random weights need not stop), then one stress run through the largest bucket
     for the migrations."""
-    from converters.families.audio8.checks import PROBE_SECONDS, clip_name, probe_audio, probe_clip
-    from runtime.board.audio8 import Audio8Runtime, Timings
-    from runtime.board.mel import log_mel
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.families.audio8.checks import PROBE_SECONDS, clip_name, probe_audio, probe_clip
+    from rkaudio.board.audio8 import Audio8Runtime, Timings
+    from rkaudio.board.mel import log_mel
+    from rkaudio.host.backends import OnnxBackend
 
     rows = []
     with Audio8Runtime(plan_dir, backend_for=OnnxBackend) as runtime:
@@ -98,7 +98,7 @@ def _old_split_graphs(decoder, layer_index: int):
     this token's K/V rows (the CPU wrote them before the block ran), then attention over the whole buffer."""
     from torch import nn
 
-    from converters.families.audio8 import graphs
+    from rkaudio.families.audio8 import graphs
 
     config = decoder.config
     layer = decoder.model.layers[layer_index]
@@ -128,8 +128,8 @@ def _onnx_fed_prediction(onnx_path: Path, result) -> float:
     (float32): the runtime before the step buffers went to fp16."""
     import onnx
 
-    from gates.board_time import figures_from_log, predict
-    from toolkit.session import graph_io
+    from rkaudio.gates.board_time import figures_from_log, predict
+    from rkaudio.toolkit.session import graph_io
 
     inputs = [spec.to_json() for spec in graph_io(onnx.load(str(onnx_path), load_external_data=False))[0]]
     manifest = {**result.manifest_data, "inputs": inputs}
@@ -143,15 +143,15 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
     "all_layers (default)" (one step call for every layer, head shards: what `convert audio8` exports) and
     "all_layers+head" (one call). Per token: NPU calls, host->device and device->host bytes (the graphs' fp32
     I/O), host onnxruntime ms (the calls run back to back on example feeds, `steps` times), and with `build` the
-    predicted board ms per token (gates/board_time.py) with the mask and K/V buffers fed in fp16 as `convert
+    predicted board ms per token (rkaudio/gates/board_time.py) with the mask and K/V buffers fed in fp16 as `convert
     audio8` declares them (`export.STEP_BUFFER_DTYPE`) and with every input fed in fp32 (before), the summed
     layer-table cycles (est_cycles x calls), REGTASK lines and CPU ops."""
     import torch
 
-    from converters.families.audio8 import graphs
-    from converters.families.audio8.export import STEP_BUFFER_DTYPE, _export
-    from core.contract import make_contract
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.families.audio8 import graphs
+    from rkaudio.families.audio8.export import STEP_BUFFER_DTYPE, _export
+    from rkaudio.core.contract import make_contract
+    from rkaudio.host.backends import OnnxBackend
 
     config = model.decoder.config
     layers, heads, hidden = config.num_hidden_layers, config.num_attention_heads, config.hidden_size
@@ -209,7 +209,7 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
                              "h2d": sum(v.nbytes for v in feeds.values()),
                              "d2h": sum(np.asarray(v).nbytes for v in outputs.values())}
         if build:
-            from converters.build.engine import BuildOptions, build_engine
+            from rkaudio.engine.build import BuildOptions, build_engine
 
             result = build_engine(path, out / f"engines_{build}", BuildOptions(target=build, toolkit=toolkit,
                                                                               max_regtask_lines=10**9))
@@ -237,7 +237,7 @@ def step_layouts(model, out: Path, buckets: list[int], steps: int, head_shards: 
 
 def build_all(plan_dir: Path, plan: dict, target: str, toolkit: str) -> list[dict]:
     """Compile every graph (no simulator self-check: build figures only) and read each manifest."""
-    from converters.build.engine import BuildOptions, build_engine
+    from rkaudio.engine.build import BuildOptions, build_engine
 
     rows = []
     options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=10**9)
@@ -255,7 +255,7 @@ def build_all(plan_dir: Path, plan: dict, target: str, toolkit: str) -> list[dic
 
 def _write_layouts_markdown(rows: list[dict], config_name: str, args) -> None:
     """bench/results/audio8_layouts[_<config>].md: the old and the new decoder step side by side."""
-    from converters.release.package import format_table
+    from rkaudio.release.package import format_table
 
     results = Path(__file__).resolve().parent / "results"
     results.mkdir(parents=True, exist_ok=True)
@@ -287,9 +287,9 @@ def main() -> list[dict]:
                         "instead of the export: calls, bytes, host ms and (with --build) cycles per token")
     args = parser.parse_args(shlex.split(os.environ.get("AUDIO8_BENCH_ARGS", "")))
 
-    from converters.families.audio8 import model as M
-    from converters.families.audio8.export import export_all
-    from runtime.board.audio8 import PLAN_FILE
+    from rkaudio.families.audio8 import model as M
+    from rkaudio.families.audio8.export import export_all
+    from rkaudio.board.audio8 import PLAN_FILE
 
     config_name = "real-shape" if args.real_shape else "small"
     rows = []

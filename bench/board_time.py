@@ -1,4 +1,4 @@
-"""Fit the board-time model (gates/board_time.py) to the spec's board measurements, and report how well it holds.
+"""Fit the board-time model (rkaudio/gates/board_time.py) to the spec's board measurements, and report how well it holds.
 
 Each calibration point is a board figure from the spec (shared/spec/rknn-decoder-path.md and
 audio8-asr-kv-buckets.zh.md) and the engines rebuilt the way the spec built them: same window, batch, sine form and
@@ -7,7 +7,7 @@ I/O) times the constants, so a point may be many calls (Audio8's split step: 24 
 
 The constants per SoC: the terms the board data pins are fitted (non-negative least squares on the relative
 error); the others are set from public figures and named as such. Leave-one-out: each point predicted by the
-constants fitted without it. Writes bench/results/board_time.{md,json,png} and gates/board_time_constants.json
+constants fitted without it. Writes bench/results/board_time.{md,json,png} and rkaudio/gates/board_time_constants.json
 (what the manifests' `predicted_board_ms` uses). RK3566 has no board figure: its constants are RK3588's, scaled
 under the assumption stated in the JSON.
 
@@ -27,13 +27,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gates.board_time import CONSTANTS_FILE, TERMS, CallFigures, Constants  # noqa: E402
+from rkaudio.gates.board_time import CONSTANTS_FILE, TERMS, CallFigures, Constants  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOOLKIT = "2.3.2"
 WORK = Path(os.environ.get("BOARD_TIME_WORK", "/tmp/bench-board-time"))
 
-# Public figures for the terms the board data cannot pin (see the module docstring of gates/board_time.py).
+# Public figures for the terms the board data cannot pin (see the module docstring of rkaudio/gates/board_time.py).
 CLOCK_GHZ = 1.0  # RK3588 NPU clock (TRM, as quoted publicly): 1 estimated cycle = 1 ns
 DISPATCH_MS_PER_LAYER = 0.006  # nsbb/rknn-stt on an RK3588: about 6 us per layer
 
@@ -105,8 +105,8 @@ def points() -> list[Point]:
 
 def _figures(directory: Path, calls: int) -> dict:
     """CallFigures of the engine built in `directory` (its manifest and build log), times `calls`."""
-    from core.manifest import read_manifest
-    from gates.board_time import figures_from_log
+    from rkaudio.core.manifest import read_manifest
+    from rkaudio.gates.board_time import figures_from_log
 
     (manifest_path,) = directory.glob("*.manifest.json")
     manifest = read_manifest(manifest_path)
@@ -116,23 +116,23 @@ def _figures(directory: Path, calls: int) -> dict:
 
 def _build(key: str, out: Path) -> None:
     """Export and compile one calibration engine into `out`, every gate recording only (the figure is the point)."""
-    from converters.build.engine import BuildOptions, build_engine
+    from rkaudio.engine.build import BuildOptions, build_engine
 
     options = BuildOptions("rk3576" if key.startswith("audio8") else "rk3588", TOOLKIT, max_regtask_lines=10**9,
                            fail_on_cpu_ops=False, min_simulator_snr_db=-math.inf)
     if key == "piper_decoder_w93_c24":
-        from converters.families.piper import decoder
+        from rkaudio.families.piper import decoder
 
         record = decoder.export(None, out, 93, 24, False, "rk3588")[0]
         build_engine(record.onnx, out, options, selfcheck=record.selfcheck)
     elif key.startswith("piper_encoder_w"):
-        from converters.families.piper import encoder
+        from rkaudio.families.piper import encoder
 
         record = encoder.export_width(encoder.Voice(None), int(key.rsplit("w", 1)[1]), out)
         build_engine(record.onnx, out, options, selfcheck=record.selfcheck)
     elif key.startswith("kokoro_w128_"):
-        from converters.families.kokoro.export import export
-        from converters.families.kokoro.sources import load_generator
+        from rkaudio.families.kokoro.export import export
+        from rkaudio.families.kokoro.sources import load_generator
 
         config, state, label, taps = load_generator(None, None, out, use_cache=False)
         record = export(config, state, label, 128, out, key.rsplit("_", 1)[1], True, taps, layout="plain",
@@ -150,13 +150,13 @@ def _build_qwen3(out: Path, options) -> None:
     """The real-shape B=64 main step from a random-init snapshot (seed 3): about 20 min, 8.5 GB in the child."""
     import subprocess
 
-    from converters.build.engine import build_engine
-    from converters.families.qwen3_vocoder.random_model import write_random_snapshot
-    from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
+    from rkaudio.engine.build import build_engine
+    from rkaudio.families.qwen3_vocoder.random_model import write_random_snapshot
+    from rkaudio.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
 
     write_random_snapshot(out / "snapshot", REAL_SHAPE_DECODER_CONFIG, seed=3)
     onnx_path = out / "step_64.onnx"
-    subprocess.run([sys.executable, "-m", "converters.cli", "qwen3-vocoder", "--model-dir", str(out / "snapshot"),
+    subprocess.run([sys.executable, "-m", "rkaudio.cli", "qwen3-vocoder", "--model-dir", str(out / "snapshot"),
                     "--codes-length", "64", "--role", "main", "--skip-rknn", "--target", "rk3588",
                     "--output", str(onnx_path)], cwd=REPO, check=True)
     build_engine(onnx_path, out, options)
@@ -176,9 +176,9 @@ def _build_audio8(options) -> None:
     """Every Audio8 calibration engine at once, real shape (random weights, seed 0), rk3576: the encoder, the
     adapter (T100), the prefill and the head shards from `convert audio8`'s export, and the spec's split step
     (per layer a K/V projection and a block over bucket 128) from bench/audio8.py's layouts."""
-    from converters.build.engine import build_engine
-    from converters.families.audio8 import model as M
-    from converters.families.audio8.export import export_all
+    from rkaudio.engine.build import build_engine
+    from rkaudio.families.audio8 import model as M
+    from rkaudio.families.audio8.export import export_all
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import audio8 as audio8_bench
@@ -347,14 +347,14 @@ def plot(rows: list[dict], path: Path) -> Path | None:
 
 
 def report(socs: dict, rows: list[dict]) -> str:
-    from converters.release.package import format_table
+    from rkaudio.release.package import format_table
 
     shown = [{**r, **{k: (None if r[k] is None else round(r[k], 1)) for k in
                       ("measured_ms", "predicted_ms", "error_pct", "loo_predicted_ms", "loo_error_pct",
                        *(f"{t}_ms" for t in TERMS))}} for r in rows]
     constants = [{"soc": soc, **{k: f"{v:.4g}" for k, v in entry["constants"].items()},
                   "fitted": ",".join(entry["fitted"]) or "-"} for soc, entry in socs.items()]
-    text = ["Board-time model (gates/board_time.py) fitted to the spec's board figures (bench/board_time.py, toolkit "
+    text = ["Board-time model (rkaudio/gates/board_time.py) fitted to the spec's board figures (bench/board_time.py, toolkit "
             f"{TOOLKIT}). Terms: compute = cycles x ms_per_cycle; elementwise = RW MB of the layers the table costs "
             "at 0 cycles x ms_per_elementwise_mb; dispatch = layers x ms_per_layer; call_io = tensors x "
             "ms_per_io_tensor + fp32 I/O MB x ms_per_io_mb; cpu_ops = RW MB of the ops on the CPU x ms_per_cpu_mb. "

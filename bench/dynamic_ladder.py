@@ -1,5 +1,5 @@
 """One engine per ladder (issue 28): every ladder-shaped recipe cell built twice, `ladder = "static"` (one engine per
-rung) and `ladder = "dynamic"` (one engine for every rung's shapes, converters/family/ladder.py), from random weights
+rung) and `ladder = "dynamic"` (one engine for every rung's shapes, rkaudio/pipeline/ladder.py), from random weights
 of LADDER_SHAPE ("small", the tests' models, by default; "real" by hand, one cell at a time: LADDER_CELLS=
 package[.component]:target,...) or the recipe's own checkpoint where this machine has it (Piper's voice).
 
@@ -16,11 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from converters.cli.families import declaration
-from converters.release import recipes
-from core.errors import GateFailure
-from runtime.board.shapes import set_contracts
-from toolkit.versions import DEFAULT_TOOLKIT
+from rkaudio.cli.families import declaration
+from rkaudio.release import recipes
+from rkaudio.core.errors import GateFailure
+from rkaudio.board.shapes import set_contracts
+from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPE = os.environ.get("LADDER_SHAPE", "small")

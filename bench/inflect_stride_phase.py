@@ -1,8 +1,8 @@
 """Inflect v2 decoder, leading upsamplers in stride-phase form (issue 27, item 5): per recipe (Nano, Micro: their
 shipped window per target, random weights of the recipe's size) and target, the engine built with 0, 1, 2, ...
-leading upsampling levels as a stride-phase Conv and an interleave (surgery/graph/stride_phase.py), up to the
+leading upsampling levels as a stride-phase Conv and an interleave (rkaudio/surgery/graph/stride_phase.py), up to the
 levels the target's polyphase form leaves. Per build: the predicted board ms per emitted slice (the manifest's
-`predicted_board_ms`, gates/board_time.py) with its compute and elementwise terms, the layer table's estimated
+`predicted_board_ms`, rkaudio/gates/board_time.py) with its compute and elementwise terms, the layer table's estimated
 cycles and RW traffic per emitted slice, REGTASK lines, CPU ops, the simulator and the export's fidelity figures,
 and `gates`: every gate of the recipe (export tail / interior, REGTASK, CPU ops, simulator SNR, fp16 floor gap),
 judged here so a failing build is still measured. `choose` picks per recipe and target the fastest level count
@@ -19,14 +19,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
 
-from converters.build.engine import BuildOptions
-from converters.cli.families import declaration
-from converters.family import pipeline
-from converters.families import inflect
-from converters.release.recipes import RECIPES_DIR, load_recipe, recipes_for
-from core.contract import get_contract
-from core.errors import GateFailure
-from surgery.graph.polyphase_levels import overflowing_levels
+from rkaudio.engine.build import BuildOptions
+from rkaudio.cli.families import declaration
+from rkaudio.pipeline import pipeline
+from rkaudio.families import inflect
+from rkaudio.release.recipes import RECIPES_DIR, load_recipe, recipes_for
+from rkaudio.core.contract import get_contract
+from rkaudio.core.errors import GateFailure
+from rkaudio.surgery.graph.polyphase_levels import overflowing_levels
 
 TOOLKIT = "2.3.2"
 PACKAGES = ("inflect_nano_v2_decoder", "inflect_micro_v2_decoder")
@@ -123,7 +123,7 @@ def main() -> list[dict]:
 
 def report(rows: list[dict]) -> list[dict]:
     """The ratios to the same target's build without stride phases and the choice; writes the markdown table."""
-    from converters.release.package import format_table
+    from rkaudio.release.package import format_table
 
     for row in rows:  # the ratio to the same build without stride phases
         base = next(r for r in rows if (r["size"], r["target"], r["stride_phase_levels"]) ==

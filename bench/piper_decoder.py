@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.build.engine import BuildOptions, build_engine
-from converters.families.piper import decoder
-from converters.families.piper.voice import resolve_voice
-from runtime.host.backends import OnnxBackend
-from runtime.board.window_walk import WindowContract, walk
-from core.contract import get_contract
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.families.piper import decoder
+from rkaudio.families.piper.voice import resolve_voice
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.window_walk import WindowContract, walk
+from rkaudio.core.contract import get_contract
 
 TARGETS = ("rk3588", "rk3576", "rk3566")
 TOOLKIT = "2.3.2"

@@ -20,8 +20,8 @@ TARGET, TOOLKIT = "rk3588", "2.3.2"
 
 
 def measure(width: int, out: Path) -> dict:
-    from converters.build.engine import BuildOptions, build_engine
-    from converters.families.piper import encoder
+    from rkaudio.engine.build import BuildOptions, build_engine
+    from rkaudio.families.piper import encoder
 
     voice = encoder.Voice(None)
     started = time.perf_counter()

@@ -21,12 +21,12 @@ TEXTS = {
 
 
 def main() -> list[dict]:
-    from converters.cli.families import declaration
-    from converters.families.piper import DEFAULT_CONTEXT
-    from converters.families.piper.check import render_check
-    from converters.families.piper.decoder import export
-    from converters.release.check import EngineChoice
-    from toolkit.versions import DEFAULT_TOOLKIT
+    from rkaudio.cli.families import declaration
+    from rkaudio.families.piper import DEFAULT_CONTEXT
+    from rkaudio.families.piper.check import render_check
+    from rkaudio.families.piper.decoder import export
+    from rkaudio.release.check import EngineChoice
+    from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
     engines = EngineChoice("piper", "simulator", TARGET, DEFAULT_TOOLKIT, None, declaration)
     window = engines.recipe_option("decoder", "window")

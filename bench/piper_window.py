@@ -1,5 +1,5 @@
 """Piper decoder window sweep (joe voice, context 32 per side): per target and window, the predicted board ms per
-emitted slice (the manifest's `predicted_board_ms`, gates/board_time.py), the layer table's estimated cycles and
+emitted slice (the manifest's `predicted_board_ms`, rkaudio/gates/board_time.py), the layer table's estimated cycles and
 RW traffic per emitted slice, the first window's predicted ms and cycles, the predicted ms of a typical text
 chunk, engine / weight / internal memory, REGTASK lines, CPU ops, and the fidelity figures (worst interior and
 padded-tail window vs a full-length fp32 decode; simulator on the self-check and on the end-to-end walk). Writes
@@ -25,11 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
 
-from converters.family import pipeline
-from converters.build.engine import BuildOptions
-from converters.families.piper import decoder
-from core.errors import GateFailure
-from runtime.board.soc import TIME_FIELD_LIMIT
+from rkaudio.pipeline import pipeline
+from rkaudio.engine.build import BuildOptions
+from rkaudio.families.piper import decoder
+from rkaudio.core.errors import GateFailure
+from rkaudio.board.soc import TIME_FIELD_LIMIT
 
 TARGETS = ("rk3588", "rk3576", "rk3566")
 TOOLKIT = "2.3.2"
@@ -128,7 +128,7 @@ def main() -> list[dict]:
 def report(rows: list[dict]) -> list[dict]:
     """Budgets and the choice per target; writes piper_window.md and .png (bench/run.py writes the JSON).
     `python -m bench.piper_window` re-reports the last JSON's measurements without building."""
-    from converters.release.package import format_table
+    from rkaudio.release.package import format_table
 
     budget_ms = budgets(rows)
     for row in rows:
@@ -148,7 +148,7 @@ def report(rows: list[dict]) -> list[dict]:
                "sim_snr_db", "simulator_walk_db", "build_peak_rss_bytes", "chosen", "status"]
     (RESULTS / "piper_window.md").write_text(
         f"Piper decoder window sweep, joe voice, toolkit {TOOLKIT} (bench/piper_window.py). Ranked by predicted "
-        f"board ms per emitted slice (gates/board_time.py, bench/results/board_time.md); first-window budget "
+        f"board ms per emitted slice (rkaudio/gates/board_time.py, bench/results/board_time.md); first-window budget "
         f"{FIRST_WINDOW_BUDGET_MS} ms on the RK3588, scaled by each target's speed; chunk = {CHUNK_SLICES} slices. "
         f"Chosen: {chosen}\n\n```\n" + format_table(rows, columns) + "\n```\n")
     return rows

@@ -32,8 +32,8 @@ def _seconds(function, repeats: int = REPEATS) -> float:
 def host_rows(config_name: str) -> list[dict]:
     import torch
 
-    from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, random_reference, step_of
-    from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
+    from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, random_reference, step_of
+    from rkaudio.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
 
     config = REAL_SHAPE_DECODER_CONFIG if config_name == "real" else TINY_CONFIG
     step = step_of(random_reference(config, seed=0), config)
@@ -77,6 +77,6 @@ def main() -> list[dict]:
 
 
 if __name__ == "__main__":
-    from converters.release.package import format_table
+    from rkaudio.release.package import format_table
 
     print(format_table(main()))

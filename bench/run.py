@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from core.contract import producer_info
-from converters.release.package import format_table
-from runtime.board.numeric import json_safe
+from rkaudio.core.contract import producer_info
+from rkaudio.release.package import format_table
+from rkaudio.board.numeric import json_safe
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"

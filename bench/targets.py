@@ -1,9 +1,9 @@
-"""Every recipe's (component, target) cell on the SoCs rkaudio promises (`runtime.board.soc.PROMISED_TARGETS`):
+"""Every recipe's (component, target) cell on the SoCs rkaudio promises (`rkaudio.board.soc.PROMISED_TARGETS`):
 one row per engine built (a ladder: one row per rung; Audio8: one per graph), or one row saying why the cell is not
 built (its recipe's measured refusal, or "not in recipe"). Writes bench/results/targets.md beside the harness's
 targets.json; `convert engines` reads the JSON rows' `package`, `target` and `peak_rss_bytes`.
 
-A cell is built by `converters.release.recipes.build_cell`, the recipe's own part for that target through the same
+A cell is built by `rkaudio.release.recipes.build_cell`, the recipe's own part for that target through the same
 `build_part` as `convert engines`, from the recipe's checkpoint where this machine has it, else from the family's
 random real-shape weights (`Family.random_source`); TARGETS_RANDOM=1 uses random weights everywhere they exist.
 
@@ -64,10 +64,10 @@ def engine_row(manifest: dict, family: str) -> dict:
 
 def build_cell_rows(package: str, component: str, target: str) -> list[dict]:
     """The worker: one cell built in a scratch dir, its engine rows (a failed gate: one row naming the gates)."""
-    from converters.cli.families import declaration
-    from converters.release import recipes
-    from core.errors import GateFailure, MissingSource
-    from toolkit.versions import DEFAULT_TOOLKIT
+    from rkaudio.cli.families import declaration
+    from rkaudio.release import recipes
+    from rkaudio.core.errors import GateFailure, MissingSource
+    from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
     recipe = recipes.load_recipe(recipes.RECIPES_DIR / f"{package}.toml", declaration)
     family = declaration(recipe["family"])
@@ -191,10 +191,10 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> list[dict]:
-    from converters.cli.families import declaration
-    from converters.release.recipes import RECIPES_DIR, load_recipes
-    from core.contract import producer_info
-    from runtime.board.soc import PROMISED_TARGETS
+    from rkaudio.cli.families import declaration
+    from rkaudio.release.recipes import RECIPES_DIR, load_recipes
+    from rkaudio.core.contract import producer_info
+    from rkaudio.board.soc import PROMISED_TARGETS
 
     recipes = [r for r in load_recipes(RECIPES_DIR, declaration) if r["package"] not in SKIPPED]
     selection = os.environ.get("TARGETS_CELLS")

@@ -1,4 +1,4 @@
-"""The converter children (`python -m toolkit.child`) this test process started and has not closed."""
+"""The converter children (`python -m rkaudio.toolkit.child`) this test process started and has not closed."""
 from __future__ import annotations
 
 import os
@@ -20,7 +20,7 @@ def converter_children(stdout: Optional[Path] = None) -> list[int]:
         except (OSError, IndexError, ValueError):  # gone while we looked
             continue
         state, ppid = fields[0], int(fields[1])
-        if ppid != os.getpid() or b"toolkit.child" not in cmdline or state == "Z":
+        if ppid != os.getpid() or b"rkaudio.toolkit.child" not in cmdline or state == "Z":
             continue
         if stdout is None or fd_1 == str(Path(stdout).resolve()):
             pids.append(int(entry.name))

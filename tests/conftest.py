@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from core.errors import SetupError
-from toolkit.versions import converter_python
+from rkaudio.core.errors import SetupError
+from rkaudio.toolkit.versions import converter_python
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -55,7 +55,7 @@ def require_converter():
 
 @pytest.fixture
 def refused_in_one_line():
-    """Checks a `python -m converters.cli ...` run refused its input as a user-facing setup error: exit 2, one
+    """Checks a `python -m rkaudio.cli ...` run refused its input as a user-facing setup error: exit 2, one
     stderr line naming `path`, no traceback; returns that line."""
     def check(result, path) -> str:
         assert result.returncode == 2, result.stdout + result.stderr
@@ -74,7 +74,7 @@ def family_cli():
         import typer
         from typer.testing import CliRunner
 
-        from converters.cli.families import family_command
+        from rkaudio.cli.families import family_command
 
         app = typer.Typer()
         app.command(family.command_name)(family_command(family))
@@ -85,14 +85,14 @@ def family_cli():
 
 @pytest.fixture
 def check_report():
-    """Reads back what `convert check <family>` wrote and printed (runtime.host.hearing.compare): asserts the
+    """Reads back what `convert check <family>` wrote and printed (rkaudio.host.hearing.compare): asserts the
     engine WAV `out`, `<out>.fp32.wav`, `<out>.png` and (`full`) `<out>.full.wav` exist, the WAVs of one length,
     and returns the printed SNR of the engine render against the fp32 render, overall (dB; inf when exact)."""
     def read(output: str, out, full: bool = True) -> float:
         import re
         from pathlib import Path
 
-        from runtime.host.audio import read_wav
+        from rkaudio.host.audio import read_wav
 
         out = Path(out)
         wavs = [out, out.with_name(out.stem + ".fp32.wav")] + ([out.with_name(out.stem + ".full.wav")] if full else [])

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from core.paths import REPO_ROOT
+from rkaudio.core.paths import REPO_ROOT
 
 # The console scripts pyproject.toml declares; both run the same app.
 SCRIPTS = ("convert", "rkaudio")

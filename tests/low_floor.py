@@ -1,5 +1,5 @@
 """Checkpoints with a low fp32 floor, made from real or random VITS weights (Piper's voice, Inflect's decode.onnx):
-the tests of the floor-relative export gates (gates.fp32_floor) use them.
+the tests of the floor-relative export gates (rkaudio.gates.fp32_floor) use them.
 
 `offset_flow` is exact in maths: in the reverse flow the first coupling it names adds `offset` to the half it
 writes (its `post` bias, since it computes x1 - post(h)), the next reads that half with its `pre` bias

@@ -6,14 +6,14 @@ import pytest
 
 @pytest.fixture(scope="session")
 def small_model():
-    from converters.families.audio8 import model as M
+    from rkaudio.families.audio8 import model as M
 
     return M.build_random(M.small_config(), seed=0)
 
 
 @pytest.fixture(scope="session")
 def small_plan(small_model, tmp_path_factory):
-    from converters.families.audio8.export import export_all
+    from rkaudio.families.audio8.export import export_all
 
     out = tmp_path_factory.mktemp("audio8_small")
     export_all(small_model, out, [128, 256, 512], head_shards=2)

@@ -11,9 +11,9 @@ import shutil
 
 import pytest
 
-from converters.families.audio8.checks import probe_clip
-from converters.release.check import FP16_ESTIMATE
-from runtime.board.speech import write_wav
+from rkaudio.families.audio8.checks import probe_clip
+from rkaudio.release.check import FP16_ESTIMATE
+from rkaudio.board.speech import write_wav
 from tests.convert_app import convert, output
 
 TOKENS = re.compile(r"^tokens \((.+)\): ([\d,]+)$", re.MULTILINE)
@@ -51,7 +51,7 @@ def plan(tmp_path_factory):
 def built_plan(tmp_path_factory):
     """`convert audio8 ... --target rk3576`, engines built (rk3576: on rk3588 the small model's head-split Reshapes
     land on the CPU). One bucket and one head shard: five graphs, the fewest the runtime runs (about 35 s)."""
-    from toolkit.versions import converter_python
+    from rkaudio.toolkit.versions import converter_python
 
     converter_python("2.3.2")  # fails (never skips) without the converter venv `make test` creates
     out = tmp_path_factory.mktemp("audio8_built")

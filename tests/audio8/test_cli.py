@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from converters.families.audio8 import FAMILY
-from core.errors import SetupError
+from rkaudio.families.audio8 import FAMILY
+from rkaudio.core.errors import SetupError
 
 
 @pytest.fixture
 def calls(monkeypatch):
     """What the export was asked for (the model and the graphs replaced)."""
-    import converters.families.audio8 as family
-    from converters.families.audio8 import export
+    import rkaudio.families.audio8 as family
+    from rkaudio.families.audio8 import export
 
     seen = {}
     monkeypatch.setattr(family, "load_model", lambda model_dir, random_weights:
@@ -39,7 +39,7 @@ def test_the_command_passes_its_options_to_the_export(calls, tmp_path, family_cl
     ((), "give --model-dir (a local snapshot of Edge0/Audio8-ASR-0.1B) or --random-weights real|small"),
 ])
 def test_bad_options_are_refused_before_anything_is_exported(args, message, tmp_path, monkeypatch, family_cli):
-    from converters.families.audio8 import export
+    from rkaudio.families.audio8 import export
 
     monkeypatch.setattr(export, "export", lambda *a, **k: pytest.fail("exported"))
     result = family_cli(FAMILY, *args, "--skip-rknn", "--out", str(tmp_path))
@@ -47,7 +47,7 @@ def test_bad_options_are_refused_before_anything_is_exported(args, message, tmp_
 
 
 def test_a_recipe_names_only_declared_keys():
-    from converters.family.schema import check_family_tables
+    from rkaudio.pipeline.schema import check_family_tables
 
     recipe = {"source": {"model_dir": "/x", "dir": "/y"}, "options": {"no_stress": True, "kv_bucket": [128]},
               "gates": {}, "components": {}, "targets": ["rk3588"]}

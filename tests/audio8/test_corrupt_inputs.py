@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
-from converters.families.audio8.model import check_snapshot_files
-from core.errors import SetupError
-from core.paths import REPO_ROOT
+from rkaudio.families.audio8.model import check_snapshot_files
+from rkaudio.core.errors import SetupError
+from rkaudio.core.paths import REPO_ROOT
 
 CONFIG = {"model_type": "arkasr", "auto_map": {"AutoModel": "modeling_arkasr.ArkasrForConditionalGeneration"}}
 
@@ -42,7 +42,7 @@ def _truncate(path, keep: float = 0.5):
 
 
 def convert_audio8(snapshot, out) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "converters.cli", "audio8", "--model-dir", str(snapshot),
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "audio8", "--model-dir", str(snapshot),
                            "--skip-rknn", "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=300)
 

@@ -11,14 +11,14 @@ import shutil
 import numpy as np
 import pytest
 
-from converters.families.audio8 import FAMILY, checks
-from converters.families.audio8.export import name_built_engines
-from converters.family.exported import Exported
-from converters.family.ladder import dynamic_ladder
-from core.contract import get_contract
-from core.paths import engine_name
-from runtime.board.audio8 import PLAN_FILE, Audio8Runtime
-from runtime.board.mel import log_mel
+from rkaudio.families.audio8 import FAMILY, checks
+from rkaudio.families.audio8.export import name_built_engines
+from rkaudio.pipeline.exported import Exported
+from rkaudio.pipeline.ladder import dynamic_ladder
+from rkaudio.core.contract import get_contract
+from rkaudio.core.paths import engine_name
+from rkaudio.board.audio8 import PLAN_FILE, Audio8Runtime
+from rkaudio.board.mel import log_mel
 
 BUCKETS = [128, 256, 512]
 STEP_ROLES = [f"step_{bucket}" for bucket in BUCKETS]
@@ -45,9 +45,9 @@ def test_the_bucket_loop_runs_one_step_engine_through_its_views_fed_in_fp16(smal
     as `after_build` writes it), decoding through both migrations opens the step engine once; each view takes only
     its bucket's shapes, the buffers in fp16 (the contract's feed_dtypes, as an engine is fed), and the tokens are
     the fp32 plan's or diverge only at an fp16 tie. onnxruntime runs the shape-generic ONNX in the engine's place."""
-    from core.contract import fed_inputs
-    from runtime.board.golden import EnginePool
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.core.contract import fed_inputs
+    from rkaudio.board.golden import EnginePool
+    from rkaudio.host.backends import OnnxBackend
 
     directory = tmp_path / "dynamic"
     contracts = _merged_plan(small_plan, directory)
@@ -102,13 +102,13 @@ def test_the_bucket_loop_runs_one_step_engine_through_its_views_fed_in_fp16(smal
 def builds(small_model, tmp_path_factory):
     """The small model built `--ladder dynamic` as a recipe builds it (the recipe's gates); and
     the static step engines of the same buckets, compiled from the same rung graphs with the same gates."""
-    import converters.families.audio8 as family
-    from converters.build.engine import BuildOptions, build_engine
-    from converters.families.audio8 import model as M
-    from converters.release.recipes import build_part
-    from core.errors import SetupError
-    from core.paths import selfcheck_path
-    from toolkit.versions import converter_python
+    import rkaudio.families.audio8 as family
+    from rkaudio.engine.build import BuildOptions, build_engine
+    from rkaudio.families.audio8 import model as M
+    from rkaudio.release.recipes import build_part
+    from rkaudio.core.errors import SetupError
+    from rkaudio.core.paths import selfcheck_path
+    from rkaudio.toolkit.versions import converter_python
 
     try:
         converter_python("2.3.2")
@@ -152,8 +152,8 @@ def test_the_small_model_builds_one_step_engine_gated_per_set_as_the_static_step
 def test_the_package_names_the_one_step_engine_in_the_three_step_roles(builds):
     """The exec_plan packaging merges from the engines (the small model's kit is over its package's 1 MB budget,
     static or dynamic, so no package is assembled), the plan packaged beside them, and the kit's index."""
-    from converters.release.package import merge_exec_plan
-    from runtime.host.exec_plan import plan_problems, shared_file_problems
+    from rkaudio.release.package import merge_exec_plan
+    from rkaudio.host.exec_plan import plan_problems, shared_file_problems
 
     results, work = builds["results"], builds["work"]
     plan = merge_exec_plan([(r.rknn.name, r.manifest_data["contract"]) for r in results])

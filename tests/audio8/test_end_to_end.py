@@ -1,4 +1,4 @@
-"""The family's end-to-end golden for the board self-test kit: the probe clip through `runtime.board.audio8:
+"""The family's end-to-end golden for the board self-test kit: the probe clip through `rkaudio.board.audio8:
 golden_loop` over the kit's engines gives the same tokens as the existing runtime path (the plan directory on
 onnxruntime), decodes exactly 5 tokens with a fixed number of engine calls whatever the engines return, and
 names exactly the engines it calls."""
@@ -11,16 +11,16 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from converters.build import goldens
-from converters.release import kit
-from converters.families.audio8 import checks
-from converters.families.audio8.export import E2E_LOOP, E2E_NAME, E2E_TOKENS, EMBED_FILE, export
-from core.contract import get_contract
-from core.errors import SetupError
-from core.paths import REPO_ROOT, engine_name
-from runtime.board.golden import as_stored
-from runtime.board.audio8 import Audio8Runtime, EmbeddingRows
-from runtime.board.mel import log_mel
+from rkaudio.engine import goldens
+from rkaudio.release import kit
+from rkaudio.families.audio8 import checks
+from rkaudio.families.audio8.export import E2E_LOOP, E2E_NAME, E2E_TOKENS, EMBED_FILE, export
+from rkaudio.core.contract import get_contract
+from rkaudio.core.errors import SetupError
+from rkaudio.core.paths import REPO_ROOT, engine_name
+from rkaudio.board.golden import as_stored
+from rkaudio.board.audio8 import Audio8Runtime, EmbeddingRows
+from rkaudio.board.mel import log_mel
 
 SHARDS = 2  # the small model; head_shards=2 below
 
@@ -42,7 +42,7 @@ def recording(exported):
 def _runtime_path(plan_dir, calls=None):
     """The existing runtime path: the plan directory on onnxruntime, the probe clip (as the kit stores it: the
     loop's inputs go through fp16 where that keeps 70 dB), 5 tokens, EOS ignored; each call into `calls`."""
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.host.backends import OnnxBackend
 
     class Logged(OnnxBackend):
         def __init__(self, path):
@@ -108,7 +108,7 @@ def test_calls_are_the_probes_and_the_golden_lists_exactly_the_called_engines(ex
 
 
 def test_tie_margin_is_the_margin_gate_threshold_and_the_kit_gate_uses_it(exported, recording):
-    from runtime.board.selftest import SelfTest
+    from rkaudio.board.selftest import SelfTest
 
     decoded = _runtime_path(exported[0])
     tie = recording.spec["params"]["tie_margin"]
@@ -129,8 +129,8 @@ def test_tie_margin_is_the_margin_gate_threshold_and_the_kit_gate_uses_it(export
 
 def test_the_same_calls_whatever_the_engines_return(exported, recording):
     """Engines that return noise: other tokens (their embedding rows are not in the golden: zeros), same calls."""
-    from runtime.host.backends import OnnxBackend
-    from runtime.board.golden import CallLog, EnginePool, run_loop
+    from rkaudio.host.backends import OnnxBackend
+    from rkaudio.board.golden import CallLog, EnginePool, run_loop
 
     out, records = exported
     by_name = {engine_name(r.onnx): r.onnx for r in records}
@@ -165,15 +165,15 @@ def test_embedding_rows_index_like_the_table():
 
 
 def test_the_loop_ships_on_numpy_alone_in_python_3_8_syntax():
-    modules = kit.kit_modules()  # the shipped folder, runtime/board/ (closed: tests/structure checks)
-    assert {E2E_LOOP.partition(":")[0], "runtime.board.audio8", "runtime.board.mel", "runtime.board.dsp"} <= set(modules)
-    for module in ("runtime.board.audio8", "runtime.board.mel", "runtime.board.dsp"):
+    modules = kit.kit_modules()  # the shipped folder, rkaudio/board/ (closed: tests/structure checks)
+    assert {E2E_LOOP.partition(":")[0], "rkaudio.board.audio8", "rkaudio.board.mel", "rkaudio.board.dsp"} <= set(modules)
+    for module in ("rkaudio.board.audio8", "rkaudio.board.mel", "rkaudio.board.dsp"):
         ast.parse(REPO_ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text(), feature_version=(3, 8))
 
 
 def test_export_names_the_golden_for_an_onnx_rebuild(exported, recording):
     """`--onnx` reads the records back: the golden's graphs name its spec, the others none."""
-    from converters.family.pipeline import Exported
+    from rkaudio.pipeline.pipeline import Exported
 
     out, records = exported
     for record in records:
@@ -186,10 +186,10 @@ def test_export_names_the_golden_for_an_onnx_rebuild(exported, recording):
 def test_the_recipe_build_declares_the_golden(small_model, tmp_path, monkeypatch):
     """`make engines` builds through the declaration's recipe adapter: the records it hands to the pipeline's
     build name the golden; an undeclared option is refused before anything is exported."""
-    import converters.families.audio8 as family
-    from converters.family import pipeline
-    from converters.families.audio8 import model as M
-    from converters.release.recipes import build_part
+    import rkaudio.families.audio8 as family
+    from rkaudio.pipeline import pipeline
+    from rkaudio.families.audio8 import model as M
+    from rkaudio.release.recipes import build_part
 
     handed = {}
     monkeypatch.setattr(family, "_snapshot_dir", lambda source: tmp_path)

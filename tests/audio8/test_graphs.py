@@ -9,14 +9,14 @@ import numpy as np
 import onnx
 import pytest
 
-from converters.families.audio8 import checks
-from converters.families.audio8.export import cache_free_verdict
-from core.contract import get_contract
-from core.errors import SetupError
-from core.paths import engine_name
-from runtime.board.audio8 import PLAN_FILE, Audio8Runtime, BucketError, Timings
-from runtime.board.mel import log_mel
-from runtime.host.backends import OnnxBackend
+from rkaudio.families.audio8 import checks
+from rkaudio.families.audio8.export import cache_free_verdict
+from rkaudio.core.contract import get_contract
+from rkaudio.core.errors import SetupError
+from rkaudio.core.paths import engine_name
+from rkaudio.board.audio8 import PLAN_FILE, Audio8Runtime, BucketError, Timings
+from rkaudio.board.mel import log_mel
+from rkaudio.host.backends import OnnxBackend
 
 
 def test_graph_decoding_matches_torch_greedy_and_stress(small_model, small_plan):
@@ -82,8 +82,8 @@ def test_plan_lists_every_graph_with_role_and_bucket(small_plan):
 def test_export_records_the_token_gates_on_every_graph(small_model, tmp_path):
     """One record per graph, all carrying the same token verdicts, readable back for `--onnx`; the plan
     carries each graph's contract as the graph does and names its engine."""
-    from converters.families.audio8.export import export
-    from converters.family.pipeline import Exported
+    from rkaudio.families.audio8.export import export
+    from rkaudio.pipeline.pipeline import Exported
 
     records = export(small_model, tmp_path, [128, 256], head_shards=2, stress=False, say=lambda _: None,
                      clips=[1.9])
@@ -154,7 +154,7 @@ def test_cache_free_gate_admits_the_score_concat_and_fails_on_a_buffer_concat_or
 
 def _replace_graph(plan_dir, stem, module, example_inputs, input_names, output_names):
     """Overwrite one exported graph with `module`, keeping its contract (a known-bad artifact)."""
-    from converters.families.audio8.export import _export
+    from rkaudio.families.audio8.export import _export
 
     contract = get_contract(plan_dir / f"{stem}.onnx")
     _export(module, example_inputs, input_names, output_names, contract, plan_dir / f"{stem}.onnx")
@@ -182,7 +182,7 @@ def test_prefill_gate_catches_a_prefill_without_rope(small_model, small_plan, tm
     """RoPE left out of the one prefill: its logit figure fails for every clip length."""
     import torch
 
-    from converters.families.audio8.graphs import PrefillGraph
+    from rkaudio.families.audio8.graphs import PrefillGraph
 
     class PrefillWithoutRope(torch.nn.Module):
         def __init__(self):
@@ -211,7 +211,7 @@ def test_stress_gate_catches_a_512_step_without_rope(small_model, small_plan, tm
     """RoPE left out of the 512 bucket's step: only the stress run reaches the 512 bucket to catch it."""
     import torch
 
-    from converters.families.audio8.graphs import StepGraph, step_input_names, step_output_names
+    from rkaudio.families.audio8.graphs import StepGraph, step_input_names, step_output_names
 
     class StepWithoutRope(torch.nn.Module):
         def __init__(self):
@@ -303,7 +303,7 @@ def test_step_buffers_are_held_and_fed_in_the_dtype_the_step_graph_takes(small_p
     engine is (their input_dtypes from the contract, as an engine's manifest gives them to rknnlite) the runtime
     holds those buffers in fp16 across a bucket migration and feeds them so, every other input in fp32, and
     decodes the fp32 tokens or diverges only at an fp16 tie; over the ONNX on onnxruntime it holds them in fp32."""
-    from core.contract import fed_inputs
+    from rkaudio.core.contract import fed_inputs
 
     plan = json.loads((small_plan / PLAN_FILE).read_text())
     buffers = {"mask", *[f"{kind}_{i}" for i in range(2) for kind in ("full_k", "full_v")]}
@@ -347,7 +347,7 @@ def test_step_buffers_are_held_and_fed_in_the_dtype_the_step_graph_takes(small_p
 
 def test_a_missing_engine_is_a_clear_error(small_plan):
     """The plan names engines before they are built: running one that is absent says how to build it."""
-    from runtime.board.rknnlite import RknnLiteBackend
+    from rkaudio.board.rknnlite import RknnLiteBackend
 
     with Audio8Runtime(small_plan, backend_for=RknnLiteBackend, artifact="rknn") as runtime:
         with pytest.raises(SetupError, match=r"no encoder\.rknn in .*without --skip-rknn"):
@@ -355,9 +355,9 @@ def test_a_missing_engine_is_a_clear_error(small_plan):
 
 
 def test_missing_snapshot_is_a_clear_error(tmp_path):
-    from converters.families.audio8 import _snapshot_dir
-    from converters.families.audio8.model import load_snapshot
-    from core.errors import MissingSource
+    from rkaudio.families.audio8 import _snapshot_dir
+    from rkaudio.families.audio8.model import load_snapshot
+    from rkaudio.core.errors import MissingSource
 
     with pytest.raises(SetupError, match="no Audio8-ASR snapshot"):
         load_snapshot(tmp_path)

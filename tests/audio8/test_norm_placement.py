@@ -16,8 +16,8 @@ import onnx
 import pytest
 import torch
 
-from converters.families.audio8 import graphs
-from converters.families.audio8 import model as M
+from rkaudio.families.audio8 import graphs
+from rkaudio.families.audio8 import model as M
 
 
 class StepAndHead(torch.nn.Module):
@@ -43,8 +43,8 @@ def _model(identity: bool):
 
 
 def _export(tmp_path, identity: bool, monkeypatch=None, reciprocal: bool = False):
-    from converters.families.audio8.export import _export as export_graph
-    from core.contract import make_contract
+    from rkaudio.families.audio8.export import _export as export_graph
+    from rkaudio.core.contract import make_contract
 
     if reciprocal:  # the known-bad control: Qwen3's form
         monkeypatch.setattr(graphs, "rms_norm", lambda norm, x: norm.weight * (
@@ -59,7 +59,7 @@ def _export(tmp_path, identity: bool, monkeypatch=None, reciprocal: bool = False
 
 def _reciprocals(model: onnx.ModelProto) -> list[str]:
     """Div nodes whose numerator is a constant (a reciprocal root, 1 / sqrt)."""
-    from core.onnx_graph import constant_values
+    from rkaudio.core.onnx_graph import constant_values
 
     constants = constant_values(model.graph)
     return [node.name for node in model.graph.node if node.op_type == "Div" and node.input[0] in constants]
@@ -82,7 +82,7 @@ def test_identity_weights_only_drop_the_weight_multiply(tmp_path):
 @pytest.mark.parametrize("target", ["rk3588", "rk3576"])
 def test_identity_and_perturbed_norm_weights_compile_to_the_same_cpu_ops(tmp_path, target, require_converter,
                                                                           monkeypatch):
-    from converters.build.engine import BuildOptions, build_engine
+    from rkaudio.engine.build import BuildOptions, build_engine
 
     require_converter("2.3.2")
 

@@ -15,9 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from converters.families.audio8 import checks
-from runtime.board.audio8 import Audio8Runtime
-from runtime.host.backends import OnnxBackend
+from rkaudio.families.audio8 import checks
+from rkaudio.board.audio8 import Audio8Runtime
+from rkaudio.host.backends import OnnxBackend
 
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
 
@@ -105,10 +105,10 @@ def test_a_checkpoint_with_zero_logits_fails_its_export_with_the_silent_message(
     used to pass. Every gate on the logits fails with the silent-reference reason; the adapter keeps its figure."""
     import torch
 
-    from converters.families.audio8 import model as M
-    from converters.families.audio8.export import export
-    from core.errors import GateFailure
-    from runtime.board.numeric import DEGENERATE_ADVICE
+    from rkaudio.families.audio8 import model as M
+    from rkaudio.families.audio8.export import export
+    from rkaudio.core.errors import GateFailure
+    from rkaudio.board.numeric import DEGENERATE_ADVICE
 
     silent = M.build_random(M.small_config(), seed=0)
     with torch.no_grad():

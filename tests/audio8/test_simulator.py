@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from converters.families.audio8 import checks
-from runtime.board.audio8 import Audio8Runtime, Timings
-from runtime.board.mel import log_mel
+from rkaudio.families.audio8 import checks
+from rkaudio.board.audio8 import Audio8Runtime, Timings
+from rkaudio.board.mel import log_mel
 
 
 class _Kept:
@@ -23,7 +23,7 @@ class _Kept:
 
 
 def test_simulator_tokens_match_or_divergence_is_an_fp16_tie(small_plan, require_converter):
-    from runtime.host.backends import OnnxBackend, SimulatorBackend
+    from rkaudio.host.backends import OnnxBackend, SimulatorBackend
 
     require_converter("2.3.2")
     compiled = {}

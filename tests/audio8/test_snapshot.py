@@ -11,7 +11,7 @@ import torch
 MODELING = textwrap.dedent('''
     from transformers import PretrainedConfig, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
-    from converters.families.audio8.model import Adapter, AdapterConfig, AudioEncoder, EncoderConfig
+    from rkaudio.families.audio8.model import Adapter, AdapterConfig, AudioEncoder, EncoderConfig
 
 
     class ArkasrConfig(PretrainedConfig):
@@ -39,7 +39,7 @@ def test_load_snapshot_with_remote_code(tmp_path, monkeypatch, small_model):
 
     import transformers.dynamic_module_utils as dynamic
 
-    from converters.families.audio8 import model as M
+    from rkaudio.families.audio8 import model as M
 
     monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "modules"))
     source = tmp_path / "source"

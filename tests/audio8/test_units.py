@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from converters.families.audio8 import graphs
-from runtime.board.audio8 import BucketError, padded_pooling, placeholder_count, rope_tables
-from runtime.board.mel import log_mel
+from rkaudio.families.audio8 import graphs
+from rkaudio.board.audio8 import BucketError, padded_pooling, placeholder_count, rope_tables
+from rkaudio.board.mel import log_mel
 
 
 def test_log_mel_matches_whisper_feature_extractor():
@@ -122,7 +122,7 @@ def test_mel_chunks_are_the_encoders_own_chunking(small_model):
     """The runtime's numpy chunking feeds the encoder graph what the reference encoder builds from [mel, frames]."""
     import torch
 
-    from runtime.board.audio8 import mel_chunks
+    from rkaudio.board.audio8 import mel_chunks
 
     encoder = small_model.encoder
     frames = encoder.config.max_frames

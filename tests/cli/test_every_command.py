@@ -18,7 +18,7 @@ import pytest
 
 from tests.convert_app import SCRIPTS, convert, output
 from tests.real_checkpoints import real_checkpoint
-from toolkit.versions import DEFAULT_TOOLKIT, converter_python
+from rkaudio.toolkit.versions import DEFAULT_TOOLKIT, converter_python
 
 RUNS: dict[str, str] = {}  # command as typed after `convert` -> the test that runs it
 
@@ -275,7 +275,7 @@ def test_check_kokoro(scratch):
 @pytest.fixture(scope="module")
 def inflect_official(scratch) -> dict:
     """The Nano-shaped random Inflect v2 model with the official I/O (decode.onnx, duration.onnx, config.json)."""
-    from converters.families.inflect.reference import NANO, export_official
+    from rkaudio.families.inflect.reference import NANO, export_official
 
     return export_official(scratch / "inflect_nano", NANO, seed=0)
 
@@ -321,8 +321,8 @@ def test_audio8(audio8_plan):
 @runs("check audio8")
 def test_check_audio8(scratch, audio8_plan):
     """The default backend on a --skip-rknn export: the fp32 graphs' tokens and the fp16-rounded graphs' tokens."""
-    from converters.families.audio8.checks import probe_clip
-    from runtime.board.speech import write_wav
+    from rkaudio.families.audio8.checks import probe_clip
+    from rkaudio.board.speech import write_wav
 
     wav = write_wav(scratch / "clip_3s.wav", probe_clip(3.0), 16000)
     result = run(scratch, "check", "audio8", "--plan", str(audio8_plan), "--wav", str(wav))
@@ -349,8 +349,8 @@ def test_check_cosyvoice3(scratch):
 @pytest.fixture(scope="module")
 def qwen3_snapshot(scratch) -> Path:
     """The tiny random-init Qwen3-TTS speech-tokenizer decoder as a snapshot folder."""
-    from converters.families.qwen3_vocoder import snapshot
-    from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_reference
+    from rkaudio.families.qwen3_vocoder import snapshot
+    from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, random_reference
 
     reference = random_reference(TINY_CONFIG, seed=0, gain=1.0)
     return snapshot.write(scratch / "qwen3_tiny", TINY_CONFIG, reference.state_dict())

@@ -8,7 +8,7 @@ TINY_LENGTHS = [24, 32]
 
 @pytest.fixture(scope="session")
 def tiny_model():
-    from converters.families.cosyvoice3.snapshot import TINY_CONFIG, random_estimator
+    from rkaudio.families.cosyvoice3.snapshot import TINY_CONFIG, random_estimator
 
     return random_estimator(TINY_CONFIG, seed=0)
 
@@ -23,8 +23,8 @@ def tiny_model64(tiny_model):
 @pytest.fixture(scope="session")
 def tiny_export(tmp_path_factory, tiny_model):
     """Two rungs (S=24, 32) exported with their gates and the end-to-end golden (no engine)."""
-    from converters.families.cosyvoice3.export import export
-    from converters.families.cosyvoice3.snapshot import DEFAULT_CFM
+    from rkaudio.families.cosyvoice3.export import export
+    from rkaudio.families.cosyvoice3.snapshot import DEFAULT_CFM
 
     out = tmp_path_factory.mktemp("cosyvoice3_tiny")
     return export(tiny_model, DEFAULT_CFM, TINY_LENGTHS, out, target="rk3588", say=lambda _: None)
@@ -36,7 +36,7 @@ def check_cli():
     def invoke(*args: str):
         from typer.testing import CliRunner
 
-        from converters.cli import _register_all, app
+        from rkaudio.cli import _register_all, app
 
         _register_all()
         return CliRunner().invoke(app, ["check", "cosyvoice3", *args])

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from converters.families.cosyvoice3 import aperture as A
-from core.errors import SetupError
+from rkaudio.families.cosyvoice3 import aperture as A
+from rkaudio.core.errors import SetupError
 from tests.cosyvoice3.fake_package import MIB, fake_manifest, fake_package
 
 

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from core.errors import SetupError
+from rkaudio.core.errors import SetupError
 
 
 def overall_snr(output: str) -> float:
@@ -70,7 +70,7 @@ def test_package_renders_through_its_onnx(check_cli, tiny_export, tmp_path):
     """--package: the ONNX its manifests name (here the suite's export), largest first on disk, chosen by length."""
     import json
 
-    from core.contract import get_contract
+    from rkaudio.core.contract import get_contract
 
     package = tmp_path / "cosyvoice3_flow_tiny_rk3588"
     package.mkdir()

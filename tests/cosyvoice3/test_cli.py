@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from core.errors import MissingSource
-from core.paths import REPO_ROOT
+from rkaudio.core.errors import MissingSource
+from rkaudio.core.paths import REPO_ROOT
 
 
 def convert(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "converters.cli", "cosyvoice3", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "cosyvoice3", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True)
 
 
@@ -49,8 +49,8 @@ def test_option_values_are_refused_in_one_line(tmp_path, args, refusal):
 
 def test_declared_forms_and_parts():
     """The spelled-out LayerNorm forms are the engine graph's; --parts and a recipe's `parts` meet in one form."""
-    from converters.families.cosyvoice3 import LN_FORMS, Options, _parts_of_cli, parse_parts
-    from converters.families.cosyvoice3.engine_graph import LN_FORMS as GRAPH_FORMS
+    from rkaudio.families.cosyvoice3 import LN_FORMS, Options, _parts_of_cli, parse_parts
+    from rkaudio.families.cosyvoice3.engine_graph import LN_FORMS as GRAPH_FORMS
 
     assert LN_FORMS == GRAPH_FORMS
     assert _parts_of_cli("2") == 2 and _parts_of_cli("400:2, 500:3") == {"400": 2, "500": 3}
@@ -60,9 +60,9 @@ def test_declared_forms_and_parts():
 
 
 def test_recipe_skips_without_a_snapshot(tmp_path, monkeypatch):
-    from converters.cli.families import declaration
-    from converters.families.cosyvoice3 import FAMILY
-    from converters.release.recipes import build_components, load_recipe, recipe_sources
+    from rkaudio.cli.families import declaration
+    from rkaudio.families.cosyvoice3 import FAMILY
+    from rkaudio.release.recipes import build_components, load_recipe, recipe_sources
 
     monkeypatch.setenv("RKAUDIO_MODELS", str(tmp_path))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -85,9 +85,9 @@ def test_recipe_skips_without_a_snapshot(tmp_path, monkeypatch):
     ('ln_form = "fast"', "options.ln_form: input should be 'plain' or 'safe'"),
 ])
 def test_recipe_parts_is_a_count_or_a_table(tmp_path, parts, refusal):
-    from converters.cli.families import declaration
-    from converters.release.recipes import load_recipe
-    from core.errors import SetupError
+    from rkaudio.cli.families import declaration
+    from rkaudio.release.recipes import load_recipe
+    from rkaudio.core.errors import SetupError
 
     text = (REPO_ROOT / "recipes" / "cosyvoice3_flow_0_5b.toml").read_text()
     path = tmp_path / "cosyvoice3.toml"
@@ -118,7 +118,7 @@ def test_tiny_ladder_builds_for_rk3588(tmp_path, require_converter):
         assert manifest["contract"]["length"] == (32 if stem.endswith("s32") else 24)
     index = json.loads((out / "selftest" / "index.json").read_text())
     [golden] = index["end_to_end"]
-    assert golden["loop"] == "runtime.board.cosyvoice3:golden_loop" and len(golden["calls"]) == 40
+    assert golden["loop"] == "rkaudio.board.cosyvoice3:golden_loop" and len(golden["calls"]) == 40
     assert golden["simulator"]["mel"]["snr_db"] >= 40
     print(f"tiny S=24 golden (2 parts): simulator {golden['simulator']['mel']['snr_db']:.1f} dB on the mel")
 
@@ -126,9 +126,9 @@ def test_tiny_ladder_builds_for_rk3588(tmp_path, require_converter):
     aperture = json.loads((out / "aperture.json").read_text())
     assert [(row["length"], row["parts"]) for row in aperture["rungs"]] == [(24, 2), (32, 1)]
     assert not any(row["refused"] for row in aperture["rungs"])
-    from converters.release import kit
-    from converters.build.engine import EngineResult
-    from converters.release.package import assemble
+    from rkaudio.release import kit
+    from rkaudio.engine.build import EngineResult
+    from rkaudio.release.package import assemble
 
     results = [EngineResult(out / f"{stem}.rknn", out / f"{stem}.manifest.json", out / f"{stem}.build.log",
                             json.loads((out / f"{stem}.manifest.json").read_text()), []) for stem in reversed(stems)]
@@ -138,7 +138,7 @@ def test_tiny_ladder_builds_for_rk3588(tmp_path, require_converter):
     assert "aperture.json" in (package / "SHA256SUMS").read_text() and kit.verify(package) == []
     assert json.loads((package / "exec_plan.json").read_text())["cosyvoice3.exec_plan"]["flow"] == {
         "impl": "rknn", "artifacts": {"main": ",".join(f"{stem}.rknn" for stem in stems)}}
-    run = subprocess.run([sys.executable, "-m", "converters.cli", "aperture", str(package)], cwd=REPO_ROOT,
+    run = subprocess.run([sys.executable, "-m", "rkaudio.cli", "aperture", str(package)], cwd=REPO_ROOT,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "   24 " in run.stdout and "   32 " in run.stdout and "rung set(s) fit 3900 MiB" in run.stdout

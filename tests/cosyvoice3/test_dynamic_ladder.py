@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from converters.cli.families import declaration
-from converters.release import recipes
-from core.paths import REPO_ROOT
+from rkaudio.cli.families import declaration
+from rkaudio.release import recipes
+from rkaudio.core.paths import REPO_ROOT
 
 # Three rungs, not conftest's two: the 2.3.2 simulator refuses the two-set engine of S=24, 32 (its session feeds
 # rope_cos un-transposed to an input it moved a Transpose into, `reduce_tp_in_mesh_forward`); 24, 32, 48 runs.
@@ -18,8 +18,8 @@ LENGTHS = [24, 32, 48]
 def builds(tmp_path_factory):
     """The recipe's flow part at the tiny rungs, from small random weights, built static and dynamic:
     {ladder: its manifests in rung order}, and the dynamic build's folder."""
-    from core.errors import SetupError
-    from toolkit.versions import converter_python
+    from rkaudio.core.errors import SetupError
+    from rkaudio.toolkit.versions import converter_python
 
     try:
         converter_python("2.3.2")
@@ -60,8 +60,8 @@ def test_one_engine_gated_per_set_as_the_static_engines_of_its_rungs(builds):
 def test_the_kit_replays_every_set_and_the_ode_golden_in_the_simulator(builds, tmp_path):
     import json
 
-    from converters.release.kit import HostOpener
-    from runtime.board.selftest import SelfTest
+    from rkaudio.release.kit import HostOpener
+    from rkaudio.board.selftest import SelfTest
 
     _, folders = builds
     folder = folders["dynamic"]

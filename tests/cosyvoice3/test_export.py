@@ -5,8 +5,8 @@ import numpy as np
 import onnx
 import pytest
 
-from converters.families.cosyvoice3 import export as E
-from core.contract import get_contract
+from rkaudio.families.cosyvoice3 import export as E
+from rkaudio.core.contract import get_contract
 TINY_LENGTHS = [24, 32]  # the rungs of the tiny_export fixture (conftest.py)
 
 
@@ -27,7 +27,7 @@ def test_every_export_gate_passes_with_its_figure(tiny_export):
 
 
 def test_graph_has_no_isnan_not_neg_tile_or_inf(tiny_export):
-    from gates import opscan
+    from rkaudio.gates import opscan
 
     for record in tiny_export:
         model = onnx.load(str(record.onnx))
@@ -42,7 +42,7 @@ def test_plain_export_of_the_reference_is_refused(tmp_path, tiny_model):
 
     import torch
 
-    from surgery.graph.fold import fold_fixed
+    from rkaudio.surgery.graph.fold import fold_fixed
 
     length = 16
     args = (torch.randn(1, 80, length), torch.ones(1, 1, length), torch.randn(1, 80, length), torch.tensor([0.3]),
@@ -75,8 +75,8 @@ def test_contract_holds_rung_cfg_scheme_and_io(tiny_export):
 
 
 def test_exec_plan_lists_the_rungs_in_length_order(tiny_export):
-    from converters.release.package import merge_exec_plan
-    from core.paths import engine_name
+    from rkaudio.release.package import merge_exec_plan
+    from rkaudio.core.paths import engine_name
 
     engines = [(engine_name(r.onnx), get_contract(r.onnx)) for r in reversed(tiny_export)]
     plan = merge_exec_plan(engines)
@@ -100,7 +100,7 @@ def test_padding_gates_fail_when_the_mask_is_not_wired(unmasked, tiny_model, tin
 
 def test_mask_one_over_padding_is_caught(tiny_export, tiny_model):
     """Padding marked 1 moves the real frames far below the padding bar (upstream, not only our graph)."""
-    from runtime.board.numeric import snr_db
+    from rkaudio.board.numeric import snr_db
 
     feeds = E.make_inputs(tiny_model, 24, 18, seed=5)
     unpadded = E.reference_call(tiny_model, feeds, 18)

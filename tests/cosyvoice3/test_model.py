@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from converters.families.cosyvoice3 import snapshot
-from converters.families.cosyvoice3.snapshot import REAL_CONFIG, TINY_CONFIG
-from core.errors import SetupError
+from rkaudio.families.cosyvoice3 import snapshot
+from rkaudio.families.cosyvoice3.snapshot import REAL_CONFIG, TINY_CONFIG
+from rkaudio.core.errors import SetupError
 
 
 def upstream_state_shapes(c: dict) -> dict:
@@ -51,7 +51,7 @@ def upstream_state(c: dict, seed: int = 0) -> dict:
 
 
 def test_real_config_has_upstreams_names_shapes_and_parameter_count():
-    from converters.families.cosyvoice3.dit import build, parameter_count
+    from rkaudio.families.cosyvoice3.dit import build, parameter_count
 
     with torch.device("meta"):
         model = build(REAL_CONFIG)
@@ -111,7 +111,7 @@ def test_missing_directory_and_foreign_weights(tmp_path):
 
 
 def test_rope_rotates_head_zero_only(tiny_model):
-    from converters.families.cosyvoice3.dit import apply_rotary_pos_emb
+    from rkaudio.families.cosyvoice3.dit import apply_rotary_pos_emb
 
     heads, dim_head = tiny_model.heads, tiny_model.dim_head
     q = torch.randn(1, 12, heads * dim_head)
@@ -124,10 +124,10 @@ def test_rope_rotates_head_zero_only(tiny_model):
 def test_engine_graph_matches_the_reference_and_the_quirk_matters(tiny_model64):
     """The engine graph (float64) equals the reference DiT; rotating every head (a plausible reading of RoPE)
     does not."""
-    from converters.families.cosyvoice3.engine_graph import EstimatorGraph
-    from converters.families.cosyvoice3.export import make_inputs, reference_call
-    from runtime.board.numeric import snr_db
-    from runtime.board.cosyvoice3 import INPUT_NAMES
+    from rkaudio.families.cosyvoice3.engine_graph import EstimatorGraph
+    from rkaudio.families.cosyvoice3.export import make_inputs, reference_call
+    from rkaudio.board.numeric import snr_db
+    from rkaudio.board.cosyvoice3 import INPUT_NAMES
 
     feeds = make_inputs(tiny_model64, 20, 20, seed=3)
     reference = reference_call(tiny_model64, feeds, 20)
@@ -145,8 +145,8 @@ def test_scale_safe_layer_norm_holds_where_fp16_plain_overflows():
     """Planted: a residual row scaled to |x| ~ 2000 (trained DiTs grow such rows; random weights do not). In fp16
     the plain LayerNorm squares past 65504 and returns NaN/Inf; the scale-safe form stays within fp16 rounding
     of the float64 LayerNorm. At unit scale both are exact in float64."""
-    from converters.families.cosyvoice3.engine_graph import layer_norm
-    from runtime.board.numeric import snr_db
+    from rkaudio.families.cosyvoice3.engine_graph import layer_norm
+    from rkaudio.board.numeric import snr_db
 
     generator = torch.Generator().manual_seed(0)
     row = torch.randn(2, 7, 64, generator=generator, dtype=torch.float64)
@@ -168,10 +168,10 @@ def test_planted_overflow_plain_layer_norm_holds_on_the_rk3588_simulator(tmp_pat
     (`ln_form="safe"`) is exact in fp32 but crashes the 2.3.2 compiler (fuse_ops: _swap_transpose_expand)."""
     import copy
 
-    from converters.families.cosyvoice3 import export as E
-    from converters.families.cosyvoice3.snapshot import TINY_CONFIG, random_estimator
-    from runtime.board.numeric import snr_db
-    from runtime.host.backends import OnnxBackend, SimulatorBackend
+    from rkaudio.families.cosyvoice3 import export as E
+    from rkaudio.families.cosyvoice3.snapshot import TINY_CONFIG, random_estimator
+    from rkaudio.board.numeric import snr_db
+    from rkaudio.host.backends import OnnxBackend, SimulatorBackend
 
     require_converter()
     model = random_estimator(TINY_CONFIG, 0)
@@ -183,7 +183,7 @@ def test_planted_overflow_plain_layer_norm_holds_on_the_rk3588_simulator(tmp_pat
     E.export_onnx(model, 24, path, ln_form="plain")
     fp32 = OnnxBackend(path).run(feeds)["dphi_dt"]
     assert snr_db(E.reference_call(copy.deepcopy(model).double(), feeds, 24), fp32) > 100
-    from converters.families.cosyvoice3.engine_graph import EstimatorGraph
+    from rkaudio.families.cosyvoice3.engine_graph import EstimatorGraph
 
     with torch.no_grad():  # the residual really is past the plain fp16 range: var > 65504 by far
         h = EstimatorGraph(model)._embed(*(torch.from_numpy(feeds[n]) for n in ("x", "mu", "spks", "cond")))

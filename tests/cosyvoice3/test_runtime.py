@@ -1,4 +1,4 @@
-"""runtime.board.cosyvoice3: rung choice, refusal past the largest, padding/crop, B=1 vs B=2 CFG, the golden loop."""
+"""rkaudio.board.cosyvoice3: rung choice, refusal past the largest, padding/crop, B=1 vs B=2 CFG, the golden loop."""
 from __future__ import annotations
 
 import ast
@@ -6,10 +6,10 @@ import ast
 import numpy as np
 import pytest
 
-from core.contract import get_contract
-from core.paths import REPO_ROOT
-from runtime.board import cosyvoice3 as flow_ladder
-from runtime.board.cosyvoice3 import FlowLadder, FlowLengthError
+from rkaudio.core.contract import get_contract
+from rkaudio.core.paths import REPO_ROOT
+from rkaudio.board import cosyvoice3 as flow_ladder
+from rkaudio.board.cosyvoice3 import FlowLadder, FlowLengthError
 
 
 class Counting:
@@ -23,7 +23,7 @@ class Counting:
 
 @pytest.fixture(scope="module")
 def ladder(tiny_export):
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.host.backends import OnnxBackend
 
     rungs = {get_contract(r.onnx)["length"]: Counting(OnnxBackend(r.onnx)) for r in tiny_export}
     return FlowLadder(rungs, get_contract(tiny_export[0].onnx))
@@ -36,7 +36,7 @@ def test_smallest_rung_that_fits_and_refusal_past_the_largest(ladder):
 
 
 def test_solve_makes_two_calls_per_step_on_the_right_rung(ladder, tiny_model):
-    from converters.families.cosyvoice3.export import ode_inputs
+    from rkaudio.families.cosyvoice3.export import ode_inputs
 
     inputs = ode_inputs(tiny_model.mel_dim, tiny_model.input_embed.spk_dim, 28, seed=4)
     before = {length: rung.calls for length, rung in ladder.rungs.items()}
@@ -49,10 +49,10 @@ def test_b2_engine_gives_the_b1_result(tmp_path, tiny_model, ladder):
     """CFG in one B=2 call equals two B=1 calls (the runtime reads the scheme from the contract)."""
     import onnx
 
-    from converters.families.cosyvoice3.export import contract_fields, export_onnx, ode_inputs
-    from converters.families.cosyvoice3.snapshot import DEFAULT_CFM
-    from runtime.board.numeric import snr_db
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.families.cosyvoice3.export import contract_fields, export_onnx, ode_inputs
+    from rkaudio.families.cosyvoice3.snapshot import DEFAULT_CFM
+    from rkaudio.board.numeric import snr_db
+    from rkaudio.host.backends import OnnxBackend
 
     path = tmp_path / "s24_b2.onnx"
     graph = export_onnx(tiny_model, 24, path, batch=2)
@@ -69,9 +69,9 @@ def test_b2_engine_gives_the_b1_result(tmp_path, tiny_model, ladder):
 def test_tables_and_schedule_match_upstream(tiny_model):
     import torch
 
-    from converters.families.cosyvoice3.dit import SinusPositionEmbedding, apply_rotary_pos_emb
-    from converters.families.cosyvoice3.export import time_freqs
-    from converters.families.cosyvoice3.reference import cosine_t_span
+    from rkaudio.families.cosyvoice3.dit import SinusPositionEmbedding, apply_rotary_pos_emb
+    from rkaudio.families.cosyvoice3.export import time_freqs
+    from rkaudio.families.cosyvoice3.reference import cosine_t_span
 
     assert np.allclose(flow_ladder.cosine_schedule(10), cosine_t_span(10).numpy(), atol=1e-15, rtol=0)
     t = torch.tensor([0.0, 0.37, 1.0], dtype=torch.float64)
@@ -83,7 +83,7 @@ def test_tables_and_schedule_match_upstream(tiny_model):
     tiny_model.float()
     want = apply_rotary_pos_emb(q, freqs).numpy().reshape(9, heads, dim_head).transpose(1, 0, 2)
     cos, sin = flow_ladder.rope_tables(9, tiny_model.rotary_embed.inv_freq.numpy(), heads, dim_head)
-    from converters.families.cosyvoice3.engine_graph import rotate_half_matrix
+    from rkaudio.families.cosyvoice3.engine_graph import rotate_half_matrix
 
     qh = q.numpy().reshape(9, heads, dim_head).transpose(1, 0, 2)
     got = qh * cos + (qh @ rotate_half_matrix(dim_head)) * sin
@@ -92,8 +92,8 @@ def test_tables_and_schedule_match_upstream(tiny_model):
 
 def test_golden_loop_is_the_ladder_solve(tiny_export):
     """The declared golden, recorded over onnxruntime, is the runtime's solve: 20 calls on the S=24 rung."""
-    from converters.build import goldens
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.engine import goldens
+    from rkaudio.host.backends import OnnxBackend
 
     [recording] = goldens.record_end_to_end(tiny_export, say=lambda _: None)
     assert len(recording.calls) == 20 and {name for name, _, _ in recording.calls} == {"cosyvoice3_flow_s24.rknn"}
@@ -104,7 +104,7 @@ def test_golden_loop_is_the_ladder_solve(tiny_export):
 
 
 def test_runtime_module_is_python38_and_numpy_only():
-    path = REPO_ROOT / "runtime" / "board" / "cosyvoice3.py"
+    path = REPO_ROOT / "rkaudio" / "board" / "cosyvoice3.py"
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
     top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
            for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}

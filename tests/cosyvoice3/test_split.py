@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.contract import get_contract
-from runtime.board.cosyvoice3 import Chain, FlowLadder
+from rkaudio.core.contract import get_contract
+from rkaudio.board.cosyvoice3 import Chain, FlowLadder
 
 TINY_LENGTHS = [24, 32]
 
@@ -14,15 +14,15 @@ TINY_LENGTHS = [24, 32]
 @pytest.fixture(scope="module")
 def split_export(tmp_path_factory, tiny_model):
     """The S=24 rung split in 2, S=32 whole (the two kinds in one ladder)."""
-    from converters.families.cosyvoice3.export import export
-    from converters.families.cosyvoice3.snapshot import DEFAULT_CFM
+    from rkaudio.families.cosyvoice3.export import export
+    from rkaudio.families.cosyvoice3.snapshot import DEFAULT_CFM
 
     out = tmp_path_factory.mktemp("cosyvoice3_split")
     return export(tiny_model, DEFAULT_CFM, TINY_LENGTHS, out, target="rk3588", parts={24: 2}, say=lambda _: None)
 
 
 def test_split_blocks_are_contiguous_and_cover_the_depth():
-    from converters.families.cosyvoice3.engine_graph import split_blocks
+    from rkaudio.families.cosyvoice3.engine_graph import split_blocks
 
     assert split_blocks(22, 2) == [(0, 11), (11, 22)] and split_blocks(22, 3) == [(0, 8), (8, 15), (15, 22)]
     assert split_blocks(2, 1) == [(0, 2)]
@@ -40,8 +40,8 @@ def test_split_rung_passes_the_rung_gates(split_export):
 
 
 def test_contract_names_the_chain_and_the_ladder_order(split_export):
-    from converters.release.package import merge_exec_plan
-    from core.paths import engine_name
+    from rkaudio.release.package import merge_exec_plan
+    from rkaudio.core.paths import engine_name
 
     first, second, whole = (get_contract(r.onnx) for r in split_export)
     assert first["chain"]["part"] == 0 and first["chain"]["parts"] == 2 and first["chain"]["blocks"] == [0, 1]
@@ -54,9 +54,9 @@ def test_contract_names_the_chain_and_the_ladder_order(split_export):
 
 
 def test_chain_solve_equals_the_whole_rung(split_export, tiny_export, tiny_model):
-    from converters.families.cosyvoice3.export import ode_inputs
-    from runtime.board.numeric import snr_db
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.families.cosyvoice3.export import ode_inputs
+    from rkaudio.board.numeric import snr_db
+    from rkaudio.host.backends import OnnxBackend
 
     contract = get_contract(tiny_export[0].onnx)
     whole = FlowLadder({24: OnnxBackend(tiny_export[0].onnx)}, contract)
@@ -68,8 +68,8 @@ def test_chain_solve_equals_the_whole_rung(split_export, tiny_export, tiny_model
 
 
 def test_golden_loop_runs_the_parts_in_order(split_export):
-    from converters.build import goldens
-    from runtime.board import cosyvoice3 as flow_ladder
+    from rkaudio.engine import goldens
+    from rkaudio.board import cosyvoice3 as flow_ladder
 
     [recording] = goldens.record_end_to_end(split_export, say=lambda _: None)
     engines = [name for name, _, _ in recording.calls]

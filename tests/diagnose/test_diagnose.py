@@ -13,13 +13,13 @@ import numpy as np
 import onnx
 import pytest
 
-from converters.build.engine import BuildOptions, build_engine
-from core.contract import get_contract, set_contract
-from gates.layer_error import format_rows, layer_table, output_row, parse_error_analysis, ranked
-from toolkit.session import ConverterChild
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.core.contract import get_contract, set_contract
+from rkaudio.gates.layer_error import format_rows, layer_table, output_row, parse_error_analysis, ranked
+from rkaudio.toolkit.session import ConverterChild
 
 REPO = Path(__file__).resolve().parents[2]
-CONVERT = [sys.executable, "-m", "converters.cli"]
+CONVERT = [sys.executable, "-m", "rkaudio.cli"]
 sys.path.insert(0, str(REPO / "tests" / "engine_build"))
 from conftest import conv_graph  # noqa: E402  (the engine-build fixtures' graph writer)
 
@@ -109,7 +109,7 @@ def test_piper_decoder_default_engine(tmp_path, require_converter):
     """Acceptance: the default joe decoder engine (w109/c32, rk3588): the table and the PNG, and the graph
     output's row within 0.5 dB of the manifest's simulator SNR."""
     require_converter()
-    from converters.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW, decoder
+    from rkaudio.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW, decoder
 
     [record] = decoder.export(None, tmp_path, DEFAULT_WINDOW, DEFAULT_CONTEXT, False, "rk3588")[:1]
     result = build_engine(record.onnx, tmp_path, BuildOptions("rk3588"), selfcheck=record.selfcheck,
@@ -123,7 +123,7 @@ def test_piper_decoder_default_engine(tmp_path, require_converter):
 
 
 def test_stage_names_from_module_paths_or_the_contract():
-    from gates.layer_error import module_stage
+    from rkaudio.gates.layer_error import module_stage
 
     assert module_stage("/dec/resblocks.3/convs1.0/Conv") == "dec/resblocks.3/convs1.0"
     assert module_stage("/dec/conv_post/Conv") == "dec/conv_post"

@@ -8,8 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.contract import make_contract
-from core.contract import set_contract
+from rkaudio.core.contract import make_contract
+from rkaudio.core.contract import set_contract
 
 
 def conv_graph(path: Path, channels: int = 8, length: int = 64, *, activation: str | None = None,
@@ -53,7 +53,7 @@ def graph(tmp_path):
 def inputs_npz(tmp_path):
     """`inputs_npz(onnx_path)`: standard-normal (seed 0) self-check inputs for a graph, as an .npz path."""
     def write(onnx_path: Path, scale: float = 1.0) -> Path:
-        from toolkit.session import graph_io
+        from rkaudio.toolkit.session import graph_io
 
         specs, _ = graph_io(onnx.load(str(onnx_path)))
         rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""The board-time model's terms (gates/board_time.py) against a hand computation on a small real layer table, and
+"""The board-time model's terms (rkaudio/gates/board_time.py) against a hand computation on a small real layer table, and
 the prediction `convert inspect` makes for an engine built before the model (from its manifest and build log)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gates.board_time import CallFigures, Constants, load_constants, predict, predict_from_log
-from gates.layer_table import parse_layer_table
+from rkaudio.gates.board_time import CallFigures, Constants, load_constants, predict, predict_from_log
+from rkaudio.gates.layer_table import parse_layer_table
 
 DATA = Path(__file__).parent / "data"
 # Conv -> Floor (CPU) -> Add on [1,8,64], rk3588, toolkit 2.5.0: rows 0 InputOperator .. 6 OutputOperator
@@ -35,7 +35,7 @@ def test_terms_match_a_hand_computation_on_a_small_table():
 
 
 def test_io_bytes_count_each_input_as_fed_and_each_output_as_returned():
-    """An input fed in float16 (the manifest's dtype, `core.contract.fed_inputs`) counts 2 bytes an item; outputs
+    """An input fed in float16 (the manifest's dtype, `rkaudio.core.contract.fed_inputs`) counts 2 bytes an item; outputs
     count float32 whatever the ONNX says, as rknnlite returns them."""
     table = parse_layer_table(RK3588_FLOOR.read_text())
     fed16 = CallFigures.from_table(table, [{**IO["inputs"][0], "dtype": "float16"}], IO["outputs"])
@@ -45,7 +45,7 @@ def test_io_bytes_count_each_input_as_fed_and_each_output_as_returned():
 
 
 def test_a_contracts_feed_dtypes_name_what_the_manifest_says_is_fed():
-    from core.contract import fed_inputs
+    from rkaudio.core.contract import fed_inputs
 
     entries = [{"name": "x", "shape": [2], "dtype": "float32"}, {"name": "k", "shape": [2], "dtype": "float32"}]
     assert [e["dtype"] for e in fed_inputs(entries, {"feed_dtypes": {"k": "float16"}})] == ["float32", "float16"]
@@ -74,7 +74,7 @@ def test_an_unknown_soc_has_no_prediction_and_the_shipped_constants_cover_every_
 def test_inspect_predicts_for_an_engine_built_before_the_model(tmp_path):
     from typer.testing import CliRunner
 
-    from converters.cli import _register_all, app
+    from rkaudio.cli import _register_all, app
 
     _register_all()
 

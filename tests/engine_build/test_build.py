@@ -15,14 +15,14 @@ import numpy as np
 import onnx
 import pytest
 
-from core.errors import BuildError
-from converters.build.engine import BuildOptions, build_engine
-from toolkit.session import ConverterChild
-from core.errors import GateFailure
-from runtime.host.backends import OnnxBackend, SimulatorBackend
+from rkaudio.core.errors import BuildError
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.toolkit.session import ConverterChild
+from rkaudio.core.errors import GateFailure
+from rkaudio.host.backends import OnnxBackend, SimulatorBackend
 from tests.children import converter_children
 
-CONVERT = [sys.executable, "-m", "converters.cli"]
+CONVERT = [sys.executable, "-m", "rkaudio.cli"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -103,7 +103,7 @@ def test_simulator_gate_fails_on_fp16_overflow(graph, inputs_npz, tmp_path, requ
     require_converter()
     # Weights that fit fp16 (the fp16_constants gate passes) but whose conv output passes 65504: fine in fp32,
     # inf in the simulator.
-    from gates.fp16_range import fp16_constants_verdict
+    from rkaudio.gates.fp16_range import fp16_constants_verdict
 
     onnx_path = graph("overflow", gain=3e4)
     assert fp16_constants_verdict(onnx.load(str(onnx_path))).passed

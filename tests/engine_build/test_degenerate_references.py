@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from gates.snr import snr_verdict
-from runtime.board.numeric import degenerate_reference, snr_db
+from rkaudio.gates.snr import snr_verdict
+from rkaudio.board.numeric import degenerate_reference, snr_db
 
 RNG = np.random.default_rng(0)
 SPEECH = 0.3 * RNG.standard_normal(24000)
@@ -45,9 +45,9 @@ def _build(*args):
     import subprocess
     import sys
 
-    from core.paths import REPO_ROOT
+    from rkaudio.core.paths import REPO_ROOT
 
-    return subprocess.run([sys.executable, "-m", "converters.cli", "build", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "build", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -10,9 +10,9 @@ import shutil
 import numpy as np
 import pytest
 
-from converters.cli.families import declaration
-from converters.release import recipes
-from core.paths import REPO_ROOT
+from rkaudio.cli.families import declaration
+from rkaudio.release import recipes
+from rkaudio.core.paths import REPO_ROOT
 
 STEMS = {"static": ["example_c16_t64", "example_c16_t128"], "dynamic": ["example_c16_ladder"]}
 
@@ -20,8 +20,8 @@ STEMS = {"static": ["example_c16_t64", "example_c16_t128"], "dynamic": ["example
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     """The example recipe built static and dynamic: {ladder: package dir}."""
-    from core.errors import SetupError
-    from toolkit.versions import converter_python
+    from rkaudio.core.errors import SetupError
+    from rkaudio.toolkit.versions import converter_python
 
     try:
         converter_python("2.3.2")
@@ -65,8 +65,8 @@ def test_one_engine_holds_both_rungs_with_per_set_figures_close_to_the_static_en
 
 
 def test_the_package_names_the_engine_once_and_its_kit_replays_every_set(packages, tmp_path):
-    from converters.release.kit import HostOpener
-    from runtime.board.selftest import SelfTest
+    from rkaudio.release.kit import HostOpener
+    from rkaudio.board.selftest import SelfTest
 
     package = packages["dynamic"]
     plan = json.loads((package / "exec_plan.json").read_text())
@@ -85,10 +85,10 @@ def test_the_package_names_the_engine_once_and_its_kit_replays_every_set(package
 
 
 def test_a_shape_outside_the_engine_list_is_refused_by_name(packages):
-    from converters.release.kit import HostOpener
-    from runtime.board.golden import EnginePool
-    from runtime.board.shapes import ShapeRefused
-    from runtime.host.backends import SimulatorBackend
+    from rkaudio.release.kit import HostOpener
+    from rkaudio.board.golden import EnginePool
+    from rkaudio.board.shapes import ShapeRefused
+    from rkaudio.host.backends import SimulatorBackend
 
     onnx_path = HostOpener(packages["dynamic"], "simulator").onnx_path("example_c16_ladder.rknn")
     with SimulatorBackend(onnx_path, "rk3588") as simulator:
@@ -105,7 +105,7 @@ def test_a_shape_outside_the_engine_list_is_refused_by_name(packages):
 
 
 def test_a_file_in_two_roles_needs_a_shape_set_for_each():
-    from runtime.host.exec_plan import shared_file_problems
+    from rkaudio.host.exec_plan import shared_file_problems
 
     plan = {"audio8_asr.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {
         "step_128": "step.rknn", "step_256": "step.rknn", "head": "h0.rknn,h1.rknn"}}}}
@@ -122,7 +122,7 @@ def test_a_file_in_two_roles_needs_a_shape_set_for_each():
 
 
 def test_a_dynamic_log_is_split_per_set_or_refused(packages, tmp_path):
-    from gates.layer_table import parse_layer_table, shape_set_logs
+    from rkaudio.gates.layer_table import parse_layer_table, shape_set_logs
 
     package = packages["dynamic"]
     manifest = _manifest(package, "example_c16_ladder")
@@ -139,9 +139,9 @@ def test_a_dynamic_log_is_split_per_set_or_refused(packages, tmp_path):
 
 
 def test_one_rung_cannot_be_a_dynamic_ladder(tmp_path):
-    from converters.families import example
-    from converters.family.ladder import dynamic_ladder
-    from core.errors import SetupError
+    from rkaudio.families import example
+    from rkaudio.pipeline.ladder import dynamic_ladder
+    from rkaudio.core.errors import SetupError
 
     records = example.export(tmp_path, channels=4, frames=16, seed=0)
     with pytest.raises(SetupError, match="at least two rungs"):
@@ -153,11 +153,11 @@ def test_one_rung_cannot_be_a_dynamic_ladder(tmp_path):
 def test_a_symbolic_dimension_builds_only_with_its_shape_sets(packages):
     """`convert build` compiles the merged ONNX from the sets its contract lists, and refuses the same graph
     without them (what a shape-generic ONNX from elsewhere is), naming the dimension and the fix."""
-    from converters.release.kit import HostOpener
-    from core.contract import get_contract, set_contract
-    from core.errors import SetupError
-    from core.onnx_graph import load_model
-    from toolkit.session import graph_io
+    from rkaudio.release.kit import HostOpener
+    from rkaudio.core.contract import get_contract, set_contract
+    from rkaudio.core.errors import SetupError
+    from rkaudio.core.onnx_graph import load_model
+    from rkaudio.toolkit.session import graph_io
 
     model = load_model(HostOpener(packages["dynamic"], "simulator").onnx_path("example_c16_ladder.rknn"))
     inputs, _ = graph_io(model)
@@ -172,9 +172,9 @@ def test_the_exactness_gate_fails_on_a_merge_that_changed_the_maths(tmp_path):
     import onnx
     from onnx import numpy_helper
 
-    from converters.families import example
-    from converters.family.ladder import _lean_rungs, exactness_verdict
-    from surgery.graph.shape_generic import shape_generic
+    from rkaudio.families import example
+    from rkaudio.pipeline.ladder import _lean_rungs, exactness_verdict
+    from rkaudio.surgery.graph.shape_generic import shape_generic
 
     records = [record for frames in (16, 32) for record in example.export(tmp_path, channels=4, frames=frames, seed=0)]
     graphs, weights = _lean_rungs([record.onnx for record in records])

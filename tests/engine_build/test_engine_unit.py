@@ -12,10 +12,10 @@ import numpy as np
 import onnx
 import pytest
 
-from toolkit.session import CUSTOM_STRING_MAX_BYTES, custom_string, graph_io, kill_stray_adb, random_feeds, toolkit_readable
-from converters.build.engine import BuildOptions, build_engine
-from core.errors import SetupError
-from core.manifest import exec_plan_fragment, write_manifest
+from rkaudio.toolkit.session import CUSTOM_STRING_MAX_BYTES, custom_string, graph_io, kill_stray_adb, random_feeds, toolkit_readable
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.core.errors import SetupError
+from rkaudio.core.manifest import exec_plan_fragment, write_manifest
 
 
 def test_symbolic_input_is_a_setup_error_naming_input_and_dimension(graph, tmp_path):
@@ -28,8 +28,8 @@ def test_symbolic_input_is_a_setup_error_naming_input_and_dimension(graph, tmp_p
 def test_constant_beyond_fp16_fails_before_the_build(graph, tmp_path):
     """Weights of 1e5 are inf in an fp16 engine: the fp16_constants gate names the tensor and stops the build
     before the compiler runs (no child, no artifacts)."""
-    from gates.fp16_range import fp16_constants_verdict
-    from core.errors import GateFailure
+    from rkaudio.gates.fp16_range import fp16_constants_verdict
+    from rkaudio.core.errors import GateFailure
 
     path = graph("huge", gain=3e5)
     verdict = fp16_constants_verdict(onnx.load(str(path)))
@@ -136,7 +136,7 @@ def fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype: str, lengths: tuple = (
     api.RKNNLite = FakeRKNNLite
     monkeypatch.setitem(sys.modules, "rknnlite", types.ModuleType("rknnlite"))
     monkeypatch.setitem(sys.modules, "rknnlite.api", api)
-    from runtime.board.rknnlite import RknnLiteBackend
+    from rkaudio.board.rknnlite import RknnLiteBackend
 
     engine = tmp_path / "e.rknn"
     engine.write_bytes(b"fake")
@@ -181,10 +181,10 @@ def test_rknnlite_backend_feeds_each_input_in_the_manifests_dtype(tmp_path, monk
 def test_a_child_reports_its_own_peak_memory_not_its_parents():
     """A compiler child started by a large parent (an export holding a model) must report its own peak: the
     getrusage figure it used to send carries the parent's high-water mark across execve."""
-    from core.paths import REPO_ROOT
+    from rkaudio.core.paths import REPO_ROOT
 
     held = np.ones(512 * 1024**2 // 8)  # the parent holds 512 MiB when it starts the child
-    probe = ("import resource; from toolkit.child import own_peak_rss_kb; "
+    probe = ("import resource; from rkaudio.toolkit.child import own_peak_rss_kb; "
              "print(own_peak_rss_kb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
     own_kb, inherited_kb = map(int, out.stdout.split())
@@ -195,7 +195,7 @@ def test_a_child_reports_its_own_peak_memory_not_its_parents():
 def test_rknnlite_backend_runs_each_shape_set_and_refuses_an_unlisted_shape(tmp_path, monkeypatch):
     """An engine of several shape sets runs a feed at any listed set's shapes, its outputs in that set's shapes; a
     shape outside the list is refused before the runtime sees it, with an error naming the fed and listed shapes."""
-    from runtime.board.shapes import ShapeRefused
+    from rkaudio.board.shapes import ShapeRefused
 
     RknnLiteBackend, engine = fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype="float32", lengths=(3, 5))
     with RknnLiteBackend(engine, core_mask="AUTO") as backend:
@@ -212,10 +212,10 @@ def test_a_compile_parent_hands_back_the_heap_it_freed():
     """What an export or the host references freed stays mapped in glibc's heap until it is trimmed: the parent of
     a real-shape compile would sit on GBs beside a 10 GB child. `release_freed_heap` (run before every child starts)
     hands it back."""
-    from core.paths import REPO_ROOT
+    from rkaudio.core.paths import REPO_ROOT
 
     probe = """
-from toolkit.session import release_freed_heap
+from rkaudio.toolkit.session import release_freed_heap
 
 def resident_kb():
     return int(next(line for line in open("/proc/self/status") if line.startswith("VmRSS")).split()[1])
@@ -236,8 +236,8 @@ print(held, resident_kb())
 def test_the_weightless_graph_keeps_what_a_build_reads_after_its_host_runs(tmp_path):
     """After the host references, a build reads the graph's I/O, node names and contract only: the weightless copy
     gives the same, in a few kB, whatever the weights weighed."""
-    from core.contract import get_contract
-    from core.onnx_graph import weightless
+    from rkaudio.core.contract import get_contract
+    from rkaudio.core.onnx_graph import weightless
     from tests.engine_build.conftest import conv_graph
 
     model = onnx.load(str(conv_graph(tmp_path / "w.onnx", channels=128, length=256)))

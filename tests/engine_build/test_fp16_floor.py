@@ -11,10 +11,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from converters.build.engine import BuildOptions, build_engine
-from core.errors import GateFailure
-from gates.fp16_floor import FLOOR_CAP_DB, FLOOR_MARGIN_DB, fp16_rounded, floor_gap, floor_gap_verdict, rounded_count
-from runtime.host.backends import OnnxBackend
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.core.errors import GateFailure
+from rkaudio.gates.fp16_floor import FLOOR_CAP_DB, FLOOR_MARGIN_DB, fp16_rounded, floor_gap, floor_gap_verdict, rounded_count
+from rkaudio.host.backends import OnnxBackend
 
 
 def r16(values):

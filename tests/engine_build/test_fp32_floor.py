@@ -1,4 +1,4 @@
-"""gates.fp32_floor: the float64 run of an ONNX graph computes what onnxruntime computes in fp32 (its torch-backed
+"""rkaudio.gates.fp32_floor: the float64 run of an ONNX graph computes what onnxruntime computes in fp32 (its torch-backed
 Conv / ConvTranspose with asymmetric pads, strides, dilations, groups and output padding included), and the
 threshold rule keeps the fixed level unless the floor less its margin is lower."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gates.fp32_floor import FLOOR_MARGIN_DB, float64_run, floor_threshold, floor_verdict
-from runtime.board.numeric import snr_db
-from runtime.host.backends import OnnxBackend
+from rkaudio.gates.fp32_floor import FLOOR_MARGIN_DB, float64_run, floor_threshold, floor_verdict
+from rkaudio.board.numeric import snr_db
+from rkaudio.host.backends import OnnxBackend
 
 CONVS = {
     "conv asymmetric pads, dilation": ("Conv", [8, 4, 5], dict(pads=[3, 1], dilations=[2], strides=[1])),

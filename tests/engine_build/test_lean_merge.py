@@ -1,4 +1,4 @@
-"""`--ladder dynamic` merges rungs holding their large initializers aside (`converters.family.ladder._lean_rungs`):
+"""`--ladder dynamic` merges rungs holding their large initializers aside (`rkaudio.pipeline.ladder._lean_rungs`):
 a weight every rung holds byte-identical is stored once and set aside while the graphs merge, a large table that
 differs between rungs (a leading corner of the largest) stays in the merge, and the merged graph computes each
 rung exactly."""
@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from converters.family.ladder import LEAN_MIN_ELEMENTS, _lean_rungs
-from core.onnx_graph import weights_back
-from runtime.host.backends import OnnxBackend
-from surgery.graph.shape_generic import shape_generic
+from rkaudio.pipeline.ladder import LEAN_MIN_ELEMENTS, _lean_rungs
+from rkaudio.core.onnx_graph import weights_back
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.surgery.graph.shape_generic import shape_generic
 
 WIDTH = 256  # the weight [WIDTH, WIDTH] is exactly LEAN_MIN_ELEMENTS: set aside
 LENGTHS = (256, 384)  # the table [S, WIDTH] is large at every rung and differs between them

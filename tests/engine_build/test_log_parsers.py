@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from core.manifest import worst_overflow
-from gates.layer_table import cpu_ops_verdict, parse_layer_table
-from gates.regtask import ADVICE, parse_regtask, regtask_verdict
+from rkaudio.core.manifest import worst_overflow
+from rkaudio.gates.layer_table import cpu_ops_verdict, parse_layer_table
+from rkaudio.gates.regtask import ADVICE, parse_regtask, regtask_verdict
 
 DATA = Path(__file__).parent / "data"
 RK3566_SIN = DATA / "rk3566_conv_sin_x3_t16385_2.3.2.log"   # 3 x (Conv, Sin, Add) on [1,22,16385]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from converters.cli.families import declaration, family_names
+from rkaudio.cli.families import declaration, family_names
 from tests.convert_app import convert, output
 from tests.engine_build.test_build import assert_no_engine_left
 
@@ -55,7 +55,7 @@ def test_every_build_command_defaults_to_no_regtask_line():
     """`convert build` and every family command: the one default, `BuildOptions`'s."""
     import typer
 
-    from converters import cli
+    from rkaudio import cli
 
     if not cli.app.registered_commands:  # discovery runs once per process (main() does it at start)
         cli._register_all()

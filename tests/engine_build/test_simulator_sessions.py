@@ -1,4 +1,4 @@
-"""The compiler child's simulator sessions run without onnxruntime's CPU memory arena (toolkit/child.py
+"""The compiler child's simulator sessions run without onnxruntime's CPU memory arena (rkaudio/toolkit/child.py
 `_sessions_without_arena`): the simulator keeps one session per layer to the end, and each arena keeps its layer's
 largest buffers. Without the arenas the outputs must not change, and every session the simulator made must have
 its arena off."""
@@ -10,7 +10,7 @@ import textwrap
 
 import numpy as np
 
-from core.paths import REPO_ROOT
+from rkaudio.core.paths import REPO_ROOT
 
 
 def test_simulator_sessions_have_no_arena_and_give_the_same_outputs(tmp_path, require_converter):
@@ -18,7 +18,7 @@ def test_simulator_sessions_have_no_arena_and_give_the_same_outputs(tmp_path, re
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from toolkit.versions import converter_python
+    from rkaudio.toolkit.versions import converter_python
 
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array((rng.standard_normal((8, 8, 3)) * 0.3).astype(np.float32), f"w{i}")
@@ -38,7 +38,7 @@ def test_simulator_sessions_have_no_arena_and_give_the_same_outputs(tmp_path, re
         import onnxruntime
         sys.path.insert(0, {str(REPO_ROOT)!r})
         from rknn.api import RKNN
-        from toolkit.child import _sessions_without_arena
+        from rkaudio.toolkit.child import _sessions_without_arena
 
         def simulated():
             rknn = RKNN(verbose=False)

@@ -1,4 +1,4 @@
-"""runtime.board.speech: the word error rate, the words a recogniser writes for digits, the resampler the board
+"""rkaudio.board.speech: the word error rate, the words a recogniser writes for digits, the resampler the board
 shares with the host, WAV files, and pocketsphinx's transcript of a real render (or one line on how to add it)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import wave
 import numpy as np
 import pytest
 
-from runtime.board import speech
+from rkaudio.board import speech
 from tests.real_checkpoints import real_checkpoint
 
 
@@ -63,8 +63,8 @@ def test_write_wav_is_16_bit_mono_and_clips(tmp_path):
 @real_checkpoint
 def fox():
     """joe saying a sentence, through the full voice graph (no engine needed to test the ear)."""
-    from converters.families.piper.decoder import slice_voice, voice_latents
-    from converters.families.piper.voice import load_voice, sample_rate
+    from rkaudio.families.piper.decoder import slice_voice, voice_latents
+    from rkaudio.families.piper.voice import load_voice, sample_rate
 
     voice, model = load_voice(None)
     (item,) = voice_latents(model, slice_voice(model).seam, voice.config, text="The quick brown fox jumps over the "
@@ -100,9 +100,9 @@ def test_without_pocketsphinx_the_ear_says_how_to_add_it(fox, monkeypatch):
 
 @pytest.mark.slow
 def test_compare_reports_every_span_and_marks_what_it_could_not_hear(fox, tmp_path, monkeypatch):
-    """runtime.host.hearing.compare: the engine's SNR per span and overall, the files, and one line (not a crash)
+    """rkaudio.host.hearing.compare: the engine's SNR per span and overall, the files, and one line (not a crash)
     when the recogniser is missing."""
-    from runtime.host import hearing
+    from rkaudio.host import hearing
 
     audio, rate = fox[0].astype(np.float64), fox[1]
     engine = audio + np.random.default_rng(1).standard_normal(audio.size) * 1e-3

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from converters.families.inflect.reference import MICRO, NANO
+from rkaudio.families.inflect.reference import MICRO, NANO
 
 
 def _export(cfg, tmp_path_factory):
-    from converters.families.inflect.reference import export_official
+    from rkaudio.families.inflect.reference import export_official
 
     return cfg, export_official(tmp_path_factory.mktemp(f"inflect_{cfg.name}"), cfg, seed=0)
 
@@ -32,7 +32,7 @@ def official(request):
 
 def write_slice(official_paths, out_dir, dec_mask=True, window=256, context=32):
     """Export the fixed-window slice the way `convert inflect --skip-rknn` does; returns its `Exported` record."""
-    from converters.families.inflect import export
+    from rkaudio.families.inflect import export
 
     [record] = export(official_paths["decode"], official_paths["duration"], out_dir, window, context, dec_mask,
                       target="rk3588", say=lambda *_: None)

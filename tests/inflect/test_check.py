@@ -8,7 +8,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from converters.cli import _register_all, app
+from rkaudio.cli import _register_all, app
 
 TOKENS = ",".join(map(str, [0, 12, 0, 40, 0, 77, 0, 3, 0, 150, 0, 9, 0] * 5))  # 2 windows of the 256-slice engine
 
@@ -51,7 +51,7 @@ def test_package_names_the_slice(nano_official, nano_slice, tmp_path, check_repo
     """--package DIR renders the ONNX its manifest names; with --engine too it asks for one."""
     import json
 
-    from core.contract import get_contract
+    from rkaudio.core.contract import get_contract
 
     package = tmp_path / "inflect_nano_v2_decoder_rk3588"
     package.mkdir()

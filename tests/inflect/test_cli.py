@@ -6,11 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from core.paths import REPO_ROOT
+from rkaudio.core.paths import REPO_ROOT
 
 
 def convert(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "converters.cli", "inflect", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "inflect", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -23,7 +23,7 @@ def test_onnx_with_decode_onnx_is_measured_again(nano_official, nano_record, tmp
     again = convert("--onnx", str(nano_record.onnx), "--decode-onnx", str(paths["decode"]), "--skip-rknn",
                     "--min-tail-db", "500")
     # Measured again at the bar given now, which the weights' fp32 floor (131.2 dB) lowers to 121.2 dB: no two fp32
-    # decodes of these weights agree to 500 dB (gates.fp32_floor).
+    # decodes of these weights agree to 500 dB (rkaudio.gates.fp32_floor).
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "[PASS] tail_snr" in again.stdout and "threshold: 500 dB, or that floor" in again.stdout
 

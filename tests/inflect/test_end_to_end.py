@@ -5,18 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from converters.build import goldens
-from converters.families.inflect import GOLDEN_TAIL_SLICES, MIN_TAIL_DB
-from converters.families.inflect.decoder import full_decode
-from converters.family.pipeline import Exported
-from core.contract import get_contract
-from core.errors import SetupError
-from runtime.board.numeric import snr_db
-from runtime.host.backends import OnnxBackend
-from runtime.board.golden import EnginePool, run_loop
-from runtime.board.inflect import InflectModel, InflectSynth
-from runtime.host.inflect import runtime_model
-from runtime.board.window_walk import WindowContract, walk
+from rkaudio.engine import goldens
+from rkaudio.families.inflect import GOLDEN_TAIL_SLICES, MIN_TAIL_DB
+from rkaudio.families.inflect.decoder import full_decode
+from rkaudio.pipeline.pipeline import Exported
+from rkaudio.core.contract import get_contract
+from rkaudio.core.errors import SetupError
+from rkaudio.board.numeric import snr_db
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.golden import EnginePool, run_loop
+from rkaudio.board.inflect import InflectModel, InflectSynth
+from rkaudio.host.inflect import runtime_model
+from rkaudio.board.window_walk import WindowContract, walk
 
 
 @pytest.fixture(scope="module")

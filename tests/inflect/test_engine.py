@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from converters.cli.families import declaration
-from converters.families.inflect import FAMILY
-from converters.release.recipes import build_components, load_recipe, recipe_sources, recipes_for
-from core.errors import MissingSource, SetupError
-from core.paths import REPO_ROOT
+from rkaudio.cli.families import declaration
+from rkaudio.families.inflect import FAMILY
+from rkaudio.release.recipes import build_components, load_recipe, recipe_sources, recipes_for
+from rkaudio.core.errors import MissingSource, SetupError
+from rkaudio.core.paths import REPO_ROOT
 
 RECIPES = {"micro": "inflect_micro_v2_decoder", "nano": "inflect_nano_v2_decoder"}
 

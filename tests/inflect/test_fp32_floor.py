@@ -1,4 +1,4 @@
-"""Inflect's tail and interior gates follow decode.onnx's own fp32 floor (gates.fp32_floor) where it is under
+"""Inflect's tail and interior gates follow decode.onnx's own fp32 floor (rkaudio.gates.fp32_floor) where it is under
 their bars: the random Nano with a flow offset (tests/low_floor.offset_flow; its floor 131.2 -> 85.8 dB) exports
 with every gate passing, its interior window at 115.8 dB, under the old fixed 120 dB; the planted faults of
 test_gates (the decoder mask one frame off) and test_slice (no context) still fail on the same weights."""
@@ -9,8 +9,8 @@ import shutil
 import onnx
 import pytest
 
-from converters.families.inflect import MIN_INTERIOR_DB, MIN_TAIL_DB
-from converters.families.inflect.decoder import TAIL_LENGTHS, selfcheck_verdicts
+from rkaudio.families.inflect import MIN_INTERIOR_DB, MIN_TAIL_DB
+from rkaudio.families.inflect.decoder import TAIL_LENGTHS, selfcheck_verdicts
 from tests.inflect.test_gates import shifted_decoder_mask
 from tests.inflect.test_slice import _tampered
 from tests.low_floor import offset_flow
@@ -36,7 +36,7 @@ def low_floor_official(nano_official, tmp_path_factory):
 
 
 def _export(paths, out_dir):
-    from converters.families.inflect import export
+    from rkaudio.families.inflect import export
 
     [record] = export(paths["decode"], paths["duration"], out_dir, target="rk3588", say=lambda *_: None)
     return record
@@ -60,7 +60,7 @@ def test_planted_faults_still_fail_on_the_low_floor_decode(low_floor_official, t
                                   say=lambda *_: None)
     [interior] = [v for v in verdicts if not v.passed]
     assert interior.name == "interior_snr_min" and interior.value < interior.threshold - 20, interior.line()
-    monkeypatch.setattr("surgery.graph.mask.mask_decoder", shifted_decoder_mask(1))
+    monkeypatch.setattr("rkaudio.surgery.graph.mask.mask_decoder", shifted_decoder_mask(1))
     planted = _export(low_floor_official, tmp_path / "planted")
     failed = [v for v in planted.verdicts if not v.passed]
     assert [v.name for v in failed] == TAILS, [v.line() for v in planted.verdicts]

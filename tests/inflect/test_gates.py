@@ -22,22 +22,22 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from converters.families.inflect import MIN_TAIL_DB
-from converters.families.inflect.decoder import TAIL_LENGTHS, load_decode, selfcheck_verdicts
-from runtime.board.verdict import judged
-from core.errors import GateFailure, SetupError
-from core.paths import REPO_ROOT
-from runtime.board.verdict import at_least
+from rkaudio.families.inflect import MIN_TAIL_DB
+from rkaudio.families.inflect.decoder import TAIL_LENGTHS, load_decode, selfcheck_verdicts
+from rkaudio.board.verdict import judged
+from rkaudio.core.errors import GateFailure, SetupError
+from rkaudio.core.paths import REPO_ROOT
+from rkaudio.board.verdict import at_least
 
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
 TAILS = [f"tail_snr[{n}]" for n in TAIL_LENGTHS]
 
 
 def shifted_decoder_mask(shift: int):
-    """Plant: `surgery.graph.mask.mask_decoder` fed the mask moved by `shift` frames (+1: one frame late, the
+    """Plant: `rkaudio.surgery.graph.mask.mask_decoder` fed the mask moved by `shift` frames (+1: one frame late, the
     first real frame masked and the first padded one unmasked; -1: one frame early, the last real frame masked).
     The flow keeps the true mask: only the decoder-half muls read the shifted one."""
-    from surgery.graph import mask as M
+    from rkaudio.surgery.graph import mask as M
 
     real = M.mask_decoder
 
@@ -59,10 +59,10 @@ def shifted_decoder_mask(shift: int):
 @pytest.mark.parametrize("shift", [1, -1], ids=["one frame late", "one frame early"])
 def test_decoder_mask_shifted_by_one_frame_fails_the_tail_gate(nano_official, nano_record, tmp_path, monkeypatch,
                                                                shift):
-    from converters.families.inflect import export
+    from rkaudio.families.inflect import export
 
     _, paths = nano_official
-    monkeypatch.setattr("surgery.graph.mask.mask_decoder", shifted_decoder_mask(shift))
+    monkeypatch.setattr("rkaudio.surgery.graph.mask.mask_decoder", shifted_decoder_mask(shift))
     [planted] = export(paths["decode"], paths["duration"], tmp_path, target="rk3588", say=lambda *_: None)
     real, fault = ({v.name: v for v in record.verdicts} for record in (nano_record, planted))
     print(f"\nshift {shift:+d}: fault -> measured -> threshold -> verdict")
@@ -94,7 +94,7 @@ def test_every_comparison_refuses_a_silent_reference(nano_official, nano_slice, 
 
 
 def test_silent_decode_onnx_fails_its_export_and_keeps_no_slice(nano_official, tmp_path):
-    from converters.families.inflect import export
+    from rkaudio.families.inflect import export
 
     _, paths = nano_official
     silent_dir = tmp_path / "model" / "onnx"
@@ -122,7 +122,7 @@ def test_the_whole_reference_is_judged_never_one_window():
 
 def test_degraded_self_check_judges_its_reference(nano_official, tmp_path):
     """Without decode.onnx the window-self check compares the slice with itself: a silent slice fails it too."""
-    from converters.families.inflect import decoder as D
+    from rkaudio.families.inflect import decoder as D
 
     _, paths = nano_official
     model, info = D.describe(_silenced(paths["decode"], tmp_path / "decode.onnx"), paths["duration"])
@@ -133,7 +133,7 @@ def test_degraded_self_check_judges_its_reference(nano_official, tmp_path):
 
 
 def convert_inflect(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "converters.cli", "inflect", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "inflect", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -174,7 +174,7 @@ def test_nan_constant_in_decode_onnx_is_refused_naming_the_tensor(nano_official,
     (json.dumps({"data": {"hop_length": "big"}}).encode(), "are not integers"),
 ])
 def test_config_json_that_is_not_a_config_is_refused(tmp_path, content, words):
-    from runtime.board.inflect import config_values
+    from rkaudio.board.inflect import config_values
 
     config = tmp_path / "config.json"
     config.write_bytes(content)

@@ -5,8 +5,8 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from converters.families.inflect import decoder as D
-from core.errors import SetupError
+from rkaudio.families.inflect import decoder as D
+from rkaudio.core.errors import SetupError
 
 
 def test_decode_onnx_without_the_expected_inputs_is_refused(official, tmp_path):
@@ -32,7 +32,7 @@ def test_duration_of_another_size_is_refused(micro_official, nano_official):
 
 def test_cli_turns_a_wrong_file_into_a_clean_message(official, tmp_path):
     """`convert inflect` with a duration.onnx given as decode.onnx: exit 2 and one clear line, no traceback."""
-    from converters.cli import _register_all, app
+    from rkaudio.cli import _register_all, app
 
     _, paths = official
     _register_all()
@@ -43,7 +43,7 @@ def test_cli_turns_a_wrong_file_into_a_clean_message(official, tmp_path):
 
 
 def test_selfcheck_refuses_a_decode_onnx_of_another_size(micro_official, nano_slice):
-    from converters.families.inflect.decoder import selfcheck_verdicts
+    from rkaudio.families.inflect.decoder import selfcheck_verdicts
 
     with pytest.raises(SetupError, match=r"takes latents of 192 channels but the slice .* was cut for 128"):
         selfcheck_verdicts(nano_slice, micro_official[1]["decode"], None, say=lambda *_: None)

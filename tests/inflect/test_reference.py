@@ -6,9 +6,9 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from converters.families.inflect.reference import build_models, one_torch_thread
-from runtime.board.numeric import snr_db
-from surgery.graph.fold import op_histogram
+from rkaudio.families.inflect.reference import build_models, one_torch_thread
+from rkaudio.board.numeric import snr_db
+from rkaudio.surgery.graph.fold import op_histogram
 
 
 def _dims(value):

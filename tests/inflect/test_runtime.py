@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from converters.families.inflect.decoder import full_decode
-from core.contract import get_contract
-from core.errors import SetupError
-from runtime.board.numeric import snr_db
-from runtime.host.backends import OnnxBackend
-from runtime.board.inflect import InflectSynth, check_engine_matches
-from runtime.host.inflect import load_engine, runtime_model
+from rkaudio.families.inflect.decoder import full_decode
+from rkaudio.core.contract import get_contract
+from rkaudio.core.errors import SetupError
+from rkaudio.board.numeric import snr_db
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.inflect import InflectSynth, check_engine_matches
+from rkaudio.host.inflect import load_engine, runtime_model
 
 TOKENS = [0, 12, 0, 40, 0, 77, 0, 3, 0, 150, 0, 9, 0]
 

@@ -7,12 +7,12 @@ import numpy as np
 import onnx
 import pytest
 
-from converters.families.inflect import MIN_INTERIOR_DB
-from converters.families.inflect.decoder import TAIL_LENGTHS, selfcheck_verdicts
-from gates import opscan
-from surgery.graph.fold import op_histogram
-from core.contract import get_contract, set_contract
-from core.errors import SetupError
+from rkaudio.families.inflect import MIN_INTERIOR_DB
+from rkaudio.families.inflect.decoder import TAIL_LENGTHS, selfcheck_verdicts
+from rkaudio.gates import opscan
+from rkaudio.surgery.graph.fold import op_histogram
+from rkaudio.core.contract import get_contract, set_contract
+from rkaudio.core.errors import SetupError
 
 
 def _dims(value):
@@ -86,7 +86,7 @@ STRIDE_PHASE_WINDOW = 64  # 4,096 samples at the second level: rk3566 runs the l
 def _slice_at(paths, target: str, stride_phase_levels: int):
     """The masked Nano slice at a short window (float64 runs are slow) for `target`, `stride_phase_levels` leading
     upsamplers in stride-phase form."""
-    from converters.families.inflect.decoder import describe, slice_decoder
+    from rkaudio.families.inflect.decoder import describe, slice_decoder
 
     model, info = describe(paths["decode"], None)
     return slice_decoder(model, info, STRIDE_PHASE_WINDOW, 16, True, target, stride_phase_levels)
@@ -98,7 +98,7 @@ def test_stride_phase_levels_match_the_native_transposed_convolutions_in_float64
     ConvTransposes, both run in float64 by the onnx reference evaluator (its ConvTranspose written from the
     definition) on a latent whose last slices are padding (mask 0): the rewrite only rearranges weights, so they
     agree to float64 rounding; the contract says how many levels."""
-    from gates.fp32_floor import float64_run
+    from rkaudio.gates.fp32_floor import float64_run
 
     _, paths = nano_official
     native, rewritten = _slice_at(paths, target, 0), _slice_at(paths, target, levels)

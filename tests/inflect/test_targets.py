@@ -4,12 +4,12 @@ it to about a minute) builds from the recipe for rk3566 with its overflowing lev
 lines, 0 CPU ops and every export and build gate passing."""
 from __future__ import annotations
 
-from converters.cli.families import declaration
-from converters.families.inflect import FAMILY
-from converters.families.inflect.reference import InflectConfig, export_official
-from converters.release.recipes import build_components, load_recipe, recipes_for
-from core.paths import REPO_ROOT
-from surgery.graph.polyphase_levels import overflowing_levels, phase_count
+from rkaudio.cli.families import declaration
+from rkaudio.families.inflect import FAMILY
+from rkaudio.families.inflect.reference import InflectConfig, export_official
+from rkaudio.release.recipes import build_components, load_recipe, recipes_for
+from rkaudio.core.paths import REPO_ROOT
+from rkaudio.surgery.graph.polyphase_levels import overflowing_levels, phase_count
 
 NARROW = InflectConfig("Narrow", inter_channels=16, hidden_channels=16, upsample_initial_channel=32)
 

@@ -16,8 +16,8 @@ def state():
 def exported(state, tmp_path_factory):
     """The real export of the small model (round form: the engine ONNX and its exact fp32 twin): its record,
     contract and the golden utterance."""
-    from converters.families.kokoro.export import export, golden_utterance
-    from core.contract import get_contract
+    from rkaudio.families.kokoro.export import export, golden_utterance
+    from rkaudio.core.contract import get_contract
 
     [record] = export(SMALL, state, "random", FRAMES, tmp_path_factory.mktemp("kokoro_export"), "round", True)
     utterance, label, real = golden_utterance(SMALL, FRAMES, None)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from converters.families.kokoro.generator import GeneratorConfig
-from converters.families.kokoro.reference import reference_generator
+from rkaudio.families.kokoro.generator import GeneratorConfig
+from rkaudio.families.kokoro.reference import reference_generator
 
 SMALL = GeneratorConfig(style_dim=8, upsample_initial_channel=16)
 FRAMES = 64  # the window the tests export: 28 context frames per side + 8 emitted
@@ -52,9 +52,9 @@ def taps_model(path: Path, state: dict, frames: int) -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from converters.families.kokoro.check import TAPS
-    from converters.families.kokoro.graph import build_module, prepare, run_torch, window_inputs
-    from runtime.board.kokoro import spec_phase_to_audio
+    from rkaudio.families.kokoro.check import TAPS
+    from rkaudio.families.kokoro.graph import build_module, prepare, run_torch, window_inputs
+    from rkaudio.board.kokoro import spec_phase_to_audio
 
     feeds = window_inputs(SMALL, frames)
     spec_phase = run_torch(prepare(build_module(SMALL, state), "exact", True), feeds)

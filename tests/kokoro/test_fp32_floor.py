@@ -1,5 +1,5 @@
 """Kokoro's onnx_vs_torch, walk_vs_windows and reference gates follow the weights' own fp32 floor
-(gates.fp32_floor) where it is under their levels: the small generator with OFFSET added to every resblock's first
+(rkaudio.gates.fp32_floor) where it is under their levels: the small generator with OFFSET added to every resblock's first
 conv bias (exact in maths: the instance norm after it takes each channel's mean off again; in fp32 the conv output
 then keeps ~6e-8 * OFFSET of absolute precision, and the floor falls from 121.0 to 104.7 dB) exports with every
 gate passing, both under the old fixed 115 dB, and matches kokoro's own Generator at 102.8 dB (old bar 110); the
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from converters.families.kokoro.export import export, golden_utterance
-from converters.families.kokoro.graph import build_module, prepare
-from converters.families.kokoro import verdicts
-from converters.families.kokoro.verdicts import (MIN_REFERENCE_DB, RANDOM_WINDOW_EXPORT_DB, reference_verdict,
+from rkaudio.families.kokoro.export import export, golden_utterance
+from rkaudio.families.kokoro.graph import build_module, prepare
+from rkaudio.families.kokoro import verdicts
+from rkaudio.families.kokoro.verdicts import (MIN_REFERENCE_DB, RANDOM_WINDOW_EXPORT_DB, reference_verdict,
                                                  walk_verdict)
-from core.contract import get_contract
-from runtime.board import kokoro as kokoro_walk
+from rkaudio.core.contract import get_contract
+from rkaudio.board import kokoro as kokoro_walk
 from tests.kokoro.kokoro_small import FRAMES, SMALL
 from tests.kokoro.test_kokoro_gates import WALK_FAULTS
 

@@ -10,8 +10,8 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from converters.cli import _register_all, app
-from converters.families.kokoro import sources
+from rkaudio.cli import _register_all, app
+from rkaudio.families.kokoro import sources
 
 from tests.kokoro.kokoro_small import FRAMES, SMALL, taps_model, voice_dir
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from converters.families import kokoro
-from converters.families.kokoro import FAMILY
-from core.errors import MissingSource, SetupError
+from rkaudio.families import kokoro
+from rkaudio.families.kokoro import FAMILY
+from rkaudio.core.errors import MissingSource, SetupError
 
 RECIPE = {"package": "kokoro_test", "path": "recipes/kokoro_test.toml", "family": "kokoro", "source": {},
           "options": {"frames": 96, "sin_reduce": False, "snake_fold": False}, "gates": {}}
@@ -19,7 +19,7 @@ RECIPE = {"package": "kokoro_test", "path": "recipes/kokoro_test.toml", "family"
 @pytest.fixture
 def calls(monkeypatch):
     """load_generator's and export's arguments, with both replaced (no weights, no graph)."""
-    from converters.families.kokoro import export, sources
+    from rkaudio.families.kokoro import export, sources
 
     seen = {}
 
@@ -48,8 +48,8 @@ def test_the_command_reads_the_cache_and_adds_the_reference_gate(calls, tmp_path
 
 
 def test_a_recipe_reads_neither_the_cache_nor_runs_the_reference_gate(calls, tmp_path, monkeypatch):
-    from converters.family import pipeline
-    from converters.release.recipes import build_part
+    from rkaudio.pipeline import pipeline
+    from rkaudio.release.recipes import build_part
 
     handed = {}
     monkeypatch.setattr(pipeline, "build", lambda exported, out_dir, options, **kw: handed.update(kw) or [])
@@ -78,7 +78,7 @@ def test_a_bad_window_is_refused_before_any_weight_is_loaded(calls, tmp_path, ar
 
 
 def test_a_recipe_names_only_declared_keys():
-    from converters.family.schema import check_family_tables
+    from rkaudio.pipeline.schema import check_family_tables
 
     recipe = {"source": {"checkpont": "/x"}, "options": {"frame": 128, "fine_layout": "rows"},
               "gates": {"max_regtask_line": 3}, "components": {}, "targets": ["rk3588"]}
@@ -91,14 +91,14 @@ def test_a_recipe_names_only_declared_keys():
 
 
 def test_the_shipped_recipe_loads():
-    from converters.release.recipes import load_recipe
+    from rkaudio.release.recipes import load_recipe
 
     recipe = load_recipe(Path("recipes/kokoro_82m_generator.toml"), lambda name: FAMILY)
     assert recipe["options"]["frames"] == 136
 
 
 def test_recipe_sources_name_what_is_missing(tmp_path):
-    from converters.family.schema import recipe_job
+    from rkaudio.pipeline.schema import recipe_job
 
     job = recipe_job(FAMILY, dict(RECIPE, source={"model_onnx": str(tmp_path / "absent.onnx")}), "rk3588",
                      tmp_path, "2.3.2")

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from converters.families.kokoro.export import export
-from converters.families.kokoro.graph import CONTEXT, build_module, prepare
-from converters.families.kokoro.verdicts import (MIN_PADDED_DB, RANDOM_WINDOW_EXPORT_DB, SPEC_PHASE_FULL_SCALE,
+from rkaudio.families.kokoro.export import export
+from rkaudio.families.kokoro.graph import CONTEXT, build_module, prepare
+from rkaudio.families.kokoro.verdicts import (MIN_PADDED_DB, RANDOM_WINDOW_EXPORT_DB, SPEC_PHASE_FULL_SCALE,
                                                  padded_verdict, reference_verdict, spec_verdict, walk_verdict)
-from core.errors import GateFailure, SetupError
-from runtime.board.numeric import DEGENERATE_ADVICE
-from runtime.board import kokoro as kokoro_walk
+from rkaudio.core.errors import GateFailure, SetupError
+from rkaudio.board.numeric import DEGENERATE_ADVICE
+from rkaudio.board import kokoro as kokoro_walk
 
 from tests.kokoro.kokoro_small import FRAMES, SMALL, taps_model, voice_dir
 
@@ -87,7 +87,7 @@ def test_check_on_a_silent_model_stops_with_the_silent_reference_message(state, 
     """`convert check kokoro` judges the model's own decode before rendering anything: a silent one stops it."""
     from typer.testing import CliRunner
 
-    from converters.cli import _register_all, app
+    from rkaudio.cli import _register_all, app
 
     model = taps_model(tmp_path / "silent.onnx", with_conv_post(state, 0.0), FRAMES + 8)
     _register_all()
@@ -160,7 +160,7 @@ def test_padded_gate_fails_with_one_padded_frame_unmasked(graph, monkeypatch, re
 
 def convert(monkeypatch, capsys, *args) -> str:
     """`convert ARGS` through the CLI's main; asserts exit 2 and one clean line, returns it."""
-    from converters import cli
+    from rkaudio import cli
 
     monkeypatch.setattr("sys.argv", ["convert", *map(str, args)])
     with pytest.raises(SystemExit) as exit_info:

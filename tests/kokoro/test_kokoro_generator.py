@@ -9,21 +9,21 @@ import numpy as np
 import pytest
 import torch
 
-from converters.families.kokoro.export import export
-from converters.families.kokoro.graph import (CONTEXT, INPUTS, build_module, check_frames, float64, interior, prepare,
+from rkaudio.families.kokoro.export import export
+from rkaudio.families.kokoro.graph import (CONTEXT, INPUTS, build_module, check_frames, float64, interior, prepare,
                                               run_torch, window_inputs)
-from converters.families.kokoro.verdicts import (MIN_REFERENCE_DB, RANDOM_WINDOW_EXPORT_DB, export_verdict,
+from rkaudio.families.kokoro.verdicts import (MIN_REFERENCE_DB, RANDOM_WINDOW_EXPORT_DB, export_verdict,
                                                  onnx_outputs, padded_verdict, reference_verdict)
-from converters.families.kokoro.generator import KokoroGenerator, load_reference_state
-from converters.families.kokoro.reference import reference_spec_phase
-from core.errors import SetupError
-from runtime.board.numeric import snr_db
-from surgery.modules.instance_norm import mask_instance_norm
-from surgery.modules.polyphase import polyphase_upsample
-from surgery.modules.snake import SINE_FORMS, half_turn_sin2, half_turn_sin2_reference, reduce_snake_sine
-from converters.families.kokoro.ada_snake import fold_snake_alpha
-from surgery.graph.round_shift import fp16_round_shift
-from surgery.modules.weight_norm import fold_weight_norm
+from rkaudio.families.kokoro.generator import KokoroGenerator, load_reference_state
+from rkaudio.families.kokoro.reference import reference_spec_phase
+from rkaudio.core.errors import SetupError
+from rkaudio.board.numeric import snr_db
+from rkaudio.surgery.modules.instance_norm import mask_instance_norm
+from rkaudio.surgery.modules.polyphase import polyphase_upsample
+from rkaudio.surgery.modules.snake import SINE_FORMS, half_turn_sin2, half_turn_sin2_reference, reduce_snake_sine
+from rkaudio.families.kokoro.ada_snake import fold_snake_alpha
+from rkaudio.surgery.graph.round_shift import fp16_round_shift
+from rkaudio.surgery.modules.weight_norm import fold_weight_norm
 
 from tests.kokoro.kokoro_small import SMALL, small_reference
 
@@ -144,7 +144,7 @@ def test_alpha_fold_is_exact(module):
 
 
 def test_resblock_mean_fold_is_exact_in_float64(module):
-    from converters.families.kokoro.generator import fold_resblock_mean
+    from rkaudio.families.kokoro.generator import fold_resblock_mean
 
     feeds = window_inputs(SMALL, FRAMES, seed=6)
     plain = float64(module)
@@ -168,7 +168,7 @@ def test_module_loads_plain_weights_like_an_onnx_export(weights, module):
         if key.endswith("weight_v"):
             key = key[: -len("weight_v")] + "weight"
         reference_keyed[key] = value
-    from converters.families.kokoro.generator import state_dict_key
+    from rkaudio.families.kokoro.generator import state_dict_key
 
     for key in reference_keyed:
         if key.endswith(".weight") and state_dict_key(key) in plain_state:
@@ -204,7 +204,7 @@ def test_reference_gate_fails_on_wrong_sine(weights, module):
 def test_export_gate_and_engine_graph(tmp_path, weights):
     import onnx
 
-    from converters.family.pipeline import Exported
+    from rkaudio.pipeline.pipeline import Exported
 
     [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
     engine, reference, verdicts = record.onnx, record.reference, record.verdicts
@@ -218,7 +218,7 @@ def test_export_gate_and_engine_graph(tmp_path, weights):
     assert not ops & {"Sin", "Floor", "Round", "Cast", "ReduceL2", "InstanceNormalization", "ReduceSum"}, ops
     assert "GlobalAveragePool" in ops
     assert [i.name for i in model.graph.input] == list(INPUTS)
-    from core.contract import get_contract
+    from rkaudio.core.contract import get_contract
 
     contract = get_contract(model)
     assert contract["exec_params"] == {"overlap": 0, "gain": False}
@@ -245,21 +245,21 @@ def test_convert_export_adds_the_reference_gate_and_a_clip_engine_is_its_own_fp3
 
 
 def test_end_to_end_golden_is_two_walk_windows_of_the_utterance_through_the_runtime_walk(tmp_path, weights):
-    """The export declares the golden (runtime.board.kokoro:golden_loop at the contract's exec params, gain off);
+    """The export declares the golden (rkaudio.board.kokoro:golden_loop at the contract's exec params, gain off);
     recorded over onnxruntime fp32 on the twin it is exactly `walk` + the iSTFT head, in 2 engine calls, and
     the first call's inputs are the engine's self-check arrays (one copy in the kit)."""
     import json
 
-    from converters.families.kokoro.export import golden_frames
-    from converters.build.goldens import record_end_to_end
-    from core.contract import get_contract
-    from runtime.host.backends import OnnxBackend
-    from runtime.board.kokoro import KokoroWindow, golden_loop, spec_phase_to_audio, walk
+    from rkaudio.families.kokoro.export import golden_frames
+    from rkaudio.engine.goldens import record_end_to_end
+    from rkaudio.core.contract import get_contract
+    from rkaudio.host.backends import OnnxBackend
+    from rkaudio.board.kokoro import KokoroWindow, golden_loop, spec_phase_to_audio, walk
 
     [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
     spec = json.loads(record.end_to_end.read_text())
     assert (spec["loop"], spec["params"], spec["engines"]) == (
-        "runtime.board.kokoro:golden_loop", {"overlap": 0, "gain": False}, [f"kokoro_generator_w{FRAMES}.rknn"])
+        "rkaudio.board.kokoro:golden_loop", {"overlap": 0, "gain": False}, [f"kokoro_generator_w{FRAMES}.rknn"])
     [recording] = record_end_to_end([record], say=lambda line: None)
     x, har, style = (recording.inputs[name] for name in ("x", "har", "style"))
     assert x.shape[-1] == golden_frames(FRAMES) == FRAMES + 8 and har.shape[-1] == 60 * x.shape[-1] + 1
@@ -310,7 +310,7 @@ def layer_table_log(late_reshape_name: str) -> str:
 
 def test_cpu_ops_gate_counts_a_late_input_reshape_as_glue_only_for_an_input():
     """`har_rs` is the har input's own Reshape (glue); the same row under another node's name is CPU compute."""
-    from gates.layer_table import cpu_ops_verdict, parse_layer_table
+    from rkaudio.gates.layer_table import cpu_ops_verdict, parse_layer_table
 
     assert cpu_ops_verdict(parse_layer_table(layer_table_log("har_rs"))).passed
     inside = parse_layer_table(layer_table_log("/noise_convs.0/Mul_rs"))

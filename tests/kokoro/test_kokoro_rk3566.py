@@ -1,14 +1,14 @@
 """The Kokoro generator on rk3566 (issue #26): the small generator at W=64 (fine axis 3841 samples, past the
 11-bit field of rk3566's broadcast Expand) builds with 0 REGTASK lines and 0 CPU compute ops, and the same window
-with the masked norm's mean subtracted by a Sub (its form before surgery.modules.instance_norm.centred_variance)
+with the masked norm's mean subtracted by a Sub (its form before rkaudio.surgery.modules.instance_norm.centred_variance)
 logs the lines (8 per Sub of a per-channel mean, REGTASK lite@0x1028 limit 0x7ff: the 176 of the real W=136
 engine, 22 here). Two small engine builds, the simulator gate on the shipped form only."""
 from __future__ import annotations
 
 import torch
 
-from converters.build.engine import BuildOptions, build_engine
-from converters.families.kokoro.export import export
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.families.kokoro.export import export
 
 from tests.kokoro.kokoro_small import FRAMES, SMALL
 
@@ -29,7 +29,7 @@ def test_the_rk3566_export_builds_without_regtask_lines_and_a_sub_of_the_mean_wo
     assert all(verdict.passed for verdict in result.verdicts)
 
     # the lines are the compiler's: no simulator run (no self-check) for the form that logs them
-    import surgery.modules.instance_norm as norm
+    import rkaudio.surgery.modules.instance_norm as norm
 
     monkeypatch.setattr(norm, "centred_variance",
                         lambda x, mean, mask, share, pool: pool(torch.pow((x - mean) * mask, 2), 1) / share)

@@ -1,4 +1,4 @@
-"""The row form of the Kokoro generator's fine stage (converters/families/kokoro/rows.py, surgery/modules/rows.py):
+"""The row form of the Kokoro generator's fine stage (rkaudio/families/kokoro/rows.py, rkaudio/surgery/modules/rows.py):
 exact against the plain form in float64 (>= 120 dB, issue 19) at 1, several and many rows, padded and not; the
 gate fails on a planted halo mistake; the ONNX export takes rows and the walk reads them back; the windows past
 the plain field limit are taken by the row layout and refused past what it covers."""
@@ -9,16 +9,16 @@ import pytest
 import torch
 from torch import nn
 
-from converters.families.kokoro import rows as kokoro_rows
-from converters.families.kokoro.graph import (CONTEXT, build_module, check_frames, fine_layout, float64, prepare,
+from rkaudio.families.kokoro import rows as kokoro_rows
+from rkaudio.families.kokoro.graph import (CONTEXT, build_module, check_frames, fine_layout, float64, prepare,
                                               run_torch, window_inputs)
-from converters.families.kokoro.rows import RowGenerator
-from converters.families.kokoro.verdicts import MIN_ROWS_DB, rows_verdict
-from core.errors import SetupError
-from runtime.board.numeric import snr_db
-from runtime.board.kokoro import from_rows, to_rows
-from surgery.modules import rows as surgery_rows
-from surgery.modules.rows import halo_rows, row_conv, row_layout
+from rkaudio.families.kokoro.rows import RowGenerator
+from rkaudio.families.kokoro.verdicts import MIN_ROWS_DB, rows_verdict
+from rkaudio.core.errors import SetupError
+from rkaudio.board.numeric import snr_db
+from rkaudio.board.kokoro import from_rows, to_rows
+from rkaudio.surgery.modules import rows as surgery_rows
+from rkaudio.surgery.modules.rows import halo_rows, row_conv, row_layout
 
 from tests.kokoro.kokoro_small import SMALL, small_reference
 
@@ -131,10 +131,10 @@ def test_row_export_takes_rows_and_the_walk_reads_them_back(tmp_path, plain):
     """The exported row-form ONNX: har/mask_fine/spec_phase as rows in the contract's layout, its fp32 output
     against the plain graph's, and the runtime walk (window_feeds -> rows, from_rows) of a 2-window utterance
     against the plain graph's walk."""
-    from converters.families.kokoro.export import export_onnx
-    from core.contract import get_contract
-    from runtime.board import kokoro as kokoro_walk
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.families.kokoro.export import export_onnx
+    from rkaudio.core.contract import get_contract
+    from rkaudio.board import kokoro as kokoro_walk
+    from rkaudio.host.backends import OnnxBackend
 
     rows = RowGenerator(plain, FRAMES, 1000)
     contract = {"family": "kokoro", "component": "generator", "role": "main", "exec_plan_option": "x",

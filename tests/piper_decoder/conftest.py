@@ -17,9 +17,9 @@ from tests.real_checkpoints import real_checkpoint
 def joe():
     import onnx
 
-    from converters.families.piper import decoder
-    from converters.families.piper.voice import resolve_voice
-    from runtime.host.backends import OnnxBackend
+    from rkaudio.families.piper import decoder
+    from rkaudio.families.piper.voice import resolve_voice
+    from rkaudio.host.backends import OnnxBackend
 
     voice = resolve_voice(None)
     model = onnx.load(str(voice.onnx_path))
@@ -33,7 +33,7 @@ def joe():
 @real_checkpoint
 def joe_exports(tmp_path_factory):
     """The default 109/45/32 window and its --dec-mask twin, exported for rk3588 (no polyphase tail)."""
-    from converters.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW, decoder
+    from rkaudio.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW, decoder
 
     out = tmp_path_factory.mktemp("joe_decoder")
     return {dec_mask: decoder.export(None, out, DEFAULT_WINDOW, DEFAULT_CONTEXT, dec_mask, "rk3588")[0]

@@ -6,8 +6,8 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from converters.cli import _register_all, app
-from runtime.host.audio import read_wav
+from rkaudio.cli import _register_all, app
+from rkaudio.host.audio import read_wav
 
 
 def _check(*args: str):
@@ -51,7 +51,7 @@ def test_check_piper_hears_the_engine_compiled_in_the_simulator(joe_exports, tmp
 
 def test_check_piper_defaults_to_the_window_the_recipe_ships_for_the_target(monkeypatch, tmp_path):
     """No --engine, no --window: the export is at the recipe's window for --target (rk3566: 127)."""
-    from converters.families.piper import decoder
+    from rkaudio.families.piper import decoder
 
     asked = []
 
@@ -69,7 +69,7 @@ def _convert(args):
     """Run `convert` as the console script does (SetupError/GateFailure become exit codes 2/3)."""
     import sys
 
-    from converters import cli
+    from rkaudio import cli
 
     argv, sys.argv = sys.argv, ["convert", *args]
     try:
@@ -100,7 +100,7 @@ def test_convert_piper_refuses_a_graph_that_is_not_a_piper_voice(tmp_path, capsy
 
 
 def test_convert_piper_encoder_hands_over_to_the_encoder_export(monkeypatch, tmp_path):
-    from converters.families.piper import encoder
+    from rkaudio.families.piper import encoder
 
     calls = []
     monkeypatch.setattr(encoder, "export", lambda *args: calls.append(args) or [])

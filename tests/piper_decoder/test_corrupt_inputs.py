@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from core.paths import REPO_ROOT
+from rkaudio.core.paths import REPO_ROOT
 
 
 def convert_piper(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "converters.cli", "piper", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "piper", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -19,7 +19,7 @@ def convert_piper(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("encoder", [False, True], ids=["decoder", "encoder"])
 def test_truncated_voice_onnx(tmp_path, encoder, refused_in_one_line):
-    from converters.families.piper.voice import resolve_voice
+    from rkaudio.families.piper.voice import resolve_voice
 
     joe = resolve_voice(None)
     data = joe.onnx_path.read_bytes()

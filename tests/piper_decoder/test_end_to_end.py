@@ -1,5 +1,5 @@
 """The decoder's end-to-end golden: a short real sentence's latent over exactly 3 windows, run through
-runtime.board.piper.golden_loop (the consumer's walk), recorded call by call on onnxruntime fp32."""
+rkaudio.board.piper.golden_loop (the consumer's walk), recorded call by call on onnxruntime fp32."""
 from __future__ import annotations
 
 import json
@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from converters.build import goldens
-from converters.families.piper import decoder
-from converters.family.pipeline import Exported
-from core.contract import get_contract
-from core.paths import end_to_end_inputs
-from runtime.host.backends import OnnxBackend
-from runtime.board.golden import Engine, run_loop
-from runtime.board.piper import VoiceDecoder
-from runtime.board.window_walk import WindowContract, plan_windows
+from rkaudio.engine import goldens
+from rkaudio.families.piper import decoder
+from rkaudio.pipeline.pipeline import Exported
+from rkaudio.core.contract import get_contract
+from rkaudio.core.paths import end_to_end_inputs
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.golden import Engine, run_loop
+from rkaudio.board.piper import VoiceDecoder
+from rkaudio.board.window_walk import WindowContract, plan_windows
 
 
 @pytest.mark.slow
@@ -23,7 +23,7 @@ def test_golden_is_the_walk_over_three_windows(joe_exports):
     record = joe_exports[False]  # the default 109/45/32
     (recording,) = goldens.record_end_to_end([record])
     spec = json.loads(record.end_to_end.read_text())
-    assert spec["loop"] == "runtime.board.piper:golden_loop" and spec["onnx"] == [record.onnx.name]
+    assert spec["loop"] == "rkaudio.board.piper:golden_loop" and spec["onnx"] == [record.onnx.name]
     z = recording.inputs["z"]
     assert set(recording.inputs) == {"z"} and z.shape[:2] == (1, 192)  # joe has one speaker: no g
     # the same sentence runs exactly 3 windows at this window and at the spec's 93/45/24
@@ -66,7 +66,7 @@ def test_golden_loop_feeds_g_to_every_window(multispeaker_onnx):
     engine = Engine("ms.rknn", contract, lambda: backend, on_run=lambda e, feeds, out: seen.append(feeds))
     z = decoder.white_noise_latent(piece.channels, 150)
     g = np.random.default_rng(1).standard_normal((1, piece.cond_channels, 1)).astype(np.float32)
-    outputs = run_loop("runtime.board.piper:golden_loop", [engine], {"z": z, "g": g}, {})
+    outputs = run_loop("rkaudio.board.piper:golden_loop", [engine], {"z": z, "g": g}, {})
     window = WindowContract.from_contract(contract)
     assert len(seen) == len(plan_windows(150, window.window, window.context, window.emitted)) == 3
     assert all(np.array_equal(feeds["g"], g) for feeds in seen)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from converters.build.engine import BuildOptions, build_engine
-from core.errors import SetupError
-from runtime.host.backends import OnnxBackend
-from runtime.board.piper import VoiceDecoder
-from runtime.host.piper import engine_contract
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.core.errors import SetupError
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.piper import VoiceDecoder
+from rkaudio.host.piper import engine_contract
 
 
 @pytest.mark.slow
@@ -56,7 +56,7 @@ D RKNN: [05:06:27.421] ---------------------------------------------------------
 
 
 def test_input_adapter_placed_late_is_glue_but_a_graph_reshape_is_not():
-    from gates.layer_table import cpu_ops_verdict, parse_layer_table
+    from rkaudio.gates.layer_table import cpu_ops_verdict, parse_layer_table
 
     assert cpu_ops_verdict(parse_layer_table(DEC_MASK_TABLE)).passed
     verdict = cpu_ops_verdict(parse_layer_table(DEC_MASK_TABLE.replace("Reshape:y_mask_rs", "Reshape:/dec/mask_rs")))
@@ -66,9 +66,9 @@ def test_input_adapter_placed_late_is_glue_but_a_graph_reshape_is_not():
 @pytest.mark.slow
 def test_window_walk_through_the_simulator(joe, joe_exports, require_converter):
     """The same walk over the toolkit simulator (fp16): every window within the build's 35 dB gate."""
-    from runtime.board.numeric import snr_db
-    from runtime.host.backends import SimulatorBackend
-    from runtime.board.window_walk import WindowContract, walk
+    from rkaudio.board.numeric import snr_db
+    from rkaudio.host.backends import SimulatorBackend
+    from rkaudio.board.window_walk import WindowContract, walk
 
     require_converter("2.3.2")
     export = joe_exports[False]

@@ -1,9 +1,9 @@
 """`convert piper --onnx` refuses an ONNX exported for a SoC whose time field is wider than the target's."""
 import pytest
 
-from converters.family.declaration import Job
-from converters.families.piper import FAMILY
-from core.errors import SetupError
+from rkaudio.pipeline.declaration import Job
+from rkaudio.families.piper import FAMILY
+from rkaudio.core.errors import SetupError
 
 pytestmark = pytest.mark.slow  # the joe voice's export
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from converters.families.piper import decoder
-from runtime.host.backends import OnnxBackend
-from gates import opscan
-from surgery.graph.flip_fold import FlipFoldError, fold_flips
+from rkaudio.families.piper import decoder
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.gates import opscan
+from rkaudio.surgery.graph.flip_fold import FlipFoldError, fold_flips
 
 HALF = 3
 

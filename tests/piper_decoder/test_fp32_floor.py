@@ -1,4 +1,4 @@
-"""The decoder's window gates follow the voice's own fp32 floor (gates.fp32_floor) where it is under their fixed
+"""The decoder's window gates follow the voice's own fp32 floor (rkaudio.gates.fp32_floor) where it is under their fixed
 levels: joe's weights edited so its fp32 decode sits 74-89 dB from float64 (joe itself: 110-121 dB;
 tests/low_floor.offset_flow) export with every gate passing at the lowered thresholds, and the planted faults of
 test_planted_faults (a context the flow does not cover, one padded frame marked real) still fail in that same
@@ -10,10 +10,10 @@ import shutil
 import onnx
 import pytest
 
-from converters.families.piper import decoder
-from runtime.board.window_walk import WindowContract, walk
-from runtime.host.backends import OnnxBackend
-from runtime.host.piper import engine_contract
+from rkaudio.families.piper import decoder
+from rkaudio.board.window_walk import WindowContract, walk
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.host.piper import engine_contract
 from tests.low_floor import offset_flow
 
 pytestmark = pytest.mark.slow  # joe's weights, edited
@@ -49,7 +49,7 @@ def test_low_floor_voice_exports_with_its_window_gates_held_to_the_floor(low_flo
 
 
 def test_planted_faults_still_fail_the_low_floor_export(low_floor_voice, low_floor_export):
-    from converters.families.piper.voice import load_voice
+    from rkaudio.families.piper.voice import load_voice
     from tests.piper_decoder.test_planted_faults import OnePaddedFrameReal
 
     voice, model = load_voice(low_floor_voice)

@@ -8,13 +8,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from converters.families.piper import decoder
-from gates import opscan
-from runtime.host.backends import OnnxBackend
-from runtime.board.window_walk import WindowContract, walk
-from surgery.graph.mask import level_strides, mask_decoder
-from core.contract import get_contract
-from surgery.graph.polyphase_levels import overflowing_levels, polyphase_levels
+from rkaudio.families.piper import decoder
+from rkaudio.gates import opscan
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.window_walk import WindowContract, walk
+from rkaudio.surgery.graph.mask import level_strides, mask_decoder
+from rkaudio.core.contract import get_contract
+from rkaudio.surgery.graph.polyphase_levels import overflowing_levels, polyphase_levels
 
 
 def conv1d(x, w, b, pad, dilation=1):
@@ -114,7 +114,7 @@ def test_dec_mask_lifts_a_47_slice_tail_and_leaves_interiors_unchanged(joe, joe_
     z = decoder.short_latent(joe.latents[0], 109, 47)
     reference = decoder.full_decode(joe.full, z, None)
     plain, masked = _walk(joe_exports[False], z), _walk(joe_exports[True], z)
-    from runtime.board.numeric import snr_db
+    from rkaudio.board.numeric import snr_db
 
     plain_db, masked_db = snr_db(reference, plain.output), snr_db(reference, masked.output)
     assert masked_db > 100.0 and plain_db < 60.0, (plain_db, masked_db)
@@ -181,7 +181,7 @@ def test_polyphase_joe_engine_is_the_same_map(joe):
     phased = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050, phase_levels=1)
     assert get_contract(phased)["polyphase"] == 4
     feeds = {decoder.LATENT: joe.latents[0]["z"][:, :, :93], decoder.MASK: np.ones((1, 1, 93), np.float32)}
-    from runtime.board.numeric import snr_db
+    from rkaudio.board.numeric import snr_db
 
     assert snr_db(OnnxBackend(plain, threads=1).run(feeds)["output"],
                   OnnxBackend(phased, threads=1).run(feeds)["output"]) > 120.0

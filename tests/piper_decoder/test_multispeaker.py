@@ -5,12 +5,12 @@ import numpy as np
 import onnx
 import pytest
 
-from converters.families.piper import decoder
-from runtime.board.numeric import snr_db
-from runtime.host.backends import OnnxBackend
-from runtime.board.window_walk import WindowContract, walk
+from rkaudio.families.piper import decoder
+from rkaudio.board.numeric import snr_db
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.window_walk import WindowContract, walk
 
-from core.contract import get_contract
+from rkaudio.core.contract import get_contract
 
 
 def multispeaker_feeds(length: int, speaker: int, seed: int = 0) -> dict[str, np.ndarray]:

@@ -12,11 +12,11 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from converters.families.piper import decoder
-from core.paths import REPO_ROOT
-from runtime.board.window_walk import WalkResult, WindowContract, plan_windows, walk
-from runtime.host.backends import OnnxBackend
-from runtime.host.piper import engine_contract
+from rkaudio.families.piper import decoder
+from rkaudio.core.paths import REPO_ROOT
+from rkaudio.board.window_walk import WalkResult, WindowContract, plan_windows, walk
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.host.piper import engine_contract
 
 
 @pytest.mark.slow
@@ -92,12 +92,12 @@ def test_silent_voice_fails_its_export_with_the_silent_reference_message(joe, tm
     onnx.save(model, str(voice))
     voice.with_name("silent.onnx.json").write_text(joe.voice.onnx_path.with_name(
         joe.voice.onnx_path.name + ".json").read_text())
-    result = subprocess.run([sys.executable, "-m", "converters.cli", "piper", "--voice-onnx", str(voice), "--skip-rknn",
+    result = subprocess.run([sys.executable, "-m", "rkaudio.cli", "piper", "--voice-onnx", str(voice), "--skip-rknn",
                              "--out", str(tmp_path / "out")], cwd=REPO_ROOT, capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     assert "[FAIL] seam: slice vs full voice: nan dB" in result.stderr
     assert "the reference output is silent: the checkpoint or the inputs make the model output zeros" in result.stderr
-    assert "check that the checkpoint holds all its weights" in result.stderr  # runtime.board.numeric.DEGENERATE_ADVICE
+    assert "check that the checkpoint holds all its weights" in result.stderr  # rkaudio.board.numeric.DEGENERATE_ADVICE
     assert not list((tmp_path / "out").glob("*.onnx"))

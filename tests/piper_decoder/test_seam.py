@@ -6,11 +6,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from converters.families.piper import decoder
-from runtime.host.backends import OnnxBackend
-from core.errors import SetupError
-from surgery.graph.vits_seam import SeamError, find_vits_seam
-from core.onnx_graph import CutError, cut, rename_tensors
+from rkaudio.families.piper import decoder
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.core.errors import SetupError
+from rkaudio.surgery.graph.vits_seam import SeamError, find_vits_seam
+from rkaudio.core.onnx_graph import CutError, cut, rename_tensors
 
 
 def _anonymised(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:

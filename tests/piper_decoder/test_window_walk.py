@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.board.window_walk import WindowContract, plan_windows, walk
+from rkaudio.board.window_walk import WindowContract, plan_windows, walk
 
 SHAPES = [(93, 24, 45), (256, 32, 192), (128, 28, 72)]
 

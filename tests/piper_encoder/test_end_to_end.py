@@ -1,5 +1,5 @@
 """The encoder's end-to-end golden: one real token sequence per width (that width's self-check sequence),
-through the runtime's width ladder (runtime.board.ladder.golden_loop), recorded call by call on onnxruntime fp32."""
+through the runtime's width ladder (rkaudio.board.ladder.golden_loop), recorded call by call on onnxruntime fp32."""
 from __future__ import annotations
 
 import json
@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from converters.build import goldens
-from converters.families.piper import encoder
-from core.paths import engine_name
-from runtime.board.numeric import snr_db
-from runtime.host.backends import OnnxBackend
-from runtime.board.ladder import WidthLadder
+from rkaudio.engine import goldens
+from rkaudio.families.piper import encoder
+from rkaudio.core.paths import engine_name
+from rkaudio.board.numeric import snr_db
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.ladder import WidthLadder
 from tests.real_checkpoints import real_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def ladder_export(tmp_path_factory):
 
 def test_golden_runs_each_width_once_on_its_self_check_sequence(ladder_export):
     spec = json.loads(ladder_export[0].end_to_end.read_text())
-    assert spec["loop"] == "runtime.board.ladder:golden_loop" and spec["params"] == {"width_key": "frames", "axis": -1}
+    assert spec["loop"] == "rkaudio.board.ladder:golden_loop" and spec["params"] == {"width_key": "frames", "axis": -1}
     assert all(r.end_to_end == ladder_export[0].end_to_end for r in ladder_export)
     (recording,) = goldens.record_end_to_end(ladder_export)
     assert sorted(recording.inputs) == ["x_emb@0", "x_emb@1", "x_mask@0", "x_mask@1"]

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.family import pipeline
-from converters.families.piper import encoder
-from core.errors import GateFailure
-from core.contract import get_contract
+from rkaudio.pipeline import pipeline
+from rkaudio.families.piper import encoder
+from rkaudio.core.errors import GateFailure
+from rkaudio.core.contract import get_contract
 from tests.real_checkpoints import real_checkpoint
 
 
@@ -83,8 +83,8 @@ def test_a_width_past_the_drift_threshold_is_refused_before_the_build(tmp_path, 
     assert ladder["exec_plan"]["piper_tts.exec_plan"]["duration_encoder"]["artifacts"]["main"] == \
         "piper_encoder_w32.rknn"
 
-    from converters.build.engine import BuildOptions
-    from runtime.board.files import KIT_DIR
+    from rkaudio.engine.build import BuildOptions
+    from rkaudio.board.files import KIT_DIR
 
     results = pipeline.build(records, tmp_path, BuildOptions(target="rk3588"), context="piper encoder export")
     assert [r.rknn.name for r in results] == ["piper_encoder_w32.rknn"]
@@ -106,8 +106,8 @@ def test_every_width_refused_is_a_gate_failure(tmp_path, monkeypatch):
 
 def _encoder_job(tmp_path, **gates):
     """The job `convert piper --encoder --frames 128` makes (its gates: the declared defaults, `gates` over them)."""
-    from converters.family.declaration import Job
-    from converters.families.piper import FAMILY
+    from rkaudio.pipeline.declaration import Job
+    from rkaudio.families.piper import FAMILY
 
     component = FAMILY.component("duration_encoder")
     gates = FAMILY.gates_model(component).model_validate({"max_regtask_lines": 0, "fail_on_cpu_ops": True, **gates})
@@ -115,8 +115,8 @@ def _encoder_job(tmp_path, **gates):
 
 
 def test_drift_threshold_with_onnx_is_refused(tmp_path):
-    from converters.family import pipeline
-    from core.errors import SetupError
+    from rkaudio.pipeline import pipeline
+    from rkaudio.core.errors import SetupError
 
     with pytest.raises(SetupError, match="--max-drift-pct is measured at export"):
         pipeline.run(_encoder_job(tmp_path, max_drift_pct=7.0), from_onnx=tmp_path / "piper_encoder_w128.onnx")
@@ -124,7 +124,7 @@ def test_drift_threshold_with_onnx_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_engine_at_128_has_no_cpu_ops_and_measured_drift(require_converter, tmp_path):
-    from converters.family import pipeline
+    from rkaudio.pipeline import pipeline
 
     require_converter("2.3.2")
     results = pipeline.run(_encoder_job(tmp_path, max_drift_pct=encoder.DEFAULT_MAX_DRIFT_PCT))
@@ -137,8 +137,8 @@ def test_engine_at_128_has_no_cpu_ops_and_measured_drift(require_converter, tmp_
 
 
 def test_a_degenerate_encoder_reference_fails_without_a_figure():
-    from gates.verdict import refuse_degenerate
-    from runtime.board.verdict import at_least
+    from rkaudio.gates.verdict import refuse_degenerate
+    from rkaudio.board.verdict import at_least
 
     real = np.random.default_rng(0).standard_normal((1, 4, 20)).astype(np.float32)
     verdict = at_least("padded_vs_exact[N=20]", 130.0, encoder.MIN_PADDED_DB, "dB")
@@ -159,11 +159,11 @@ def test_the_width_ladder_builds_as_one_dynamic_engine(require_converter, tmp_pa
     the six band ReduceSums run on the CPU (so the recipe's static widths stay the default)."""
     from dataclasses import replace
 
-    from converters.family import pipeline
+    from rkaudio.pipeline import pipeline
 
     require_converter("2.3.2")
     job = _encoder_job(tmp_path, fail_on_cpu_ops=False)
-    from converters.families.piper import FAMILY
+    from rkaudio.families.piper import FAMILY
 
     options = FAMILY.options_model(FAMILY.component("duration_encoder"))
     job = replace(job, options=options(frames=[64, 128], ladder="dynamic"))

@@ -1,4 +1,4 @@
-"""surgery.graph.relshift on a small random-init VITS relative attention (piper-tts's own module), exported at a
+"""rkaudio.surgery.graph.relshift on a small random-init VITS relative attention (piper-tts's own module), exported at a
 fixed width: the chain detector (and the piper encoder's gate on it) and the banded rewrite against a numpy
 float64 reference."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from converters.families.piper.encoder import shift_chain_verdict
-from surgery.graph.fold import fold_fixed, fold_static_shapes
-from surgery.graph.relshift import banded_relative_attention, find_shift_chains, skew_reference
+from rkaudio.families.piper.encoder import shift_chain_verdict
+from rkaudio.surgery.graph.fold import fold_fixed, fold_static_shapes
+from rkaudio.surgery.graph.relshift import banded_relative_attention, find_shift_chains, skew_reference
 
 CHANNELS, HEADS, WINDOW = 16, 2, 4
 
@@ -45,7 +45,7 @@ def _export(attention, width: int, path) -> onnx.ModelProto:
     torch.onnx.export(Masked(attention), (x, mask), str(path), input_names=["x", "x_mask"], output_names=["y"],
                       opset_version=15, dynamo=False, dynamic_axes={"x": {2: "n"}, "x_mask": {2: "n"}})
     model = onnx.load(str(path))
-    from surgery.graph.fold import pin_input_shapes
+    from rkaudio.surgery.graph.fold import pin_input_shapes
 
     return fold_fixed(fold_static_shapes(pin_input_shapes(model, {"x": [1, CHANNELS, width],
                                                                    "x_mask": [1, 1, width]})))

@@ -1,10 +1,10 @@
-"""runtime.board.ladder.WidthLadder over stand-in backends: which width runs a chunk, padding, cropping, fallback."""
+"""rkaudio.board.ladder.WidthLadder over stand-in backends: which width runs a chunk, padding, cropping, fallback."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from runtime.board.ladder import WidthLadder
+from rkaudio.board.ladder import WidthLadder
 
 
 class Recorder:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_reference, step_of
+from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, random_reference, step_of
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +20,6 @@ def tiny_step(tiny_reference):
 
 @pytest.fixture(scope="session")
 def tiny_snapshot(tmp_path_factory, tiny_reference):
-    from converters.families.qwen3_vocoder import snapshot
+    from rkaudio.families.qwen3_vocoder import snapshot
 
     return snapshot.write(tmp_path_factory.mktemp("tiny_snapshot"), TINY_CONFIG, tiny_reference.state_dict())

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from converters.cli import _register_all, app
-from converters.families.qwen3_vocoder import MIN_SIMULATOR_SNR_DB, onnx_name
-from converters.families.qwen3_vocoder.random_model import TINY_CONFIG
-from core.contract import get_contract
-from core.errors import SetupError
-from runtime.host.audio import read_wav
+from rkaudio.cli import _register_all, app
+from rkaudio.families.qwen3_vocoder import MIN_SIMULATOR_SNR_DB, onnx_name
+from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG
+from rkaudio.core.contract import get_contract
+from rkaudio.core.errors import SetupError
+from rkaudio.host.audio import read_wav
 
 MIN_FP32_DB = 100.0  # the fp32 stream against the package decoder's full decode (121-124 dB measured)
 OVERALL = re.compile(r"engine render vs fp32 render: (\S+) dB overall")

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from converters.families.qwen3_vocoder import snapshot
-from core.paths import REPO_ROOT
-from core.errors import SetupError
+from rkaudio.families.qwen3_vocoder import snapshot
+from rkaudio.core.paths import REPO_ROOT
+from rkaudio.core.errors import SetupError
 
 
 def convert(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "converters.cli", "qwen3-vocoder", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "qwen3-vocoder", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True)
 
 
@@ -79,17 +79,17 @@ def test_two_stages_build_a_tiny_engine(tiny_snapshot, tmp_path, require_convert
     # The end-to-end golden the export declared (a lone B=64 step: two groups, the cache carried on) is recorded.
     index = json.loads((tmp_path / "engines" / "selftest" / "index.json").read_text())
     [golden] = index["end_to_end"]
-    assert golden["loop"] == "runtime.board.qwen3_vocoder:golden_loop" and golden["engines"] == ["step_64.rknn"]
+    assert golden["loop"] == "rkaudio.board.qwen3_vocoder:golden_loop" and golden["engines"] == ["step_64.rknn"]
     assert [call["engine"] for call in golden["calls"]] == ["step_64.rknn"] * 2
     print(f"tiny B=64 end-to-end golden: simulator {golden['simulator']['pcm']['snr_db']:.1f} dB (pcm), "
           f"kit {sum(p.stat().st_size for p in (tmp_path / 'engines' / 'selftest').iterdir()):,} bytes")
 
 
 def test_recipe_is_skipped_without_a_snapshot(tmp_path, monkeypatch):
-    from converters.cli.families import declaration
-    from converters.families.qwen3_vocoder import FAMILY
-    from converters.release.recipes import build_components, load_recipe, recipe_sources
-    from core.errors import MissingSource
+    from rkaudio.cli.families import declaration
+    from rkaudio.families.qwen3_vocoder import FAMILY
+    from rkaudio.release.recipes import build_components, load_recipe, recipe_sources
+    from rkaudio.core.errors import MissingSource
 
     monkeypatch.setenv("RKAUDIO_MODELS", str(tmp_path))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
@@ -104,10 +104,10 @@ def test_recipe_is_skipped_without_a_snapshot(tmp_path, monkeypatch):
 def test_recipe_engines_are_checked_when_the_recipe_loads(tmp_path):
     """`options.engines` is a list of {role, codes_length} tables: a misspelt key, an unknown role or a sine form
     that does not exist is refused at load, naming the key (the command's --role, --sine-form alike)."""
-    from converters.cli.families import declaration
-    from converters.families.qwen3_vocoder import SINE_FORMS
-    from converters.release.recipes import load_recipe
-    from surgery.modules.snake import SINE_FORMS as SNAKE_FORMS
+    from rkaudio.cli.families import declaration
+    from rkaudio.families.qwen3_vocoder import SINE_FORMS
+    from rkaudio.release.recipes import load_recipe
+    from rkaudio.surgery.modules.snake import SINE_FORMS as SNAKE_FORMS
 
     assert sorted(SINE_FORMS) == sorted(SNAKE_FORMS)
     text = (REPO_ROOT / "recipes" / "qwen3_tts_0_6b_base_speech_decoder.toml").read_text()

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from converters.cli.families import declaration
-from converters.release import recipes
-from core.paths import REPO_ROOT
+from rkaudio.cli.families import declaration
+from rkaudio.release import recipes
+from rkaudio.core.paths import REPO_ROOT
 
 RECIPE = "qwen3_tts_0_6b_base_speech_decoder"
 STATIC_STEMS = ["qwen3_vocoder_first_16", "qwen3_vocoder_main_64"]
@@ -23,7 +23,7 @@ LADDER_STEM = "qwen3_vocoder_ladder"
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     """The shipped recipe built static and dynamic from one tiny random snapshot: {ladder: package dir}."""
-    from toolkit.versions import converter_python
+    from rkaudio.toolkit.versions import converter_python
 
     converter_python("2.3.2")  # fails (never skips) without the converter venv
     root = tmp_path_factory.mktemp("qwen3_ladders")
@@ -69,8 +69,8 @@ def test_one_engine_holds_first_and_main_with_the_static_engines_figures(package
 
 
 def test_the_package_names_the_engine_for_both_roles_and_its_stream_golden_replays(packages, tmp_path):
-    from converters.release.kit import HostOpener
-    from runtime.board.selftest import SelfTest
+    from rkaudio.release.kit import HostOpener
+    from rkaudio.board.selftest import SelfTest
 
     package = packages["dynamic"]
     plan = json.loads((package / "exec_plan.json").read_text())
@@ -89,7 +89,7 @@ def test_the_package_names_the_engine_for_both_roles_and_its_stream_golden_repla
 
 
 def convert(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "converters.cli", "qwen3-vocoder", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "qwen3-vocoder", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True)
 
 
@@ -97,7 +97,7 @@ def test_the_command_exports_the_pair_for_a_dynamic_ladder(tiny_snapshot, tmp_pa
     """--ladder dynamic: the first step at 16 frames and main at --codes-length, merged into one graph (which
     --onnx reads back as both steps); --role and --output choose one step of a static build and are refused with
     it, as is a main step no longer than first."""
-    from core.contract import get_contract
+    from rkaudio.core.contract import get_contract
 
     run = convert("--model-dir", str(tiny_snapshot), "--ladder", "dynamic", "--codes-length", "32", "--skip-rknn",
                   "--out", str(tmp_path))

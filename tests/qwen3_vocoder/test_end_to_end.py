@@ -9,16 +9,16 @@ import onnx
 import pytest
 import torch
 
-from converters.build import goldens
-from converters.families.qwen3_vocoder import export, with_end_to_end
-from converters.families.qwen3_vocoder.random_model import TINY_CONFIG
-from converters.family.pipeline import Exported
-from core.contract import get_contract, set_contract
-from core.paths import engine_name, reference_path, selfcheck_path
-from runtime.board.numeric import snr_db
-from runtime.host.backends import OnnxBackend
-from runtime.board.golden import EnginePool, run_loop
-from runtime.board.qwen3_vocoder import stream_decode
+from rkaudio.engine import goldens
+from rkaudio.families.qwen3_vocoder import export, with_end_to_end
+from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG
+from rkaudio.pipeline.pipeline import Exported
+from rkaudio.core.contract import get_contract, set_contract
+from rkaudio.core.paths import engine_name, reference_path, selfcheck_path
+from rkaudio.board.numeric import snr_db
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.golden import EnginePool, run_loop
+from rkaudio.board.qwen3_vocoder import stream_decode
 
 MIN_FP32_DB = 100.0
 
@@ -47,7 +47,7 @@ def test_export_declares_the_golden_over_both_steps(steps):
 def test_first_then_main_twice_with_the_cache_carried_on(recording, steps):
     first, main = steps
     spec, calls = recording.spec, recording.calls
-    assert spec["loop"] == "runtime.board.qwen3_vocoder:golden_loop" and spec["engines"] == ["step_16.rknn", "step_64.rknn"]
+    assert spec["loop"] == "rkaudio.board.qwen3_vocoder:golden_loop" and spec["engines"] == ["step_16.rknn", "step_64.rknn"]
     codes = recording.inputs["codes"]
     assert codes.shape == (TINY_CONFIG["num_quantizers"], 16 + 2 * 64) and codes.dtype == np.int64
     assert 0 <= codes.min() and codes.max() < TINY_CONFIG["codebook_size"]

@@ -6,13 +6,13 @@ import io
 import pytest
 import torch
 
-from converters.families.qwen3_vocoder import step_export as E
-from converters.family.pipeline import Exported
-from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes
-from runtime.board.numeric import snr_db
-from runtime.host.backends import OnnxBackend
-from runtime.board.qwen3_vocoder import offline_decode, stream_decode, window_decode
-from core.contract import get_contract
+from rkaudio.families.qwen3_vocoder import step_export as E
+from rkaudio.pipeline.pipeline import Exported
+from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes
+from rkaudio.board.numeric import snr_db
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.qwen3_vocoder import offline_decode, stream_decode, window_decode
+from rkaudio.core.contract import get_contract
 
 MIN_FP32_DB = 100.0
 
@@ -69,7 +69,7 @@ def test_window_role_reproduces_chunked_decode(exported, tiny_reference):
 
 def test_stepwise_gate_fails_on_a_wrong_reference(tiny_step, tmp_path):
     """The export self-check fails when the step does not decode what the reference decodes."""
-    from converters.families.qwen3_vocoder.random_model import random_reference
+    from rkaudio.families.qwen3_vocoder.random_model import random_reference
 
     other = random_reference(TINY_CONFIG, seed=9, gain=1.0)
     result = E.export_step(tiny_step, 16, "first", tmp_path / "bad.onnx", reference=other)
@@ -107,7 +107,7 @@ def low_floor_reference():
     """Random weights whose own fp32 decode is under 80 dB from float64 (Snake spread 1.3: 79.2 dB over the
     first-role self-check codes), as a real checkpoint's dynamic range can leave it: no two fp32 computations of
     these weights agree to 80 dB, so a fixed 80 dB gate would refuse a faithful export."""
-    from converters.families.qwen3_vocoder.reference import randomize_, reference_decoder
+    from rkaudio.families.qwen3_vocoder.reference import randomize_, reference_decoder
 
     torch.manual_seed(0)
     return randomize_(reference_decoder(TINY_CONFIG), random_codes(TINY_CONFIG, 24, 0), seed=0, gain=1.0, spread=1.3)
@@ -118,7 +118,7 @@ def _planted_weight_fault(monkeypatch):
     import numpy as np
     from onnx import numpy_helper
 
-    import surgery.graph.fold as fold
+    import rkaudio.surgery.graph.fold as fold
 
     folded = fold.fold_fixed
 
@@ -136,7 +136,7 @@ def _planted_weight_fault(monkeypatch):
 @pytest.mark.parametrize("role, frames", [("first", 16), ("window", E.WINDOW_CONTEXT + 12)])
 def test_onnx_gate_follows_the_weights_fp32_floor_and_still_catches_a_planted_fault(
         low_floor_reference, tmp_path, monkeypatch, role, frames):
-    from converters.families.qwen3_vocoder.random_model import step_of
+    from rkaudio.families.qwen3_vocoder.random_model import step_of
 
     step = step_of(low_floor_reference, TINY_CONFIG)
     record = E.export_step(step, frames, role, tmp_path / "faithful.onnx", reference=low_floor_reference,

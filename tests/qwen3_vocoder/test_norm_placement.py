@@ -14,14 +14,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from converters.build.engine import BuildOptions, build_engine
-from converters.families.qwen3_vocoder import step_export as E
-from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, step_of
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.families.qwen3_vocoder import step_export as E
+from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, step_of
 
 
 def norm_weights(step, identity: bool):
     """The RMSNorm weights of `step` (every layer's two and the final one) set to exactly 1, or left perturbed."""
-    from converters.families.qwen3_vocoder.step import RMSNorm
+    from rkaudio.families.qwen3_vocoder.step import RMSNorm
 
     norms = [m for m in step.modules() if isinstance(m, RMSNorm)]
     assert len(norms) == 2 * TINY_CONFIG["num_hidden_layers"] + 1

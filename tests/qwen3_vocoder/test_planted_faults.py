@@ -3,7 +3,7 @@ K/V history one row short. Each must FAIL while the real step passes.
 
 The gate (step_export.stepwise_verdict) is relative: the fp32 stepwise decode against the package decoder's float64
 full decode, held to the package's own fp32 floor (its fp32 full decode against the same float64 one) less
-gates.fp32_floor.FLOOR_MARGIN_DB = 10 dB. The old gate was an absolute 40 dB, which every fault below passed.
+rkaudio.gates.fp32_floor.FLOOR_MARGIN_DB = 10 dB. The old gate was an absolute 40 dB, which every fault below passed.
 Measured (dB, fp32 stepwise vs float64 full decode; threshold = floor - 10):
 
 | model, B                     | real step | tail one frame off | K/V one row short | threshold |
@@ -21,10 +21,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from converters.families.qwen3_vocoder import step_export as E
-from converters.families.qwen3_vocoder.cache import RowCausalConv
-from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, step_of
-from converters.families.qwen3_vocoder.step import StreamingDecoder
+from rkaudio.families.qwen3_vocoder import step_export as E
+from rkaudio.families.qwen3_vocoder.cache import RowCausalConv
+from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, step_of
+from rkaudio.families.qwen3_vocoder.step import StreamingDecoder
 
 OLD_THRESHOLD_DB = 40.0
 

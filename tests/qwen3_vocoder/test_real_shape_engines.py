@@ -11,22 +11,22 @@ import sys
 
 import pytest
 
-from core.paths import REPO_ROOT
+from rkaudio.core.paths import REPO_ROOT
 from tests.real_checkpoints import real_checkpoint
 
 pytestmark = pytest.mark.slow
 
 
 def convert(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "converters.cli", "qwen3-vocoder", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "qwen3-vocoder", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
 @real_checkpoint
 def real_snapshot(tmp_path_factory):
-    from converters.families.qwen3_vocoder.random_model import write_random_snapshot
-    from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
+    from rkaudio.families.qwen3_vocoder.random_model import write_random_snapshot
+    from rkaudio.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
 
     return write_random_snapshot(tmp_path_factory.mktemp("real_snapshot"), REAL_SHAPE_DECODER_CONFIG, seed=3)
 

@@ -10,17 +10,17 @@ import sys
 import pytest
 import torch
 
-from converters.families.qwen3_vocoder import snapshot
-from converters.families.qwen3_vocoder import step_export as E
-from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, step_of
-from core.errors import GateFailure, SetupError
-from core.paths import REPO_ROOT
+from rkaudio.families.qwen3_vocoder import snapshot
+from rkaudio.families.qwen3_vocoder import step_export as E
+from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, step_of
+from rkaudio.core.errors import GateFailure, SetupError
+from rkaudio.core.paths import REPO_ROOT
 
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
 
 
 def convert(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "converters.cli", "qwen3-vocoder", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "rkaudio.cli", "qwen3-vocoder", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -42,7 +42,7 @@ def silent_snapshot(tmp_path_factory, tiny_reference):
 
 
 def test_the_silent_snapshot_is_silent(tiny_reference):
-    from converters.families.qwen3_vocoder.reference import reference_decoder
+    from rkaudio.families.qwen3_vocoder.reference import reference_decoder
 
     silent = reference_decoder(TINY_CONFIG, silent_state(tiny_reference))
     with torch.no_grad():
@@ -77,7 +77,7 @@ def test_silent_window_role_fails_before_anything_is_written(tiny_reference, tmp
 def test_cache_is_judged_by_its_activations(tiny_step):
     """The validity flags (1 for every filled slot, whatever the model computes) are left out of the cache's
     judgement: a cache of zero activations is degenerate although its flags are not zero."""
-    from runtime.board.numeric import degenerate_reference
+    from rkaudio.board.numeric import degenerate_reference
 
     cache = torch.zeros(tiny_step.cache_numel)
     [flags] = [e for e in tiny_step.layout.to_json() if e["name"] == E.VALIDITY_ENTRY]

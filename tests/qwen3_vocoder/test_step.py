@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from converters.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, random_reference, step_of
-from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
-from gates.fp32_floor import FLOOR_MARGIN_DB
-from runtime.board.numeric import snr_db
+from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, random_reference, step_of
+from rkaudio.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
+from rkaudio.gates.fp32_floor import FLOOR_MARGIN_DB
+from rkaudio.board.numeric import snr_db
 
 MIN_MATCH_DB = 100.0
 
@@ -83,7 +83,7 @@ def test_real_shape_stepwise_matches_full_decode():
     In float64 the stepwise decode must equal the package's full decode (> 100 dB: no seams, nothing
     approximated). In fp32 the random real-shape decoder is ill-conditioned: the package's own fp32 decode
     is only ~109 dB from its float64 decode, so the fp32 step is held to that floor by the export gates' rule
-    (gates.fp32_floor: floor - FLOOR_MARGIN_DB). The step sums in another order than the package (rows, polyphase
+    (rkaudio.gates.fp32_floor: floor - FLOOR_MARGIN_DB). The step sums in another order than the package (rows, polyphase
     phases), and how far its own fp32 error sits from the package's varies by machine: the same code that passed a
     1 dB margin in an earlier CI gave 105.6 dB against a 108.7 dB floor on a later one."""
     import copy
@@ -117,7 +117,7 @@ def test_rows_reproduce_the_package_decoder(tiny_reference):
     """A row limit small enough that every row is one code frame and halos reach back over several rows
     (the ConvNeXt and dilated convs need more context than a row holds): still the package's full decode.
     Step sizes include a prime (7), whose only row length is one frame."""
-    from converters.families.qwen3_vocoder.step import StreamingDecoder
+    from rkaudio.families.qwen3_vocoder.step import StreamingDecoder
 
     narrow = StreamingDecoder(TINY_CONFIG, row_samples_limit=80)
     narrow.load_state_dict(tiny_reference.state_dict(), strict=True)
@@ -132,8 +132,8 @@ def test_rows_reproduce_the_package_decoder(tiny_reference):
 def test_row_length_keeps_every_axis_within_the_limit():
     """Real shape: rows of 4 code frames (7680 samples + the widest halo, 54, stays under 8191) for B=64 and
     B=16; a prime window (25 + 12 = 37 frames) falls back to rows of one frame."""
-    from runtime.board.soc import ROW_SAMPLES_LIMIT
-    from converters.families.qwen3_vocoder.step import StreamingDecoder
+    from rkaudio.board.soc import ROW_SAMPLES_LIMIT
+    from rkaudio.families.qwen3_vocoder.step import StreamingDecoder
 
     step = StreamingDecoder(REAL_SHAPE_DECODER_CONFIG)
     assert step.max_frames_per_row == 4 and 4 * 1920 + 54 <= ROW_SAMPLES_LIMIT < 5 * 1920 + 54

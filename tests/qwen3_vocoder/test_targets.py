@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from converters.build.engine import BuildOptions, build_engine
-from converters.families.qwen3_vocoder import MIN_SIMULATOR_SNR_DB
-from converters.families.qwen3_vocoder import step_export as E
+from rkaudio.engine.build import BuildOptions, build_engine
+from rkaudio.families.qwen3_vocoder import MIN_SIMULATOR_SNR_DB
+from rkaudio.families.qwen3_vocoder import step_export as E
 
 # The targets the recipe lists: a CPU compute op there fails the test.
 NO_CPU_OPS = ("rk3588", "rk3576")
@@ -40,10 +40,10 @@ def test_tiny_step_builds_without_regtask_lines(tiny_step, tiny_reference, tmp_p
 def test_every_cache_entry_fills_its_aligned_slots():
     """The cache join is one Concat of every entry: an entry followed by a zero piece (the 71 attention flags of the
     real shape, then 9 zeros) put that whole Concat on the CPU (rk3588 and rk3576, real shape)."""
-    from converters.families.qwen3_vocoder.cache import CACHE_ALIGNMENT
-    from converters.families.qwen3_vocoder.random_model import TINY_CONFIG
-    from converters.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
-    from converters.families.qwen3_vocoder.step import StreamingDecoder
+    from rkaudio.families.qwen3_vocoder.cache import CACHE_ALIGNMENT
+    from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG
+    from rkaudio.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
+    from rkaudio.families.qwen3_vocoder.step import StreamingDecoder
 
     for config in (TINY_CONFIG, REAL_SHAPE_DECODER_CONFIG):
         with torch.device("meta"):  # the layout only: no weights allocated

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from core.paths import REPO_ROOT
+from rkaudio.core.paths import REPO_ROOT
 
 _spec = importlib.util.spec_from_file_location("bench_run", REPO_ROOT / "bench" / "run.py")
 bench_run = importlib.util.module_from_spec(_spec)

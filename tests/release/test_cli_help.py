@@ -4,9 +4,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from converters import cli
-from converters.cli.commands import SHARED_COMMANDS
-from converters.cli.families import declaration, family_names
+from rkaudio import cli
+from rkaudio.cli.commands import SHARED_COMMANDS
+from rkaudio.cli.families import declaration, family_names
 
 
 def _walk(app: typer.Typer):
@@ -90,8 +90,8 @@ def test_an_old_spelling_runs_through_main(tmp_path, monkeypatch, capsys):
 
 def test_every_family_command_is_made_from_its_declaration():
     """Each declared option is on the command, with the family's own defaults of the shared gates."""
-    from converters.cli.families import flag_of
-    from converters.family.declaration import declared
+    from rkaudio.cli.families import flag_of
+    from rkaudio.pipeline.declaration import declared
 
     commands = dict(COMMANDS)
     for name in family_names():
@@ -111,8 +111,8 @@ def test_a_check_whose_engines_is_not_the_shared_choice_is_refused_at_registrati
     `--engines/--onnx` bool once sent `convert check audio8` to rknnlite on the host) is refused, not replaced."""
     from typing import Annotated
 
-    from converters.cli.families import check_command
-    from converters.release.check import EngineChoice
+    from rkaudio.cli.families import check_command
+    from rkaudio.release.check import EngineChoice
 
     def check_with_a_flag(engines: Annotated[bool, typer.Option("--engines/--onnx", help="x")] = False) -> None:
         """A check that means its own flag."""

@@ -8,12 +8,12 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from converters import cli
-from converters.release import recipes
-from converters.cli.families import declaration
-from core.paths import REPO_ROOT
-from core.errors import SetupError
-from core.contract import get_contract
+from rkaudio import cli
+from rkaudio.release import recipes
+from rkaudio.cli.families import declaration
+from rkaudio.core.paths import REPO_ROOT
+from rkaudio.core.errors import SetupError
+from rkaudio.core.contract import get_contract
 
 
 def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publishes_nothing(tmp_path, require_converter):
@@ -37,7 +37,7 @@ def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publish
     package = dist / "rk3588" / "example_conv_rk3588"
     frames = shipped["options"]["frames"]
     stems = [f"example_c{shipped['options']['channels']}_t{t}" for t in frames]
-    # the self-test kit (runtime/board/), the card, and the build key (the example names its sources: none)
+    # the self-test kit (rkaudio/board/), the card, and the build key (the example names its sources: none)
     kit = ["SHA256SUMS", "selftest.py", "selftest", "runtime", "README.md", "build-key.json"]
     assert sorted(p.name for p in package.iterdir()) == sorted(
         [f"{s}{ext}" for s in stems for ext in (".rknn", ".manifest.json", ".build.log")] + ["exec_plan.json"] + kit)

@@ -1,10 +1,10 @@
-"""The consumer's exec_plan rules (runtime/host/exec_plan.py): the spec's own examples pass, every refusal the spec
+"""The consumer's exec_plan rules (rkaudio/host/exec_plan.py): the spec's own examples pass, every refusal the spec
 lists is named, and packaging and `convert verify` apply them."""
 import json
 
 import pytest
 
-from runtime.host.exec_plan import OPTIONS, plan_problems
+from rkaudio.host.exec_plan import OPTIONS, plan_problems
 
 # The session options of the spec's "Run" section, verbatim.
 SPEC_EXAMPLES = [
@@ -86,8 +86,8 @@ def test_the_table_holds_the_spec_rows_and_rkaudio_own_options():
 def test_packaging_refuses_a_contract_the_consumer_would_refuse(tmp_path):
     from types import SimpleNamespace
 
-    from converters.release.package import assemble
-    from core.errors import PackageError
+    from rkaudio.release.package import assemble
+    from rkaudio.core.errors import PackageError
 
     for suffix in (".onnx", ".rknn", ".manifest.json", ".build.log"):
         (tmp_path / f"gen{suffix}").write_text("x")
@@ -102,7 +102,7 @@ def test_packaging_refuses_a_contract_the_consumer_would_refuse(tmp_path):
 
 
 def test_verify_names_a_plan_the_consumer_would_refuse(tmp_path):
-    from converters.release import kit
+    from rkaudio.release import kit
 
     package = tmp_path / "pkg"
     package.mkdir()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import shutil
 
-from converters.release import recipes
-from converters.cli.families import declaration
-from core.paths import REPO_ROOT
+from rkaudio.release import recipes
+from rkaudio.cli.families import declaration
+from rkaudio.core.paths import REPO_ROOT
 
 
 def _build(recipes_dir, dist, **options):
@@ -53,11 +53,12 @@ def test_the_key_follows_the_checkpoint_and_the_code(tmp_path):
     assert recipes.package_key(recipe, "rk3588", "2.3.2", None) is None  # a family that cannot name its sources
 
 
-def test_the_key_hashes_the_shared_code_every_room_of_converters_and_the_family_alone():
+def test_the_key_hashes_every_room_but_the_other_families():
     files = recipes.code_files("example")
-    assert REPO_ROOT / "converters" / "families" / "example.py" in files and REPO_ROOT / "runtime" / "board" / "golden.py" in files
-    for room in ("build", "family", "release", "cli"):  # converters' own rooms, each a folder: every module counts
-        assert set((REPO_ROOT / "converters" / room).glob("*.py")) <= set(files), room
-    assert REPO_ROOT / "converters" / "families" / "__init__.py" in files
+    package = REPO_ROOT / "rkaudio"
+    assert package / "families" / "example.py" in files and package / "__init__.py" in files
+    for room in ("board", "core", "gates", "toolkit", "host", "surgery", "engine", "pipeline", "release", "cli"):
+        assert set((package / room).rglob("*.py")) <= set(files), room  # every module of every shared room counts
+    assert package / "families" / "__init__.py" in files
     # another family's change rebuilds nothing here (the board runtimes, named after families, are shared code)
-    assert not [p for p in files if (REPO_ROOT / "converters" / "families" / "piper") in p.parents]
+    assert not [p for p in files if (package / "families" / "piper") in p.parents]

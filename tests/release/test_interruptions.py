@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from core.paths import REPO_ROOT, venv_root
-from toolkit.session import CHILD_DIR_PREFIX
+from rkaudio.core.paths import REPO_ROOT, venv_root
+from rkaudio.toolkit.session import CHILD_DIR_PREFIX
 
 
 def _default_sigint() -> None:
@@ -32,7 +32,7 @@ def _victim(args: list[str]) -> subprocess.Popen:
 
 
 def _start(dist: Path) -> subprocess.Popen:
-    return _victim([sys.executable, "-m", "converters.cli", "engines", "--target", "rk3588", "--only",
+    return _victim([sys.executable, "-m", "rkaudio.cli", "engines", "--target", "rk3588", "--only",
                     "example_conv", "--dist", str(dist)])
 
 

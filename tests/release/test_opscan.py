@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from gates import opscan
+from rkaudio.gates import opscan
 
 
 def _model(nodes, initializers=(), inputs=None) -> onnx.ModelProto:

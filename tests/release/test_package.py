@@ -1,9 +1,9 @@
 """Packaging: the merged exec_plan (ladders in ladder_key order), the atomic package dir, the summary row."""
 import pytest
 
-from core.errors import PackageError
-from converters.release.package import format_table, merge_exec_plan, staged_package, summary_row
-from gates.fp16_floor import GAP_UNIT
+from rkaudio.core.errors import PackageError
+from rkaudio.release.package import format_table, merge_exec_plan, staged_package, summary_row
+from rkaudio.gates.fp16_floor import GAP_UNIT
 
 
 def _contract(component="decoder", role="main", option="piper_tts.exec_plan", **extra):
@@ -61,7 +61,7 @@ def test_staged_package_publishes_nothing_when_the_build_fails(tmp_path):
 
 
 def test_summary_row_sums_engines_and_takes_the_worst_snr():
-    from runtime.board.verdict import Verdict, at_least, at_most
+    from rkaudio.board.verdict import Verdict, at_least, at_most
 
     # a verdict keeps its direction through JSON
     assert Verdict.from_json(at_most("x", 1, 2, "dB").to_json()).bound == "at_most"
@@ -95,7 +95,7 @@ def test_format_table_aligns_columns():
 def test_assemble_copies_contract_package_files_once_and_refuses_a_missing_one(tmp_path):
     from types import SimpleNamespace
 
-    from converters.release.package import assemble
+    from rkaudio.release.package import assemble
 
     work = tmp_path / "work"
     work.mkdir()

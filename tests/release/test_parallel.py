@@ -6,9 +6,9 @@ import json
 import shutil
 import time
 
-from converters.release import recipes, scheduler
-from converters.cli.families import declaration
-from core.paths import REPO_ROOT
+from rkaudio.release import recipes, scheduler
+from rkaudio.cli.families import declaration
+from rkaudio.core.paths import REPO_ROOT
 
 
 def logged_sleep(log: str, index: int, package: str) -> dict:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from core.paths import REPO_ROOT
+from rkaudio.core.paths import REPO_ROOT
 
 EXAMPLE, PIPER = "example_conv.toml", "piper_joe_medium.toml"
 
@@ -39,7 +39,7 @@ PLANTED = {
 
 
 def _convert(monkeypatch, capsys, *args) -> tuple[int, str]:
-    from converters import cli
+    from rkaudio import cli
 
     monkeypatch.setattr(sys, "argv", ["convert", *map(str, args)])
     with pytest.raises(SystemExit) as exited:
@@ -70,8 +70,8 @@ def test_a_planted_typo_is_refused_naming_the_key_and_nothing_is_built(tmp_path,
 
 
 def test_every_shipped_recipe_passes_its_declaration(monkeypatch, capsys):
-    from converters.cli.families import declaration
-    from converters.release import recipes
+    from rkaudio.cli.families import declaration
+    from rkaudio.release import recipes
 
     loaded = recipes.load_recipes(REPO_ROOT / "recipes", declaration)
     assert {r["family"] for r in loaded} == {"audio8", "cosyvoice3", "example", "inflect", "kokoro", "piper",
@@ -115,9 +115,9 @@ def test_every_shipped_recipe_builds_or_refuses_each_promised_target():
     and the committed table (bench/results/targets.json) has measured that cell: engine rows, or the refusal."""
     import json
 
-    from converters.cli.families import declaration
-    from converters.release import recipes
-    from runtime.board.soc import PROMISED_TARGETS
+    from rkaudio.cli.families import declaration
+    from rkaudio.release import recipes
+    from rkaudio.board.soc import PROMISED_TARGETS
 
     rows = json.loads((REPO_ROOT / "bench" / "results" / "targets.json").read_text())["rows"]
     gaps = []

@@ -11,17 +11,17 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from converters.build import goldens
-from converters.release import kit, recipes, scheduler
-from converters.family.pipeline import Exported
+from rkaudio.engine import goldens
+from rkaudio.release import kit, recipes, scheduler
+from rkaudio.pipeline.pipeline import Exported
 from typing import Optional
 
-from converters.cli.commands import engines
-from converters.cli.families import declaration
-from converters.build.engine import EngineResult
-from converters.family.declaration import Component, Family, Table, option
-from core.errors import GateFailure, MissingSource, SetupError
-from runtime.board.verdict import at_least
+from rkaudio.cli.commands import engines
+from rkaudio.cli.families import declaration
+from rkaudio.engine.build import EngineResult
+from rkaudio.pipeline.declaration import Component, Family, Table, option
+from rkaudio.core.errors import GateFailure, MissingSource, SetupError
+from rkaudio.board.verdict import at_least
 
 
 def _write_recipe(directory: Path, package: str, family: str, targets=("rk3588",), extra: str = "") -> None:
@@ -73,7 +73,7 @@ FAKE_BUILDS: dict = {}
 def _family(monkeypatch, name: str, build_recipe, sources=None) -> None:
     """A fake family: a declaration (two components, like a voice) whose recipe parts `build_recipe(recipe, target,
     toolkit, work_dir)` turns into engine results without compiling anything."""
-    module = types.ModuleType(f"converters.families.{name}")
+    module = types.ModuleType(f"rkaudio.families.{name}")
     module.FAMILY = Family(name, "A fake family.", tuple(Component(c, None, FakeOptions, FakeGates)
                                                         for c in ("decoder", "duration_encoder")),
                            source=FakeSource, sources=sources)
@@ -123,8 +123,8 @@ def test_recipe_validation_names_the_file_and_the_problem(tmp_path):
 
 
 def test_gates_table_reaches_build_options(tmp_path):
-    from converters.family.declaration import build_options
-    from converters.family.schema import recipe_job
+    from rkaudio.pipeline.declaration import build_options
+    from rkaudio.pipeline.schema import recipe_job
 
     _write_recipe(tmp_path, "gated", "example", targets=("RK3576",),
                   extra="[gates]\nmin_simulator_snr_db = 55.0\nmax_regtask_lines = 0\n")
@@ -168,8 +168,8 @@ def test_failures_leave_no_package_dir_and_the_other_recipes_still_build(tmp_pat
     package = dist / "rk3588" / "c_ok_rk3588"
     assert sorted(p.name for p in package.iterdir()) == [
         "README.md", "SHA256SUMS", "c_ok_rk3588_engine.build.log", "c_ok_rk3588_engine.manifest.json",
-        "c_ok_rk3588_engine.rknn", "exec_plan.json", "runtime", "selftest", "selftest.py"]
-    assert sorted(p.name for p in (package / "runtime").iterdir()) == ["__init__.py", "board"]
+        "c_ok_rk3588_engine.rknn", "exec_plan.json", "rkaudio", "selftest", "selftest.py"]
+    assert sorted(p.name for p in (package / "rkaudio").iterdir()) == ["__init__.py", "board"]
     assert json.loads((package / "exec_plan.json").read_text()) == {
         "piper_tts.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {"main": "c_ok_rk3588_engine.rknn"}}}}
 
@@ -225,7 +225,7 @@ def test_a_write_failure_while_packaging_publishes_nothing_and_names_the_file(tm
     import errno
     import shutil as real_shutil
 
-    from converters.release import package as package_module
+    from rkaudio.release import package as package_module
 
     def copy2(source, target, *args, **kwargs):
         if str(target).endswith(".rknn"):
@@ -292,8 +292,8 @@ def _voice(recipe, target, toolkit, work_dir):
 
 
 def test_a_recipe_with_components_is_one_package_with_one_exec_plan_and_one_kit(tmp_path, monkeypatch):
-    from converters.release.package import onnx_dir
-    from runtime.board.golden import ArrayReader, as_stored, read_index
+    from rkaudio.release.package import onnx_dir
+    from rkaudio.board.golden import ArrayReader, as_stored, read_index
 
     _family(monkeypatch, "fake_voice", _voice)
     recipes_dir, dist = tmp_path / "r", tmp_path / "dist"

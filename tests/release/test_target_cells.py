@@ -7,12 +7,12 @@ import importlib.util
 import numpy as np
 import pytest
 
-from converters.cli.families import declaration
-from converters.family.schema import recipe_job
-from converters.release import recipes
-from core.contract import get_contract
-from core.errors import MissingSource, SetupError
-from core.paths import REPO_ROOT, selfcheck_path
+from rkaudio.cli.families import declaration
+from rkaudio.pipeline.schema import recipe_job
+from rkaudio.release import recipes
+from rkaudio.core.contract import get_contract
+from rkaudio.core.errors import MissingSource, SetupError
+from rkaudio.core.paths import REPO_ROOT, selfcheck_path
 
 _spec = importlib.util.spec_from_file_location("bench_targets", REPO_ROOT / "bench" / "targets.py")
 bench_targets = importlib.util.module_from_spec(_spec)
@@ -57,8 +57,8 @@ def test_a_small_random_source_is_exported_by_the_family_as_the_recipe_part(fami
 def test_audio8_random_source_replaces_the_recipe_snapshot(tmp_path, monkeypatch):
     """The recipe job with the hook's source builds the random model of that shape, with the recipe's graphs
     (the model and the graphs replaced, as tests/audio8/test_cli.py does)."""
-    import converters.families.audio8 as family
-    from converters.families.audio8 import export
+    import rkaudio.families.audio8 as family
+    from rkaudio.families.audio8 import export
 
     seen = {}
     monkeypatch.setattr(family, "load_model", lambda model_dir, random_weights: seen.setdefault(
@@ -73,8 +73,8 @@ def test_audio8_random_source_replaces_the_recipe_snapshot(tmp_path, monkeypatch
 
 
 def test_inflect_real_shape_is_the_size_the_package_names(tmp_path, monkeypatch):
-    from converters.families import inflect
-    from converters.families.inflect import reference
+    from rkaudio.families import inflect
+    from rkaudio.families.inflect import reference
 
     written = []
     monkeypatch.setattr(reference, "export_official", lambda directory, config: written.append(config.name) or {

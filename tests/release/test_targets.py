@@ -8,12 +8,12 @@ import sys
 import onnx
 import pytest
 
-from core.contract import get_contract
-from core.paths import REPO_ROOT
+from rkaudio.core.contract import get_contract
+from rkaudio.core.paths import REPO_ROOT
 
 
 def _convert(monkeypatch, capsys, *args) -> int:
-    from converters import cli
+    from rkaudio import cli
 
     monkeypatch.setattr(sys, "argv", ["convert", *map(str, args)])
     with pytest.raises(SystemExit) as exited:

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from toolkit.versions import DEFAULT_TOOLKIT, converter_python
-from core.paths import REPO_ROOT, venv_root
+from rkaudio.toolkit.versions import DEFAULT_TOOLKIT, converter_python
+from rkaudio.core.paths import REPO_ROOT, venv_root
 
 
 def _pins_hash(pin_file: str) -> str:
@@ -31,7 +31,7 @@ def test_second_make_venv_with_unchanged_pins_is_up_to_date_and_recreates_nothin
 
 
 def test_converter_child_imports_rkaudio_from_the_repo_without_export_venv_packages(tmp_path):
-    probe = ("import importlib.util, importlib.metadata as md, toolkit.child as b; "
+    probe = ("import importlib.util, importlib.metadata as md, rkaudio.toolkit.child as b; "
              "print(b.__file__); "
              "print([m for m in ('typer', 'onnxslim', 'transformers', 'piper') if importlib.util.find_spec(m)]); "
              "import site; print([d.metadata['Name'] for d in md.distributions(path=site.getsitepackages()) "
@@ -42,5 +42,5 @@ def test_converter_child_imports_rkaudio_from_the_repo_without_export_venv_packa
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     module_file, export_only, installed = result.stdout.splitlines()
-    assert module_file == str(REPO_ROOT / "toolkit" / "child.py")
+    assert module_file == str(REPO_ROOT / "rkaudio" / "toolkit" / "child.py")
     assert export_only == "[]" and installed == "[]"

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.release import recipes
-from converters.cli.families import declaration
-from toolkit.versions import converter_python
+from rkaudio.release import recipes
+from rkaudio.cli.families import declaration
+from rkaudio.toolkit.versions import converter_python
 
 # The double: loads the package's golden index with numpy. For inputs equal to an engine's self-check it returns
 # that engine's simulator outputs; for an end-to-end call it returns the recorded fp32 output of the call whose
@@ -110,7 +110,7 @@ def example_package(tmp_path_factory) -> Path:
 @pytest.fixture
 def package(example_package, tmp_path) -> Path:
     """A private copy of the example package (tests may damage it), with its ONNX work dir where the manifests name it."""
-    from converters.release.package import onnx_dir
+    from rkaudio.release.package import onnx_dir
 
     dist = example_package.parent.parent
     copy = tmp_path / "dist" / "rk3588" / example_package.name

@@ -9,13 +9,13 @@ import json
 
 import pytest
 
-from core.paths import REPO_ROOT
+from rkaudio.core.paths import REPO_ROOT
 
 
 def test_the_kit_passes_on_a_faithful_board_with_numpy_alone(package, run_kit, board_python):
     import subprocess
 
-    for module in ("torch", "onnx", "onnxruntime", "converters", "runtime"):
+    for module in ("torch", "onnx", "onnxruntime", "rkaudio"):
         probe = subprocess.run([str(board_python), "-E", "-s", "-c", f"import {module}"], capture_output=True,
                                cwd="/", env={"PATH": "/usr/bin:/bin"})
         assert probe.returncode != 0, f"{module} is importable on the stand-in board"
@@ -48,7 +48,7 @@ def test_the_kit_feeds_each_input_in_the_dtype_its_manifest_says_the_engine_is_f
     """An engine whose contract feeds an input in fp16 (`feed_dtypes`, so its manifest lists it as float16) gets
     it from the kit in float16, through the same backend the runtime loops use; its other inputs and the other
     engines' stay float32."""
-    from converters.release.kit import write_sums
+    from rkaudio.release.kit import write_sums
 
     first, *others = sorted(package.glob("*.manifest.json"))
     manifest = json.loads(first.read_text())
@@ -117,10 +117,10 @@ def test_every_module_the_kit_ships_parses_as_python_3_8(package):
 
 
 def test_shipped_modules_are_unchanged_copies(package):
-    from converters.release.kit import KIT_SCRIPT, kit_files
+    from rkaudio.release.kit import KIT_SCRIPT, kit_files
 
     shipped = kit_files()
-    assert KIT_SCRIPT in shipped.values() and "runtime/board/golden.py" in shipped.values()
+    assert KIT_SCRIPT in shipped.values() and "rkaudio/board/golden.py" in shipped.values()
     for source, name in shipped.items():
         assert (package / name).read_bytes() == source.read_bytes(), name
     # the kit is the folder and nothing else: no core/ or gates/ beside it
@@ -134,7 +134,7 @@ def test_shipped_modules_are_unchanged_copies(package):
     (["0", "1", "2", "0_1_2"], 1, ["0"], ["1", "2", "0_1_2"]),
 ])
 def test_core_masks_the_soc_lacks_are_skipped(masks, cores, ran, skipped):
-    from runtime.board.rknnlite import masks_for, soc_name
+    from rkaudio.board.rknnlite import masks_for, soc_name
 
     assert masks_for(masks, cores) == (ran, skipped)
     assert soc_name("rockchip,rk3588-evb\x00rockchip,rk3588\x00") == "rk3588"
@@ -144,20 +144,20 @@ def test_core_masks_the_soc_lacks_are_skipped(masks, cores, ran, skipped):
 def _loops() -> list[str]:
     """Every end-to-end loop the families can declare: `golden_loop` of a board runtime module."""
     found = []
-    for path in sorted((REPO_ROOT / "runtime" / "board").glob("*.py")):
+    for path in sorted((REPO_ROOT / "rkaudio" / "board").glob("*.py")):
         tree = ast.parse(path.read_text())
         if any(isinstance(node, ast.FunctionDef) and node.name == "golden_loop" for node in tree.body):
-            found.append(f"runtime.board.{path.stem}:golden_loop")
+            found.append(f"rkaudio.board.{path.stem}:golden_loop")
     return found
 
 
 def test_every_loop_a_family_can_ship_imports_on_the_board_with_numpy_alone(board_python, tmp_path):
     import subprocess
 
-    from converters.release.kit import kit_files, write_file
+    from rkaudio.release.kit import kit_files, write_file
 
     loops = _loops()
-    assert "runtime.board.ladder:golden_loop" in loops and len(loops) >= 2
+    assert "rkaudio.board.ladder:golden_loop" in loops and len(loops) >= 2
     for source, name in kit_files().items():  # laid out as in a package
         target = tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)

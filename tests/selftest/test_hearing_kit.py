@@ -9,8 +9,8 @@ import wave
 import numpy as np
 from typer.testing import CliRunner
 
-from converters import cli
-from converters.release.kit import verify, write_sums
+from rkaudio import cli
+from rkaudio.release.kit import verify, write_sums
 
 SENTENCE = "Hello, this is a short test."
 

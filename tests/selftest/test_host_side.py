@@ -9,9 +9,9 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from converters import cli
-from converters.release.kit import kit_budget, verify
-from core.paths import REPO_ROOT
+from rkaudio import cli
+from rkaudio.release.kit import kit_budget, verify
+from rkaudio.core.paths import REPO_ROOT
 
 
 def convert(*args: str):
@@ -21,7 +21,7 @@ def convert(*args: str):
 
 
 def test_the_package_carries_goldens_sums_and_the_kit_within_budget(package):
-    from converters.release.kit import kit_size, tree_bytes
+    from rkaudio.release.kit import kit_size, tree_bytes
 
     index = json.loads((package / "selftest" / "index.json").read_text())
     assert {e["engine"] for e in index["engines"]} == {p.name for p in package.glob("*.rknn")}
@@ -32,8 +32,8 @@ def test_the_package_carries_goldens_sums_and_the_kit_within_budget(package):
     [loop] = index["end_to_end"]
     assert len(loop["calls"]) == 2 and all(c["inputs"][0]["sha256"] for c in loop["calls"])
     listed = [line.split("  ", 1)[1] for line in (package / "SHA256SUMS").read_text().splitlines()]
-    assert "selftest.py" in listed and "runtime/board/golden.py" in listed and "selftest/golden.npz" in listed
-    assert not any(name.startswith(("core/", "gates/", "runtime/board/selftest.py")) for name in listed)  # the folder only
+    assert "selftest.py" in listed and "rkaudio/board/golden.py" in listed and "selftest/golden.npz" in listed
+    assert not any(name.startswith(("core/", "gates/", "rkaudio/board/selftest.py")) for name in listed)  # the folder only
     assert kit_size(package) <= kit_budget(tree_bytes(package))
     assert verify(package) == []
 
@@ -146,17 +146,17 @@ def test_a_setup_failure_report_follows_the_schema(package, run_kit, mode):
 
 
 def test_a_package_naming_its_loop_by_the_old_module_still_replays(package, tmp_path):
-    """Packages published before runtime/board/ name their loops by the old modules (`runtime.ladder:golden_loop`);
+    """Packages published before rkaudio/board/ name their loops by the old modules (`runtime.ladder:golden_loop`);
     the host replay finds each where it moved."""
-    from converters.release.kit import write_sums
-    from runtime.board.golden import MOVED_LOOP_MODULES, load_loop
+    from rkaudio.release.kit import write_sums
+    from rkaudio.board.golden import MOVED_LOOP_MODULES, load_loop
 
     for old, new in MOVED_LOOP_MODULES.items():
         assert importlib.import_module(new).__name__ == new and old.startswith("runtime.")
-    assert load_loop("runtime.vits_decoder:golden_loop") is load_loop("runtime.board.piper:golden_loop")
+    assert load_loop("runtime.vits_decoder:golden_loop") is load_loop("rkaudio.board.piper:golden_loop")
     index_path = package / "selftest" / "index.json"
     index = json.loads(index_path.read_text())
-    assert {entry["loop"] for entry in index["end_to_end"]} == {"runtime.board.ladder:golden_loop"}
+    assert {entry["loop"] for entry in index["end_to_end"]} == {"rkaudio.board.ladder:golden_loop"}
     for entry in index["end_to_end"]:
         entry["loop"] = "runtime.ladder:golden_loop"
     index_path.write_text(json.dumps(index))

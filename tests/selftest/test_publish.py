@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from converters.cli.families import declaration
-from converters.release import recipes
-from converters.release.publish import git_blob_sha1, publish
-from core.errors import SetupError
-from core.paths import REPO_ROOT
-from runtime.board.files import sha256_file
+from rkaudio.cli.families import declaration
+from rkaudio.release import recipes
+from rkaudio.release.publish import git_blob_sha1, publish
+from rkaudio.core.errors import SetupError
+from rkaudio.core.paths import REPO_ROOT
+from rkaudio.board.files import sha256_file
 
 
 class StandInHub:
@@ -132,8 +132,8 @@ def test_without_the_hub_a_dry_run_lists_every_file_and_a_live_run_stops_with_a_
 def test_the_ci_matrix_matches_the_recipes_and_the_workflow_uses_real_commands():
     from typer.testing import CliRunner
 
-    from converters import cli
-    from converters.cli.commands import SHARED_COMMANDS
+    from rkaudio import cli
+    from rkaudio.cli.commands import SHARED_COMMANDS
 
     if not cli.app.registered_commands:
         cli._register_all()
@@ -157,8 +157,8 @@ def test_the_ci_matrix_matches_the_recipes_and_the_workflow_uses_real_commands()
 
 def test_the_card_row_of_an_engine_without_an_snr_gate_says_so():
     """An engine whose gates hold no SNR (only counts, or an at-most dB figure) gets '-' in the card, not an error."""
-    from converters.release.card import model_card
-    from runtime.board.verdict import at_most
+    from rkaudio.release.card import model_card
+    from rkaudio.board.verdict import at_most
 
     manifest = {"rknn": {"path": "x.rknn", "bytes": 10}, "ops": {"cpu": 0}, "regtask": {"lines": 0},
                 "toolkit_version": "2.3.2", "producer_version": "0", "gates": [

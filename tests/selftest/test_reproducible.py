@@ -9,10 +9,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from converters.build.engine import BuildOptions, compile_only
-from core.contract import get_contract, set_contract
-from core.manifest import normalized_sha256
-from runtime.board.files import sha256_file
+from rkaudio.engine.build import BuildOptions, compile_only
+from rkaudio.core.contract import get_contract, set_contract
+from rkaudio.core.manifest import normalized_sha256
+from rkaudio.board.files import sha256_file
 
 
 def _changed_weight(source, target) -> None:
@@ -59,7 +59,7 @@ def test_two_commits_that_change_no_engine_give_equal_normalized_digests(example
 
 
 def test_verify_rebuild_names_an_engine_its_onnx_no_longer_gives(package, tmp_path, require_converter):
-    from converters.release.kit import rebuild_problems
+    from rkaudio.release.kit import rebuild_problems
 
     require_converter("2.3.2")
     manifest = json.loads((package / "example_c16_t64.manifest.json").read_text())

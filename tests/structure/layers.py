@@ -2,30 +2,20 @@
 `importlib.import_module` string) of rkaudio's own modules must point at the same room or one below it, and no
 modules import each other in a circle (`circles`), whatever their rooms.
 
-Order, bottom up: runtime.board (what the board kit ships: it imports nothing of rkaudio outside itself), core,
-gates, toolkit, runtime.host, surgery, converters.build, converters.family, converters.release,
-converters.families (each family sees only itself among families), converters.cli."""
+Each room is one folder of the package, rkaudio/<room>/. Order, bottom up: board (what the board kit ships: it
+imports nothing of rkaudio outside itself), core, gates, toolkit, host, surgery, engine, pipeline, release,
+families (each family sees only itself among families), cli."""
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-LAYERS = {
-    "runtime.board": 0,
-    "core": 1,
-    "gates": 2,
-    "toolkit": 3,
-    "runtime.host": 4,
-    "surgery": 5,
-    "converters.build": 6,
-    "converters.family": 7,
-    "converters.release": 8,
-    "converters.families": 9,
-    "converters.cli": 10,
-}
-ROOMS = ("core", "gates", "toolkit", "runtime", "surgery", "converters")
-FAMILIES = "converters.families"
+PACKAGE = "rkaudio"
+ROOM_ORDER = ("board", "core", "gates", "toolkit", "host", "surgery", "engine", "pipeline", "release", "families",
+              "cli")
+LAYERS = {f"{PACKAGE}.{room}": rank for rank, room in enumerate(ROOM_ORDER)}
+FAMILIES = "rkaudio.families"
 IMPORT_FUNCTIONS = {"import_module", "__import__"}
 
 
@@ -63,7 +53,7 @@ def module_name(root: Path, path: Path) -> str:
 
 def imported_names(tree: ast.AST, importer: str, is_package: bool):
     """(line, module) of every import in `tree`, wherever it stands; import_module strings are read up to
-    their first placeholder (f"converters.families.{name}" counts as converters.families.)."""
+    their first placeholder (f"rkaudio.families.{name}" counts as rkaudio.families.)."""
     package = importer if is_package else importer.rpartition(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -90,36 +80,40 @@ def imported_names(tree: ast.AST, importer: str, is_package: bool):
 
 def violations(root: Path) -> list[Violation]:
     """Every import against the order in the rooms under `root`. A module with no rank (a bare parent package
-    such as `runtime` or `converters`, or a file outside every room) may import nothing of rkaudio."""
+    `rkaudio` itself, or a file outside every room) may import nothing of rkaudio."""
     found = []
-    for room in ROOMS:
-        for path in sorted((Path(root) / room).rglob("*.py")):
-            importer = module_name(Path(root), path)
-            own_rank, own_family = layer(importer), family_of(importer)
-            tree = ast.parse(path.read_text(), str(path))
-            for line, imported in imported_names(tree, importer, path.name == "__init__.py"):
-                rank = layer(imported)
-                if rank is None:
-                    continue
-                where = str(path.relative_to(root))
-                if own_rank is None:
-                    found.append(Violation(where, line, importer, imported, "from a module in no room"))
-                elif rank > own_rank:
-                    found.append(Violation(where, line, importer, imported, "upward"))
-                elif own_family and family_of(imported) not in (None, own_family):
-                    found.append(Violation(where, line, importer, imported, "another family"))
+    for importer, path in module_files(root).items():
+        own_rank, own_family = layer(importer), family_of(importer)
+        tree = ast.parse(path.read_text(), str(path))
+        for line, imported in imported_names(tree, importer, path.name == "__init__.py"):
+            rank = layer(imported)
+            if rank is None:
+                continue
+            where = str(path.relative_to(root))
+            if own_rank is None:
+                found.append(Violation(where, line, importer, imported, "from a module in no room"))
+            elif rank > own_rank:
+                found.append(Violation(where, line, importer, imported, "upward"))
+            elif own_family and family_of(imported) not in (None, own_family):
+                found.append(Violation(where, line, importer, imported, "another family"))
     return found
 
 
 def unranked(root: Path) -> list[str]:
-    """The rkaudio modules under `root` that belong to no room (LAYERS), bare parent packages aside."""
-    parents = {".".join(room.split(".")[:-1]) for room in LAYERS if "." in room}
-    return sorted(m for m in module_files(root) if layer(m) is None and m not in parents)
+    """The rkaudio modules under `root` that belong to no room (LAYERS), the package's own __init__ aside."""
+    return sorted(m for m in module_files(root) if layer(m) is None and m != PACKAGE)
+
+
+def folders_not_rooms(root: Path) -> list[str]:
+    """The folders of rkaudio/ that are not a room, and the rooms with no folder: one folder is one room."""
+    folders = {p.name for p in (Path(root) / PACKAGE).iterdir() if p.is_dir() and p.name != "__pycache__"}
+    return sorted(folders.symmetric_difference(ROOM_ORDER))
 
 
 def module_files(root: Path) -> dict[str, Path]:
-    """Every rkaudio module under the rooms of `root`, by dotted name."""
-    return {module_name(Path(root), path): path for room in ROOMS for path in sorted((Path(root) / room).rglob("*.py"))}
+    """Every module of the rkaudio package under `root`, by dotted name."""
+    return {module_name(Path(root), path): path for path in sorted((Path(root) / PACKAGE).rglob("*.py"))
+            if "__pycache__" not in path.parts}
 
 
 def import_graph(root: Path) -> dict[str, set[str]]:

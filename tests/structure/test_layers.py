@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from core.paths import REPO_ROOT
-from tests.structure.layers import LAYERS, ROOMS, circles, imported_names, layer, module_name, unranked, violations
+from rkaudio.core.paths import REPO_ROOT
+from tests.structure.layers import (LAYERS, PACKAGE, ROOM_ORDER, circles, folders_not_rooms, imported_names, layer,
+                                    module_name, unranked, violations)
 
-# Every room below the CLI, bottom up: an import of converters.cli from any of them is upward.
-LEAF_ROOMS = tuple(room for room in sorted(LAYERS, key=LAYERS.get) if room != "converters.cli")
-BOARD = REPO_ROOT / "runtime" / "board"
+# Every room below the CLI, bottom up: an import of rkaudio.cli from any of them is upward.
+LEAF_ROOMS = tuple(room for room in sorted(LAYERS, key=LAYERS.get) if room != "rkaudio.cli")
+BOARD = REPO_ROOT / "rkaudio" / "board"
 # Standard-library modules newer than the board's Python 3.8 (sys.stdlib_module_names is the host's).
 AFTER_PY38 = {"zoneinfo", "graphlib", "tomllib"}
 
@@ -38,9 +39,21 @@ def test_every_module_belongs_to_a_room():
     assert unranked(REPO_ROOT) == []
 
 
+def test_one_folder_is_one_room():
+    assert folders_not_rooms(REPO_ROOT) == []
+
+
+def test_a_folder_that_is_no_room_is_named(tmp_path):
+    _copy_rooms(tmp_path)
+    (tmp_path / PACKAGE / "build").mkdir()
+    (tmp_path / PACKAGE / "build" / "__init__.py").write_text("")
+    shutil.rmtree(tmp_path / PACKAGE / "host")
+    assert folders_not_rooms(tmp_path) == ["build", "host"]
+    assert unranked(tmp_path) == ["rkaudio.build"]
+
+
 def _copy_rooms(destination: Path) -> None:
-    for room in ROOMS:
-        shutil.copytree(REPO_ROOT / room, destination / room, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / PACKAGE, destination / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -55,9 +68,9 @@ def _leaf(root: Path, room: str) -> Path:
 
 
 UPWARD = {
-    "lazy import": "\n\ndef _planted():\n    from converters.cli.commands import register\n    return register\n",
+    "lazy import": "\n\ndef _planted():\n    from rkaudio.cli.commands import register\n    return register\n",
     "import_module string": "\n\ndef _planted(name):\n    import importlib\n"
-                            "    return importlib.import_module(f\"converters.cli.{name}\")\n",
+                            "    return importlib.import_module(f\"rkaudio.cli.{name}\")\n",
 }
 
 
@@ -71,7 +84,7 @@ def test_an_upward_import_planted_in_any_room_below_the_cli_is_caught(tmp_path, 
     assert [(v.path, v.reason) for v in found] == [(str(leaf.relative_to(tmp_path)), "upward")], found
 
 
-@pytest.mark.parametrize("lower, higher", list(zip(LEAF_ROOMS, LEAF_ROOMS[1:] + ("converters.cli",))))
+@pytest.mark.parametrize("lower, higher", list(zip(LEAF_ROOMS, LEAF_ROOMS[1:] + ("rkaudio.cli",))))
 def test_an_import_one_room_up_is_caught(tmp_path, lower, higher):
     _copy_rooms(tmp_path)
     leaf, target = _leaf(tmp_path, lower), _leaf(tmp_path, higher)
@@ -83,18 +96,18 @@ def test_an_import_one_room_up_is_caught(tmp_path, lower, higher):
 
 def test_one_family_importing_another_is_caught(tmp_path):
     _copy_rooms(tmp_path)
-    piper = tmp_path / "converters" / "families" / "piper" / "__init__.py"
-    piper.write_text(piper.read_text() + "\nfrom converters.families.kokoro import sources\n")
+    piper = tmp_path / "rkaudio" / "families" / "piper" / "__init__.py"
+    piper.write_text(piper.read_text() + "\nfrom rkaudio.families.kokoro import sources\n")
     assert [v.reason for v in violations(tmp_path) if v not in _known()] == ["another family"]
 
 
 def test_a_module_in_no_room_may_import_nothing_of_rkaudio(tmp_path):
     _copy_rooms(tmp_path)
-    stray = tmp_path / "runtime" / "stray.py"
-    stray.write_text("from core.errors import SetupError\n")
-    assert unranked(tmp_path) == ["runtime.stray"]
-    assert [(v.importer, v.reason) for v in violations(tmp_path) if v.importer == "runtime.stray"] == [
-        ("runtime.stray", "from a module in no room")]
+    stray = tmp_path / "rkaudio" / "stray.py"
+    stray.write_text("from rkaudio.core.errors import SetupError\n")
+    assert unranked(tmp_path) == ["rkaudio.stray"]
+    assert [(v.importer, v.reason) for v in violations(tmp_path) if v.importer == "rkaudio.stray"] == [
+        ("rkaudio.stray", "from a module in no room")]
 
 
 def _new_circles(root: Path) -> list[list[str]]:
@@ -103,50 +116,50 @@ def _new_circles(root: Path) -> list[list[str]]:
 
 
 def test_a_planted_back_edge_is_named_as_a_circle(tmp_path):
-    """converters.build.engine imports converters.build.analysis; a lazy import back (same room, so no layer
+    """rkaudio.engine.build imports rkaudio.engine.analysis; a lazy import back (same room, so no layer
     violation) closes a circle that only `circles` sees."""
     _copy_rooms(tmp_path)
-    analysis = tmp_path / "converters" / "build" / "analysis.py"
-    analysis.write_text(analysis.read_text() + "\n\ndef _planted():\n    from converters.build import engine\n")
-    assert not [v for v in violations(tmp_path) if v.importer == "converters.build.analysis"]
-    assert _new_circles(tmp_path) == [["converters.build.analysis", "converters.build.engine"]]
+    analysis = tmp_path / "rkaudio" / "engine" / "analysis.py"
+    analysis.write_text(analysis.read_text() + "\n\ndef _planted():\n    from rkaudio.engine import build\n")
+    assert not [v for v in violations(tmp_path) if v.importer == "rkaudio.engine.analysis"]
+    assert _new_circles(tmp_path) == [["rkaudio.engine.analysis", "rkaudio.engine.build"]]
 
 
 def test_two_new_modules_importing_each_other_are_named(tmp_path):
     _copy_rooms(tmp_path)
-    release = tmp_path / "converters" / "release"
-    (release / "planted_a.py").write_text("from converters.release import planted_b\n")
-    (release / "planted_b.py").write_text("def f():\n    from converters.release.planted_a import x\n")
-    assert _new_circles(tmp_path) == [["converters.release.planted_a", "converters.release.planted_b"]]
+    release = tmp_path / "rkaudio" / "release"
+    (release / "planted_a.py").write_text("from rkaudio.release import planted_b\n")
+    (release / "planted_b.py").write_text("def f():\n    from rkaudio.release.planted_a import x\n")
+    assert _new_circles(tmp_path) == [["rkaudio.release.planted_a", "rkaudio.release.planted_b"]]
 
 
 def test_ranks_follow_the_written_order():
-    order = ["runtime.board.golden", "core.errors", "gates.snr", "toolkit.session", "runtime.host.backends",
-             "surgery.graph.fold", "converters.build.engine", "converters.family.pipeline",
-             "converters.release.kit", "converters.families.example", "converters.cli.commands"]
+    order = ["rkaudio.board.golden", "rkaudio.core.errors", "rkaudio.gates.snr", "rkaudio.toolkit.session", "rkaudio.host.backends",
+             "rkaudio.surgery.graph.fold", "rkaudio.engine.build", "rkaudio.pipeline.pipeline",
+             "rkaudio.release.kit", "rkaudio.families.example", "rkaudio.cli.commands"]
     ranks = [layer(m) for m in order]
     assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks), dict(zip(order, ranks))
-    assert list(LAYERS) == ["runtime.board", "core", "gates", "toolkit", "runtime.host", "surgery",
-                            "converters.build", "converters.family", "converters.release", "converters.families",
-                            "converters.cli"]
-    assert layer("numpy") is None and layer("runtime") is None and layer("converters") is None
+    assert ROOM_ORDER == ("board", "core", "gates", "toolkit", "host", "surgery", "engine", "pipeline", "release",
+                          "families", "cli")
+    assert list(LAYERS) == [f"rkaudio.{room}" for room in ROOM_ORDER]
+    assert layer("numpy") is None and layer("rkaudio") is None and layer("core") is None
 
 
 def test_relative_imports_resolve_against_their_package():
     tree = ast.parse(textwrap.dedent("""
         from . import child
-        from ...build.engine import build_engine
+        from ...engine.build import build_engine
     """))
-    names = [name for _, name in imported_names(tree, "converters.families.example", is_package=True)]
-    assert names == ["converters.families.example.child", "converters.build.engine.build_engine"]
+    names = [name for _, name in imported_names(tree, "rkaudio.families.example", is_package=True)]
+    assert names == ["rkaudio.families.example.child", "rkaudio.engine.build.build_engine"]
 
 
 def _board_files() -> list[Path]:
-    return [REPO_ROOT / "runtime" / "__init__.py", *sorted(p for p in BOARD.rglob("*.py") if "__pycache__" not in p.parts)]
+    return [REPO_ROOT / "rkaudio" / "__init__.py", *sorted(p for p in BOARD.rglob("*.py") if "__pycache__" not in p.parts)]
 
 
 def test_the_board_folder_is_closed_and_python_3_8():
-    """What the kit ships (runtime/__init__.py and runtime/board/) imports, anywhere in its text, only itself,
+    """What the kit ships (rkaudio/__init__.py and rkaudio/board/) imports, anywhere in its text, only itself,
     numpy and the 3.8 standard library; rknnlite (the board's runtime) only in rknnlite.py, and pocketsphinx (an
     optional ear, imported lazily) only in speech.py."""
     wrong = []
@@ -156,8 +169,8 @@ def test_the_board_folder_is_closed_and_python_3_8():
         importer = module_name(REPO_ROOT, path)
         for line, imported in imported_names(tree, importer, path.name == "__init__.py"):
             root = imported.split(".")[0]
-            allowed = (imported == "runtime.board" or imported.startswith("runtime.board.") or root == "numpy"
-                       or (root in sys.stdlib_module_names and root not in AFTER_PY38 and root != "runtime")
+            allowed = (imported == "rkaudio.board" or imported.startswith("rkaudio.board.") or root == "numpy"
+                       or (root in sys.stdlib_module_names and root not in AFTER_PY38 and root != "rkaudio")
                        or (root == "rknnlite" and path == BOARD / "rknnlite.py")
                        or (root == "pocketsphinx" and path == BOARD / "speech.py"))
             if not allowed:
@@ -167,8 +180,8 @@ def test_the_board_folder_is_closed_and_python_3_8():
 
 def test_the_converter_child_imports_only_the_stdlib_numpy_onnxruntime_and_rknn():
     """What the converter venv pins for the toolkit; onnxruntime runs the toolkit's simulator sessions."""
-    tree = ast.parse((REPO_ROOT / "toolkit" / "child.py").read_text())
-    roots = {name.split(".")[0] for _, name in imported_names(tree, "toolkit.child", is_package=False)}
+    tree = ast.parse((REPO_ROOT / "rkaudio" / "toolkit" / "child.py").read_text())
+    roots = {name.split(".")[0] for _, name in imported_names(tree, "rkaudio.toolkit.child", is_package=False)}
     assert roots - set(sys.stdlib_module_names) <= {"numpy", "onnxruntime", "rknn"}, roots
 
 
@@ -192,7 +205,7 @@ BOARD_PROBE = textwrap.dedent("""
     api = types.ModuleType("rknnlite.api"); api.RKNNLite = FakeLite
     sys.modules["rknnlite"] = types.ModuleType("rknnlite"); sys.modules["rknnlite.api"] = api
 
-    from runtime.board.rknnlite import RknnLiteBackend
+    from rkaudio.board.rknnlite import RknnLiteBackend
     folder = Path(sys.argv[1])
     (folder / "e.rknn").write_bytes(b"")
     (folder / "e.manifest.json").write_text(json.dumps({"toolkit_version": "2.3.2",

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from core.paths import REPO_ROOT
+from rkaudio.core.paths import REPO_ROOT
 
 COLLECT = """
 import json, sys

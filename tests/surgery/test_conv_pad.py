@@ -6,8 +6,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from surgery.graph.conv_pad import cap_conv_padding
-from surgery.graph.fold import op_histogram
+from rkaudio.surgery.graph.conv_pad import cap_conv_padding
+from rkaudio.surgery.graph.fold import op_histogram
 
 
 def _conv_model(weight, bias, dilation, pads, length):

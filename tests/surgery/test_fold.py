@@ -3,7 +3,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from surgery.graph.fold import fold_fixed, op_histogram
+from rkaudio.surgery.graph.fold import fold_fixed, op_histogram
 
 
 def _shape_glue_model() -> onnx.ModelProto:

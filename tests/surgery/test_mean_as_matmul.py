@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from runtime.host.backends import OnnxBackend
-from surgery.graph.mean_as_matmul import mean_as_matmul
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.surgery.graph.mean_as_matmul import mean_as_matmul
 
 FRAMES, WIDTH = 5, 12
 

@@ -1,11 +1,11 @@
-"""core.onnx_graph's shared lookups: positions agree with the node lookups, partial dims stay readable, and the
+"""rkaudio.core.onnx_graph's shared lookups: positions agree with the node lookups, partial dims stay readable, and the
 static shapes can leave out stale declared output shapes."""
 from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from core.onnx_graph import GraphIndex, constant_values, inferred_dims, static_shapes
+from rkaudio.core.onnx_graph import GraphIndex, constant_values, inferred_dims, static_shapes
 
 
 def _model(output_dims):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from surgery.modules.instance_norm import mask_instance_norm
-from surgery.modules.snake import half_turn_sin2, half_turn_sin2_reference, sin2_coefficients, vertex_sin2
+from rkaudio.surgery.modules.instance_norm import mask_instance_norm
+from rkaudio.surgery.modules.snake import half_turn_sin2, half_turn_sin2_reference, sin2_coefficients, vertex_sin2
 
 
 def test_vertex_form_is_the_degree_6_polynomial():

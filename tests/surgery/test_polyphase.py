@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from surgery.modules.polyphase import polyphase_weights
+from rkaudio.surgery.modules.polyphase import polyphase_weights
 
 
 def transposed_conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: int) -> np.ndarray:

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from runtime.host.backends import OnnxBackend
-from surgery.graph import polyphase_levels as pl
-from surgery.graph.mask import level_strides, mask_decoder
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.surgery.graph import polyphase_levels as pl
+from rkaudio.surgery.graph.mask import level_strides, mask_decoder
 
 STRIDES = (2, 3, 2)
 LENGTH = 9

@@ -7,8 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from runtime.host.backends import OnnxBackend
-from surgery.graph.shape_generic import NotOneGraph, shape_generic
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.surgery.graph.shape_generic import NotOneGraph, shape_generic
 
 CHANNELS = 3
 LARGEST = 32

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from runtime.host.backends import OnnxBackend
-from surgery.graph.polyphase_levels import PolyphaseError
-from surgery.graph.stride_phase import stride_phase_upsample
+from rkaudio.host.backends import OnnxBackend
+from rkaudio.surgery.graph.polyphase_levels import PolyphaseError
+from rkaudio.surgery.graph.stride_phase import stride_phase_upsample
 from tests.surgery.test_polyphase_levels import conv_transpose, leaky
 
 

@@ -1,0 +1,43 @@
+"""The SoCs rkaudio builds for, and what is known about each: which targets build fp16 engines, how many NPU
+cores each has, and the register-field limits that shape its graphs. Every per-SoC fact is stated here once; the
+CLI, the build, the exporters and the board self-test read it from here. Shipped in the self-test kit: the stdlib
+only, Python 3.8 syntax."""
+from __future__ import annotations
+
+from rkaudio.board.errors import SetupError
+
+# Targets that build fp16 (w16a16) with both toolkits (measured on this machine kind).
+FP16_TARGETS = ("rk3588", "rk3576", "rk3566", "rk3568", "rk3562")
+# The SoCs every shipped recipe answers for: each builds there, or its recipe's `refused` says why not (measured).
+PROMISED_TARGETS = ("rk3588", "rk3576", "rk3566")
+REFUSED_TARGETS = {
+    "rv1106": "rv1106 has no fp16 build (the toolkit says 'not support do_quantization = False'); "
+    "rkaudio builds fp16 engines only, because Snake activations make int8 audibly noisy",
+    "rv1103": "rv1103 has no fp16 build (same NPU generation as rv1106); rkaudio builds fp16 engines only",
+}
+
+# NPU cores per SoC, by the name its device tree gives (/proc/device-tree/compatible): what the self-test's core
+# masks can address (RK3588 has 3, RK3576 2, RK3566/RK3568/RK3562 1).
+NPU_CORES = {"rk3588": 3, "rk3588s": 3, "rk3576": 2, "rk3566": 1, "rk3568": 1, "rk3562": 1}
+
+# Register-field limits: past them the compiler logs REGTASK field-overflow lines (the build's REGTASK gate).
+# The longest full-rate time axis a target's op registers hold (the REGTASK "limit" field, measured on this
+# toolkit: rk3576 0x3fff, rk3566/rk3568 0x1fff; rk3588 and rk3562 log no REGTASK line even at 65537 samples,
+# so they have no entry). A decoder window (Piper, Inflect) runs every upsampling level whose full-rate axis
+# overflows it in polyphase form (rkaudio/surgery/graph/polyphase_levels.py: overflowing_levels, polyphase_levels).
+TIME_FIELD_LIMIT = {"rk3576": 0x3FFF, "rk3566": 0x1FFF, "rk3568": 0x1FFF}
+# The NPU encodes a Concat/Slice/conv axis in a 13-bit field: along a time axis longer than this the rk3588
+# compiler logs REGTASK lines (measured: 10240 samples logs them, 7680 does not). So the row forms (the Kokoro
+# generator's fine stage, the Qwen3 decoder step) hold no time axis past it: they work on rows [1, C, rows,
+# row_length] of consecutive samples with a halo (rkaudio/surgery/modules/rows.py).
+ROW_SAMPLES_LIMIT = 8191
+
+
+def check_target(target: str) -> str:
+    """The target as every later step uses it (lower case); SetupError for a refused or unknown one."""
+    target = target.lower()
+    if target in REFUSED_TARGETS:
+        raise SetupError(f"target {target} refused: {REFUSED_TARGETS[target]}")
+    if target not in FP16_TARGETS:
+        raise SetupError(f"unknown target {target!r}; supported: {', '.join(FP16_TARGETS)}")
+    return target

@@ -1,0 +1,87 @@
+"""The contract an exported ONNX carries: one JSON document in its `metadata_props` under `rkaudio`.
+
+Required keys: `family` (CLI name), `component` (exec_plan component), `role` (artifact role),
+`exec_plan_option`; then whatever the runtime needs (window, context, emitted, hop, cache layout, buckets),
+optional `ladder_key`, `exec_params`, `package_files`, `reference_onnx`, `feed_dtypes` ({input name: numpy
+dtype name}: an input the runtime feeds in another dtype than the ONNX's, `fed_inputs`) and the export stage's
+`export_verdicts`. Every later stage (build, manifest, packaging, runtime) reads it back from here, so
+nothing is restated downstream. onnx is imported only by the two functions that touch a model."""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from rkaudio.core.paths import REPO_ROOT
+
+KEY = "rkaudio"
+
+
+def producer_info() -> dict:
+    """rkaudio version, git commit (with a +dirty mark) and the command line that produced the file."""
+    try:
+        version = metadata.version("rkaudio")
+    except metadata.PackageNotFoundError:
+        version = "0+unknown"
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        commit += "+dirty" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    argv = ["convert", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith(("convert", "cli.py")) else sys.argv
+    return {"rkaudio": version, "git": commit, "command": shlex.join(argv)}
+
+
+def make_contract(family: str, component: str, role: str, exec_plan_option: str, **fields) -> dict:
+    """The metadata every exported component carries. `fields` are the family's own contract
+    (window, context, hop, cache layout, ...); `exec_params` and `ladder_key` are optional keys the
+    packaging step reads."""
+    return {
+        "family": family,
+        "component": component,
+        "role": role,
+        "exec_plan_option": exec_plan_option,
+        "producer": producer_info(),
+        **fields,
+    }
+
+
+def fed_inputs(inputs: list[dict], contract: dict) -> list[dict]:
+    """The engine's inputs as its caller feeds them: the ONNX's entries ({"name", "shape", "dtype"}), each with the
+    dtype the contract's `feed_dtypes` names for it (a buffer the runtime holds in fp16: the engine holds every
+    input in fp16 already, so rknnlite takes it without a CPU conversion), else the ONNX's own."""
+    feed = contract.get("feed_dtypes") or {}
+    return [{**entry, "dtype": feed.get(entry["name"], entry["dtype"])} for entry in inputs]
+
+
+def set_contract(model, contract: dict):
+    """A copy of `model` (onnx.ModelProto) storing `contract` (JSON-serialisable), replacing an earlier one."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [p for p in out.metadata_props if p.key != KEY]
+    del out.metadata_props[:]
+    out.metadata_props.extend(kept)
+    entry = out.metadata_props.add()
+    entry.key = KEY
+    entry.value = json.dumps(contract, sort_keys=True)
+    return out
+
+
+def get_contract(model) -> dict:
+    """The stored contract of a ModelProto or an ONNX path, or `{}` for an ONNX that rkaudio did not write."""
+    if isinstance(model, (str, Path)):
+        import onnx
+
+        model = onnx.load(str(model), load_external_data=False)
+    for prop in model.metadata_props:
+        if prop.key == KEY:
+            return json.loads(prop.value)
+    return {}

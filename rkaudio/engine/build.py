@@ -1,0 +1,315 @@
+"""The engine build: gate the ONNX, compile it in the converter-venv child (`rkaudio.toolkit.session`), gate the
+child's log and its simulator outputs, write `<stem>.rknn`, `<stem>.manifest.json` and `<stem>.build.log`.
+A failing gate leaves no .rknn and no manifest (the log stays).
+
+onnx / numpy are imported inside functions so `convert --help` stays fast."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rkaudio.engine.analysis import analyse_in_child, checked_feeds
+from rkaudio.core.errors import BuildError, GateFailure
+from rkaudio.core.paths import build_log_name, engine_name, manifest_name
+from rkaudio.board.shapes import keyed, matching_set, of_set, shape_sets
+from rkaudio.board.verdict import Verdict
+from rkaudio.toolkit.session import ConverterChild, graph_io, log_tail
+from rkaudio.board.soc import check_target
+from rkaudio.toolkit.versions import DEFAULT_TOOLKIT, check_toolkit
+
+
+@dataclass
+class BuildOptions:
+    target: str
+    toolkit: str = DEFAULT_TOOLKIT
+    # 0: a REGTASK line is a register field written past its width, which corrupts the engine on a board (Kokoro at
+    # 3.75x its field gave voiced clipped noise) where the simulator shows nothing. Every command's default is this one.
+    max_regtask_lines: int = 0
+    fail_on_cpu_ops: bool = False
+    min_simulator_snr_db: float = 35.0
+    timeout_s: float | None = None  # the child is killed with SIGKILL past this (reported like any signal)
+    reproduce: bool = False  # compile a second time and fail unless both engines are byte-identical
+    layer_table_on_failure: bool = True  # a failing simulator gate runs accuracy_analysis for its top layers
+
+    def __post_init__(self) -> None:
+        # The API boundary of every build: the target is normalised here (and by the CLI and the recipe schema
+        # before), so the manifest and the child see "rk3588" for "RK3588".
+        self.target = check_target(self.target)
+        self.toolkit = check_toolkit(self.toolkit)
+
+
+@dataclass
+class EngineResult:
+    rknn: Path
+    manifest: Path
+    build_log: Path
+    manifest_data: dict
+    verdicts: list[Verdict]
+    simulator_outputs: dict = field(default_factory=dict)  # of the self-check inputs
+    reference_outputs: dict = field(default_factory=dict)  # onnxruntime fp32 (on the twin, if any) of the same
+    golden_simulator_outputs: list = field(default_factory=list)  # one dict per `golden_feeds` run
+
+
+def simulator_verdicts(reference: dict, simulated: dict, min_snr_db: float,
+                       floor: dict | None = None) -> tuple[list[Verdict], dict]:
+    """Per output: SNR of the simulator against onnxruntime fp32 (gated) and max|d| (recorded). A self-check
+    whose fp32 output is degenerate (all zeros, a constant, non-finite) fails: it cannot judge the engine.
+    With `floor` (the fp16 floor graph's outputs, `rkaudio.gates.fp16_floor`): its SNR against the same reference and
+    the gap to the simulator are recorded, and the gap is gated (`fp16_floor_gap[<output>]`)."""
+    from rkaudio.gates.fp16_floor import floor_gap, floor_gap_verdict
+    from rkaudio.gates.snr import snr_verdict
+    from rkaudio.board.numeric import degenerate_reference, max_abs, snr_db
+
+    verdicts, figures = [], {}
+    for name, ref in reference.items():
+        snr, worst = snr_db(ref, simulated[name]), max_abs(ref, simulated[name])
+        figures[name] = {"snr_db": snr, "max_abs": worst}
+        verdicts.append(snr_verdict(f"simulator_snr[{name}]", ref, simulated[name], min_snr_db,
+                                    f"max|d| {worst:.3g} vs onnxruntime fp32", full_scale=None))
+        if floor is not None and name in floor:
+            floor_db = snr_db(ref, floor[name])
+            figures[name].update(fp16_floor_snr_db=floor_db, fp16_floor_gap_db=floor_gap(snr, floor_db))
+            if degenerate_reference(ref, full_scale=None) is None:
+                verdicts.append(floor_gap_verdict(name, snr, floor_db))
+    return verdicts, figures
+
+
+SIMULATOR_ADVICE = ("the fp16 simulator disagrees with onnxruntime fp32: look for fp16 overflow (inf) or "
+                    "precision loss (large constants, long reductions) in the graph, or lower the threshold "
+                    "(min_simulator_snr_db, --min-snr) if the family's own gate accepts it")
+
+
+def host_references(model, reference_onnx: Path, feeds: dict) -> tuple[dict, dict]:
+    """onnxruntime fp32 of `reference_onnx` and of the fp16 floor graph of `model` (the engine graph) on `feeds`,
+    one session at a time (the floor costs one more host run of the graph: seconds on the default engines)."""
+    from rkaudio.gates.fp16_floor import fp16_rounded
+    from rkaudio.host.backends import OnnxBackend
+
+    with OnnxBackend(Path(reference_onnx)) as reference_graph:
+        reference = reference_graph.run(feeds)
+    with OnnxBackend(fp16_rounded(model)) as floor_graph:
+        floor = floor_graph.run(feeds)
+    return reference, floor
+
+
+def simulator_advice(verdicts: list[Verdict], figures: dict, min_snr_db: float, culprits: list[str],
+                     family: str | None = None) -> dict:
+    """Verdict name -> advice for the simulator gates: which of "the conversion lost fidelity" and "these
+    weights are fp16-sensitive" the figures say, with the layers where the error grows when known."""
+    from rkaudio.gates.fp16_floor import simulator_advice as floor_advice
+    from rkaudio.board.numeric import DEGENERATE_ADVICE
+
+    advice = {}
+    gap_passed = {v.name[len("fp16_floor_gap["):-1]: v.passed for v in verdicts if v.name.startswith("fp16_floor_gap[")}
+    for verdict in verdicts:
+        output = verdict.name[verdict.name.index("[") + 1:-1]
+        figure = figures.get(output, {})
+        if verdict.degenerate:
+            advice[verdict.name] = DEGENERATE_ADVICE
+        elif "fp16_floor_snr_db" not in figure:
+            advice[verdict.name] = SIMULATOR_ADVICE
+        elif not math.isfinite(figure["fp16_floor_snr_db"]):
+            advice[verdict.name] = f"[{output}] plain fp16 of this graph is non-finite already: " + SIMULATOR_ADVICE
+        else:
+            advice[verdict.name] = floor_advice(output, figure["snr_db"], figure["fp16_floor_snr_db"],
+                                                gap_passed.get(output, True), min_snr_db,
+                                                culprits if not gap_passed.get(output, True) else (), family)
+    return advice
+
+
+def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, export_verdicts=(),
+                 reference_onnx=None, golden_feeds=()) -> EngineResult:
+    """Compile `onnx_path` for `options.target` in the converter child, gate it, write the artifacts.
+    `reference_onnx`: the fp32 graph the simulator is compared with, when the engine graph relies on fp16
+    arithmetic (e.g. a native fp16 rounding) and so cannot be its own fp32 reference; default `onnx_path`.
+    `golden_feeds`: more inputs to run in the same simulator session (the engine calls of an end-to-end golden),
+    with the self-check; their outputs come back in `golden_simulator_outputs`."""
+    import numpy as np
+
+    from rkaudio.core.contract import fed_inputs, get_contract
+    from rkaudio.core import manifest
+    from rkaudio.gates import board_time, fp16_range, layer_table, regtask
+    from rkaudio.core.onnx_graph import load_model, weightless
+    onnx_path, out_dir = Path(onnx_path), Path(out_dir)
+    model = load_model(onnx_path)  # missing, unreadable, truncated or NaN-carrying: one SetupError line
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = onnx_path.stem
+    final_rknn, final_manifest = out_dir / engine_name(onnx_path), out_dir / manifest_name(onnx_path)
+    log_path = out_dir / build_log_name(onnx_path)
+    partial_rknn = out_dir / f".{final_rknn.name}.partial"
+    for stale in (final_rknn, final_manifest, partial_rknn):
+        stale.unlink(missing_ok=True)
+
+    constants = fp16_range.fp16_constants_verdict(model)
+    if not constants.passed:  # fail before a compile that can take minutes
+        raise GateFailure([constants], advice=fp16_range.ADVICE, context=f"{stem} for {options.target}")
+
+    contract = get_contract(model)
+    sets = shape_sets(contract)  # an engine of several shape sets (a dynamic ladder): every figure per set
+    set_names = [keyed("", number) for number in range(len(sets))] or [""]  # the suffix of each set's tensors
+    feeds, reference, floor = None, {}, {}
+    if selfcheck is not None:
+        with np.load(selfcheck) as data:
+            stored = {name: data[name] for name in data.files}
+        feeds = [checked_feeds(graph_io(model, entry)[0], of_set(stored, number) if sets else stored,
+                               f"self-check {selfcheck} (keys: the ONNX input names"
+                               + (f", @{number} for shape set {number})" if sets else ")"))
+                 for number, entry in enumerate(sets or [None])]
+        # The host figures first (fp32 reference and fp16 floor), so the child's session can stay open for a
+        # per-layer analysis when the simulator gates fail.
+        for suffix, set_feeds in zip(set_names, feeds):
+            set_reference, set_floor = host_references(model, Path(reference_onnx or onnx_path), set_feeds)
+            reference.update({name + suffix: value for name, value in set_reference.items()})
+            floor.update({name + suffix: value for name, value in set_floor.items()})
+    # From here on the build reads the graph's names and I/O only; the child loads its own copy of the weights.
+    model = weightless(model)
+    simulator_figures, sim_verdicts, sim_advice, layer_note = {}, [], {}, ""
+    try:
+        child = ConverterChild(onnx_path, options.target, options.toolkit, log_path, rknn_path=partial_rknn,
+                               simulate=feeds is not None, timeout_s=options.timeout_s)
+        with child:
+            child.wait_ready()
+            if feeds is not None:
+                simulated = {name + suffix: value for suffix, set_feeds in zip(set_names, feeds)
+                             for name, value in child.run(set_feeds).items()}
+                golden_simulated = [child.run(checked_feeds(_set_inputs(model, sets, extra), extra,
+                                                            "an end-to-end golden call"))
+                                    for extra in golden_feeds]
+                sim_verdicts, simulator_figures = simulator_verdicts(reference, simulated, options.min_simulator_snr_db,
+                                                                     floor)
+                culprits = []
+                if options.layer_table_on_failure and any(not v.passed and not v.degenerate
+                                                          for v in sim_verdicts):  # where is it lost?
+                    culprits, layer_note = _layer_culprits(child, feeds[-1], model, reference_onnx is not None)
+                sim_advice = simulator_advice(sim_verdicts, simulator_figures, options.min_simulator_snr_db,
+                                              culprits, contract.get("family"))
+            inputs, outputs = child.inputs, child.outputs
+        if not partial_rknn.is_file():
+            raise BuildError("export", "the child finished but wrote no engine", log_tail(log_path), log_path)
+        build_stats = {"peak_rss_bytes": child.peak_rss_bytes, "stage_peak_rss_bytes": child.stage_peak_rss_bytes,
+                       "reproducible": "byte-identical builds (MALLOC_PERTURB_ in the compiler child)"}
+
+        log_text = log_path.read_text(errors="replace")
+        try:
+            parts = layer_table.shape_set_logs(log_text, sets) if sets else [log_text]
+            tables = [layer_table.parse_layer_table(part) for part in parts]
+        except ValueError as error:
+            raise BuildError("parse log", str(error), log_tail(log_path), log_path) from None
+        regtask_reports = [regtask.parse_regtask(part) for part in parts]
+        verdicts = [*export_verdicts, constants]
+        advice = {}
+        for suffix, report, table in zip(set_names, regtask_reports, tables):  # REGTASK and CPU ops per shape set
+            verdicts.append(_for_set(regtask.regtask_verdict(report, options.max_regtask_lines), suffix))
+            advice[verdicts[-1].name] = regtask.ADVICE
+            if options.fail_on_cpu_ops:
+                verdicts.append(_for_set(layer_table.cpu_ops_verdict(table), suffix))
+                advice[verdicts[-1].name] = layer_table.ADVICE
+        if options.reproduce:
+            verdicts.append(reproduce_verdict(onnx_path, options, partial_rknn, out_dir))
+            advice[verdicts[-1].name] = REPRODUCE_ADVICE
+        verdicts += sim_verdicts
+        advice.update(sim_advice)
+        failed = [v for v in verdicts if not v.passed]
+        if failed:
+            hints = list(dict.fromkeys(advice[v.name] for v in failed if v.name in advice))
+            raise GateFailure(failed, advice="; ".join(hints) + layer_note, context=f"{stem} for {options.target}",
+                              extra={"simulator": simulator_figures})
+
+        os.replace(partial_rknn, final_rknn)
+        per_set = []
+        for entry, report, table in zip(sets or [None], regtask_reports, tables):
+            set_inputs, set_outputs = graph_io(model, entry) if entry else (inputs, outputs)
+            fed = fed_inputs([spec.to_json() for spec in set_inputs], contract)
+            returned = [spec.to_json() for spec in set_outputs]
+            per_set.append((fed, returned, report, table, board_time.predict(
+                board_time.CallFigures.from_table(table, fed, returned), options.target)))
+        fed, returned, regtask_report, table, predicted = per_set[-1]  # a dynamic engine's largest set
+        data = manifest.build_manifest(
+            contract=contract,
+            target=options.target, toolkit=options.toolkit, inputs=fed, outputs=returned,
+            onnx_path=onnx_path, rknn_path=final_rknn, build_log=log_path, regtask_report=regtask_report,
+            table=table, verdicts=verdicts, simulator=simulator_figures, build_stats=build_stats,
+            predicted_board_ms=predicted,
+            shape_sets=[manifest.shape_set_entry(entry, *figures) for entry, figures in zip(sets, per_set)])
+        manifest.write_manifest(final_manifest, data)
+    except BaseException:
+        partial_rknn.unlink(missing_ok=True)
+        final_rknn.unlink(missing_ok=True)
+        final_manifest.unlink(missing_ok=True)
+        raise
+    return EngineResult(final_rknn, final_manifest, log_path, data, verdicts,
+                        simulated if feeds is not None else {}, reference,
+                        golden_simulated if feeds is not None else [])
+
+
+def _for_set(verdict: Verdict, suffix: str) -> Verdict:
+    """A gate of one shape set of a dynamic engine, named `<gate>@<set>` (unchanged for a fixed-shape engine)."""
+    from dataclasses import replace
+
+    return replace(verdict, name=verdict.name + suffix) if suffix else verdict
+
+
+def _set_inputs(model, sets: list[dict], feeds: dict) -> list:
+    """The input specs of the shape set `feeds` has the shapes of (the engine's own for a fixed-shape engine)."""
+    import numpy as np
+
+    from rkaudio.toolkit.session import graph_io
+
+    if not sets:
+        return graph_io(model)[0]
+    number = matching_set(sets, {name: np.shape(value) for name, value in feeds.items()}, "an end-to-end golden call")
+    return graph_io(model, sets[number])[0]
+
+
+def _layer_culprits(child, feeds: dict, model, fp16_maths: bool) -> tuple[list[str], str]:
+    """The top rows of the per-layer analysis (`convert diagnose`) in the build's own child session, as
+    (short names for the message, the printed table); an analysis that fails is said, never raised."""
+    from rkaudio.core.contract import get_contract
+    from rkaudio.gates.layer_error import TOP_ROWS, culprits, format_rows, ranked
+
+    try:
+        rows = analyse_in_child(child, feeds, model, get_contract(model).get("stages"))
+    except (BuildError, OSError, ValueError, KeyError) as error:
+        return [], f"\n  (per-layer analysis unavailable: {str(error).splitlines()[0]})"
+    table = "\n".join("    " + line for line in format_rows(ranked(rows, TOP_ROWS)))
+    caveat = ("\n    (this graph relies on fp16 maths: the toolkit's golden is the engine graph in fp32, not its "
+              "fp32 twin)") if fp16_maths else ""
+    return culprits(rows, 3), (f"\n  the {TOP_ROWS} layers adding the most noise (dB vs the toolkit's fp32 golden):\n"
+                               + table + caveat)
+
+
+REPRODUCE_ADVICE = ("two compiles of the same ONNX gave different engines: the compiler child's environment lost "
+                    "MALLOC_PERTURB_ (rkaudio/toolkit/session.py), or this toolkit version has a new source of variation")
+
+
+def compile_only(onnx_path: Path, options: BuildOptions, rknn_path: Path) -> Path:
+    """One more compile of `onnx_path` into `rknn_path` (no simulator, no gates): what `--reproduce` compares."""
+    with ConverterChild(Path(onnx_path), options.target, options.toolkit, None, rknn_path=Path(rknn_path),
+                        simulate=False, timeout_s=options.timeout_s) as child:
+        child.wait_ready()
+    return Path(rknn_path)
+
+
+def differing_bytes(first: Path, second: Path) -> int:
+    """Bytes that differ between two files (a length difference counts in full)."""
+    import numpy as np
+
+    a, b = (np.frombuffer(Path(p).read_bytes(), np.uint8) for p in (first, second))
+    common = min(a.size, b.size)
+    return int(np.count_nonzero(a[:common] != b[:common])) + abs(a.size - b.size)
+
+
+def reproduce_verdict(onnx_path: Path, options: BuildOptions, engine: Path, out_dir: Path) -> Verdict:
+    """Compile again and compare: 0 differing bytes passes."""
+    from rkaudio.board.files import sha256_file
+    from rkaudio.board.verdict import at_most
+
+    again = compile_only(onnx_path, options, Path(out_dir) / f".{Path(engine).name}.again")
+    try:
+        changed = differing_bytes(engine, again)
+        detail = f"sha256 {sha256_file(engine)[:12]} vs {sha256_file(again)[:12]} of a second compile"
+    finally:
+        again.unlink(missing_ok=True)
+    return at_most("reproducible", changed, 0, "bytes", detail)
