@@ -25,7 +25,7 @@ help:
 	@echo "make engines TARGET=rk3588 [ONLY=pkg]  build every recipe whose checkpoint is present into dist/<target>/"
 	@echo "make test                              create the venvs if missing, run the test suite"
 	@echo "make test-quick                        the same without the slow tests (real-size or real-checkpoint engines)"
-	@echo "make bench NAME=<bench>                run bench/<bench>.py (table + bench/results/<bench>.json)"
+	@echo "make bench NAME=<bench> [ARGS=...]     run bench/<bench>.py (table + bench/results/<bench>.json); ARGS=--help: its options"
 
 venvs: venv-export venv-convert
 
@@ -50,8 +50,8 @@ test test-quick: venv-export
 	  if [ $$status -eq 5 ]; then echo "make $@: pytest collected no tests (exit 5)" >&2; fi; exit $$status
 
 bench: venvs
-	@test -n "$(NAME)" || { echo "usage: make bench NAME=<name>  (bench/<name>.py)" >&2; exit 2; }
-	$(EXPORT_PY) bench/run.py $(NAME)
+	@test -n "$(NAME)" || { echo "usage: make bench NAME=<name> [ARGS=\"<options>\"]  (bench/<name>.py)" >&2; exit 2; }
+	$(EXPORT_PY) bench/run.py $(NAME) $(ARGS)
 
 clean-venvs:
 	rm -rf $(VENV_DIR)

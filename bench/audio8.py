@@ -2,17 +2,14 @@
 bytes per token per K/V bucket, K/V migration copy costs, peak RSS, and with --build the engine bytes,
 estimated cycles, CPU ops and REGTASK lines per graph.
 
-    AUDIO8_BENCH_ARGS="[--real-shape] [--build rk3576] [--out /tmp/audio8/bench]" make bench NAME=audio8
+    make bench NAME=audio8 ARGS="[--real-shape] [--build rk3576] [--out /tmp/audio8/bench]"
 
 Weights are random (no checkpoint here); --real-shape uses the published shapes, so timings and engine
 figures are those of the real graphs. The harness writes bench/results/audio8.json."""
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import resource
-import shlex
 import time
 from pathlib import Path
 
@@ -270,10 +267,10 @@ def _write_layouts_markdown(rows: list[dict], config_name: str, args) -> None:
     print(f"wrote {path}")
 
 
-def main() -> list[dict]:
-    """Rows for the harness (`make bench NAME=audio8`); options come from AUDIO8_BENCH_ARGS, e.g.
-    AUDIO8_BENCH_ARGS="--real-shape --build rk3576" (the harness passes no argv)."""
-    parser = argparse.ArgumentParser(prog="AUDIO8_BENCH_ARGS", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    parser = run.parser(__file__, __doc__)
     parser.add_argument("--real-shape", action="store_true", help="the published shapes (random weights)")
     parser.add_argument("--build", metavar="TARGET", help="also compile every graph for TARGET")
     parser.add_argument("--toolkit", default="2.3.2")
@@ -285,7 +282,7 @@ def main() -> list[dict]:
     parser.add_argument("--skip-host", action="store_true", help="no onnxruntime timings (engine figures only)")
     parser.add_argument("--layouts", action="store_true", help="measure the decoder step layouts (issue #17 item 3) "
                         "instead of the export: calls, bytes, host ms and (with --build) cycles per token")
-    args = parser.parse_args(shlex.split(os.environ.get("AUDIO8_BENCH_ARGS", "")))
+    args = parser.parse_args(argv)
 
     from rkaudio.families.audio8 import model as M
     from rkaudio.families.audio8.export import export_all
@@ -316,3 +313,9 @@ def main() -> list[dict]:
         rows += [{"config": config_name, "part": f"engine {args.build}/{args.toolkit}", **row}
                  for row in build_all(args.out, plan, args.build, args.toolkit)]
     return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

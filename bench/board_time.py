@@ -1,4 +1,5 @@
-"""Fit the board-time model (rkaudio/gates/board_time.py) to the spec's board measurements, and report how well it holds.
+"""Fit the board-time model (rkaudio/gates/board_time.py) to the spec's board measurements, and report how well
+it holds.
 
 Each calibration point is a board figure from the spec (shared/spec/rknn-decoder-path.md and
 audio8-asr-kv-buckets.zh.md) and the engines rebuilt the way the spec built them: same window, batch, sine form and
@@ -11,27 +12,23 @@ constants fitted without it. Writes bench/results/board_time.{md,json,png} and r
 (what the manifests' `predicted_board_ms` uses). RK3566 has no board figure: its constants are RK3588's, scaled
 under the assumption stated in the JSON.
 
-Engines are built (or reused) under BOARD_TIME_WORK (default /tmp/bench-board-time, one folder per engine). The
-real-shape Qwen3 B=64 step and the Audio8 graphs are long builds (about 20 and 15 min, 8.5 and 5.1 GB): point
-BOARD_TIME_WORK at a folder that has them to refit only. `python bench/board_time.py` refits from the last JSON's
-figures without building."""
+Engines are built (or reused) under --work (default /tmp/bench-board-time, one folder per engine). The real-shape
+Qwen3 B=64 step and the Audio8 graphs are long builds (about 20 and 15 min, 8.5 and 5.1 GB): point --work at a
+folder that has them to refit only. --refit refits from the figures of bench/results/board_time.json without
+building."""
 from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rkaudio.gates.board_time import CONSTANTS_FILE, TERMS, CallFigures, Constants
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from rkaudio.gates.board_time import CONSTANTS_FILE, TERMS, CallFigures, Constants  # noqa: E402
-
 RESULTS = Path(__file__).resolve().parent / "results"
 TOOLKIT = "2.3.2"
-WORK = Path(os.environ.get("BOARD_TIME_WORK", "/tmp/bench-board-time"))
 
 # Public figures for the terms the board data cannot pin (see the module docstring of rkaudio/gates/board_time.py).
 CLOCK_GHZ = 1.0  # RK3588 NPU clock (TRM, as quoted publicly): 1 estimated cycle = 1 ns
@@ -41,7 +38,7 @@ DISPATCH_MS_PER_LAYER = 0.006  # nsbb/rknn-stt on an RK3588: about 6 us per laye
 @dataclass(frozen=True)
 class Engine:
     """One engine of a calibration point and how many calls of it the measured unit makes."""
-    key: str  # folder under WORK
+    key: str  # folder under the work directory
     calls: int = 1
 
 
@@ -114,12 +111,14 @@ def _figures(directory: Path, calls: int) -> dict:
     return {name: value * calls for name, value in figures.items()}
 
 
-def _build(key: str, out: Path) -> None:
-    """Export and compile one calibration engine into `out`, every gate recording only (the figure is the point)."""
+def _build(key: str, work: Path) -> None:
+    """Export and compile one calibration engine into `work`/`key`, every gate recording only (the figure is the
+    point)."""
     from rkaudio.engine.build import BuildOptions, build_engine
 
     options = BuildOptions("rk3576" if key.startswith("audio8") else "rk3588", TOOLKIT, max_regtask_lines=10**9,
                            fail_on_cpu_ops=False, min_simulator_snr_db=-math.inf)
+    out = work / key
     if key == "piper_decoder_w93_c24":
         from rkaudio.families.piper import decoder
 
@@ -141,7 +140,7 @@ def _build(key: str, out: Path) -> None:
     elif key == "qwen3_b64":
         _build_qwen3(out, options)
     elif key.startswith("audio8_"):
-        _build_audio8(options)
+        _build_audio8(options, work)
     else:
         raise ValueError(f"no calibration engine {key!r}")
 
@@ -162,9 +161,9 @@ def _build_qwen3(out: Path, options) -> None:
     build_engine(onnx_path, out, options)
 
 
-def _link(source: Path, stem: str, key: str) -> None:
-    """WORK/<key>/ with links to `source`'s <stem>.manifest.json and <stem>.build.log (one engine per folder)."""
-    folder = WORK / key
+def _link(source: Path, stem: str, work: Path, key: str) -> None:
+    """`work`/<key>/ with links to `source`'s <stem>.manifest.json and <stem>.build.log (one engine per folder)."""
+    folder = work / key
     folder.mkdir(parents=True, exist_ok=True)
     for suffix in (".manifest.json", ".build.log"):
         link = folder / f"{stem}{suffix}"
@@ -172,7 +171,7 @@ def _link(source: Path, stem: str, key: str) -> None:
         link.symlink_to(source / f"{stem}{suffix}")
 
 
-def _build_audio8(options) -> None:
+def _build_audio8(options, work: Path) -> None:
     """Every Audio8 calibration engine at once, real shape (random weights, seed 0), rk3576: the encoder, the
     adapter (T100), the prefill and the head shards from `convert audio8`'s export, and the spec's split step
     (per layer a K/V projection and a block over bucket 128) from bench/audio8.py's layouts."""
@@ -180,11 +179,10 @@ def _build_audio8(options) -> None:
     from rkaudio.families.audio8 import model as M
     from rkaudio.families.audio8.export import export_all
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import audio8 as audio8_bench
 
     model = M.build_random(M.real_shape_config(), seed=0)
-    graphs, engines = WORK / "audio8_graphs", WORK / "audio8_graphs" / "engines"
+    graphs, engines = work / "audio8_graphs", work / "audio8_graphs" / "engines"
     plan = export_all(model, graphs, [128], 8)
     wanted = {"encoder": "audio8_encoder", "adapter": "audio8_adapter_t100", "prefill": "audio8_prefill",
               **{f"head_{i}": f"audio8_head_{i}" for i in range(8)}}
@@ -192,22 +190,22 @@ def _build_audio8(options) -> None:
         stem = entry["onnx"].removesuffix(".onnx")
         if stem in wanted:
             build_engine(graphs / entry["onnx"], engines, options)
-            _link(engines, stem, wanted[stem])
-    layouts = WORK / "audio8_layouts"
+            _link(engines, stem, work, wanted[stem])
+    layouts = work / "audio8_layouts"
     audio8_bench.step_layouts(model, layouts, [128], 1, 8, options.target, options.toolkit)
     for i in range(8):
         for stem in (f"kv_l{i}", f"block_l{i}_s128"):
-            _link(layouts / f"engines_{options.target}", stem, f"audio8_{stem}")
+            _link(layouts / f"engines_{options.target}", stem, work, f"audio8_{stem}")
 
 
-def collect(selected: list[Point]) -> list[Point]:
+def collect(selected: list[Point], work: Path) -> list[Point]:
     for point in selected:
         total: dict = {}
         for engine in point.engines:
-            directory = WORK / engine.key
+            directory = work / engine.key
             if not list(directory.glob("*.manifest.json")):
                 print(f"building {engine.key} ...", flush=True)
-                _build(engine.key, directory)
+                _build(engine.key, work)
             for name, value in _figures(directory, engine.calls).items():
                 total[name] = total.get(name, 0) + value
         point.figures = total
@@ -354,9 +352,9 @@ def report(socs: dict, rows: list[dict]) -> str:
                        *(f"{t}_ms" for t in TERMS))}} for r in rows]
     constants = [{"soc": soc, **{k: f"{v:.4g}" for k, v in entry["constants"].items()},
                   "fitted": ",".join(entry["fitted"]) or "-"} for soc, entry in socs.items()]
-    text = ["Board-time model (rkaudio/gates/board_time.py) fitted to the spec's board figures (bench/board_time.py, toolkit "
-            f"{TOOLKIT}). Terms: compute = cycles x ms_per_cycle; elementwise = RW MB of the layers the table costs "
-            "at 0 cycles x ms_per_elementwise_mb; dispatch = layers x ms_per_layer; call_io = tensors x "
+    text = ["Board-time model (rkaudio/gates/board_time.py) fitted to the spec's board figures (bench/board_time.py, "
+            f"toolkit {TOOLKIT}). Terms: compute = cycles x ms_per_cycle; elementwise = RW MB of the layers the table "
+            "costs at 0 cycles x ms_per_elementwise_mb; dispatch = layers x ms_per_layer; call_io = tensors x "
             "ms_per_io_tensor + fp32 I/O MB x ms_per_io_mb; cpu_ops = RW MB of the ops on the CPU x ms_per_cpu_mb. "
             "The `fitted` column names what each SoC's board data fitted; the rest are public figures (ms_per_cycle "
             "1 GHz on the RK3588, ms_per_layer 6 us: nsbb/rknn-stt) or borrowed from the other SoC (bench/board_time.py "
@@ -371,25 +369,42 @@ def report(socs: dict, rows: list[dict]) -> str:
     return "\n".join(text) + "\n"
 
 
+# the constants file's "regenerate" key (rkaudio.gates.board_time reads "socs" only)
+REGENERATE = ("make bench NAME=board_time (ARGS=--refit: from the figures of bench/results/board_time.json, "
+              "no build); see bench/results/board_time.md")
+
+
 def write(socs: dict, rows: list[dict]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "board_time.md").write_text(report(socs, rows))
     plot(rows, RESULTS / "board_time.png")
     CONSTANTS_FILE.write_text(json.dumps({
-        "written_by": "bench/board_time.py (make bench NAME=board_time); see bench/results/board_time.md",
+        "regenerate": REGENERATE,
         "socs": {soc: {"constants": entry["constants"], "basis": entry["basis"], "fitted": entry["fitted"]}
                  for soc, entry in socs.items()}}, indent=2) + "\n")
 
 
-def main() -> list[dict]:
-    socs, rows = evaluate(collect(points()))
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    parser = run.parser(__file__, __doc__)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-board-time"), metavar="DIR",
+                        help="where the calibration engines are built, or found (one folder per engine)")
+    parser.add_argument("--refit", action="store_true",
+                        help="refit from the figures of bench/results/board_time.json, building nothing")
+    options = parser.parse_args(argv)
+    if options.refit:
+        last = json.loads((RESULTS / "board_time.json").read_text())
+        by_name = {r["point"]: r["figures"] for r in last["rows"]}
+        selected = [replace(p, figures=by_name[p.name]) for p in points() if p.name in by_name]
+    else:
+        selected = collect(points(), options.work)
+    socs, rows = evaluate(selected)
     write(socs, rows)
     return [{**row, "constants": socs[row["target"]]["constants"]} for row in rows]
 
 
-if __name__ == "__main__":  # refit from the last JSON's figures (bench/run.py writes it), no build
-    last = json.loads((RESULTS / "board_time.json").read_text())
-    by_name = {r["point"]: r["figures"] for r in last["rows"]}
-    socs, rows = evaluate([replace(p, figures=by_name[p.name]) for p in points() if p.name in by_name])
-    write(socs, rows)
-    print((RESULTS / "board_time.md").read_text())
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

@@ -1,18 +1,17 @@
 """One engine per ladder (issue 28): every ladder-shaped recipe cell built twice, `ladder = "static"` (one engine per
 rung) and `ladder = "dynamic"` (one engine for every rung's shapes, rkaudio/pipeline/ladder.py), from random weights
-of LADDER_SHAPE ("small", the tests' models, by default; "real" by hand, one cell at a time: LADDER_CELLS=
-package[.component]:target,...) or the recipe's own checkpoint where this machine has it (Piper's voice).
+of --shape ("small", the tests' models, by default; "real" by hand, one cell at a time: --cells
+package[.component]:target ...) or the recipe's own checkpoint where this machine has it (Piper's voice).
 
 Per cell: the ladder's engine bytes both ways and the whole package's (every engine of the part), the compile's peak
 RSS both ways; per shape set: the dynamic engine's figures from its own layer table against the static engine of
 the same rung (est. cycles ratio, simulator SNR and fp16-floor gap differences, CPU ops and REGTASK lines, predicted
 board ms). Gates are the recipe's; a build that fails one is a row naming the failed gates. Writes
-bench/results/dynamic_ladder.md (bench/run.py writes the JSON)."""
+bench/results/dynamic_ladder.md, or dynamic_ladder_<shape>-shape.md past the small shape (bench/run.py writes the
+JSON)."""
 from __future__ import annotations
 
 import copy
-import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -23,20 +22,19 @@ from rkaudio.board.shapes import set_contracts
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SHAPE = os.environ.get("LADDER_SHAPE", "small")
 # (package, component, target): the ladder of every family that has one, on the first target its recipe ships
 CELLS = (("example_conv", "conv", "rk3588"), ("cosyvoice3_flow_0_5b", "flow", "rk3588"),
          ("audio8_asr_0_1b", "asr", "rk3576"), ("qwen3_tts_0_6b_base_speech_decoder", "speech_decoder", "rk3588"),
          ("piper_joe_medium", "duration_encoder", "rk3588"))
 
 
-def chosen_cells() -> list[tuple[str, str, str]]:
-    """LADDER_CELLS (`package.component:target`, comma-separated) or every cell of CELLS."""
-    wanted = os.environ.get("LADDER_CELLS")
+def chosen_cells(wanted: list[str] | None) -> list[tuple[str, str, str]]:
+    """The cells `wanted` names (`package[.component]:target` each; the component defaults to the package's in
+    CELLS, the target to rk3588), or every cell of CELLS."""
     if not wanted:
         return list(CELLS)
     cells = []
-    for item in wanted.split(","):
+    for item in wanted:
         where, _, target = item.partition(":")
         package, _, component = where.partition(".")
         default = next((c for p, c, _ in CELLS if p == package), None)
@@ -52,11 +50,11 @@ def with_ladder(recipe: dict, component: str, ladder: str) -> dict:
     return changed
 
 
-def build(recipe: dict, component: str, target: str, work: Path):
+def build(recipe: dict, component: str, target: str, work: Path, shape: str):
     """(results, failed gates or None) of one build of the cell."""
     family = declaration(recipe["family"])
     try:
-        results, _ = recipes.build_cell(recipe, component, target, DEFAULT_TOOLKIT, work, family, SHAPE,
+        results, _ = recipes.build_cell(recipe, component, target, DEFAULT_TOOLKIT, work, family, shape,
                                         random_weights=family.random_source is not None)
         return results, None
     except GateFailure as failure:
@@ -67,14 +65,15 @@ def ladder_key(contract: dict) -> tuple:
     return contract.get("role"), contract.get("ladder_key"), (contract.get("chain") or {}).get("part", 0)
 
 
-def cell_rows(package: str, component: str, target: str) -> list[dict]:
+def cell_rows(package: str, component: str, target: str, shape: str) -> list[dict]:
     recipe = recipes.load_recipe(recipes.RECIPES_DIR / f"{package}.toml", declaration)
-    cell = {"package": package, "component": component, "target": target, "shape": SHAPE}
+    cell = {"package": package, "component": component, "target": target, "shape": shape}
     built = {}
     with tempfile.TemporaryDirectory(prefix="bench-ladder-") as scratch:
         for ladder in ("static", "dynamic"):
             print(f"  {package}.{component} {target} {ladder} ...", flush=True)
-            results, failed = build(with_ladder(recipe, component, ladder), component, target, Path(scratch) / ladder)
+            results, failed = build(with_ladder(recipe, component, ladder), component, target, Path(scratch) / ladder,
+                                    shape)
             if failed:
                 return [{**cell, "status": f"{ladder} FAILED: {failed}"}]
             built[ladder] = [r.manifest_data for r in results]
@@ -108,9 +107,9 @@ def cell_rows(package: str, component: str, target: str) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], shape: str) -> str:
     lines = ["# One engine per ladder: static rungs against one dynamic engine", "",
-             f"Random weights of the {SHAPE} shape (Piper: its voice), toolkit {DEFAULT_TOOLKIT}, the recipe's gates. "
+             f"Random weights of the {shape} shape (Piper: its voice), toolkit {DEFAULT_TOOLKIT}, the recipe's gates. "
              "Per shape set, the dynamic engine's own layer table against the static engine of the same rung.", "",
              "| cell | set | role/key | ladder bytes static -> dynamic | package engines static -> dynamic | "
              "cycles ratio | SNR change (dB) | floor gap change (dB) | CPU ops s/d | REGTASK s/d | predicted ms s/d |",
@@ -130,13 +129,23 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> list[dict]:
-    rows = [row for cell in chosen_cells() for row in cell_rows(*cell)]
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    parser = run.parser(__file__, __doc__)
+    parser.add_argument("--shape", choices=("small", "real"), default="small",
+                        help="the random weights' shape (default: small, the tests' models)")
+    parser.add_argument("--cells", nargs="+", metavar="PACKAGE[.COMPONENT]:TARGET",
+                        help="only these cells (default: every cell of CELLS)")
+    options = parser.parse_args(argv)
+    rows = [row for cell in chosen_cells(options.cells) for row in cell_rows(*cell, options.shape)]
     RESULTS.mkdir(exist_ok=True)
-    name = "dynamic_ladder" if SHAPE == "small" else f"dynamic_ladder_{SHAPE}-shape"
-    (RESULTS / f"{name}.md").write_text(markdown(rows))
+    name = "dynamic_ladder" if options.shape == "small" else f"dynamic_ladder_{options.shape}-shape"
+    (RESULTS / f"{name}.md").write_text(markdown(rows, options.shape))
     return rows
 
 
 if __name__ == "__main__":
-    sys.exit("run it through bench/run.py: make bench NAME=dynamic_ladder")
+    import run
+
+    run.script(__file__)

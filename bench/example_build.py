@@ -15,7 +15,10 @@ FRAMES = (64, 1024, 8192)
 TARGET = "rk3588"
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    run.parser(__file__, __doc__).parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-example-") as scratch:
         for toolkit in SUPPORTED_TOOLKITS:
@@ -36,3 +39,9 @@ def main() -> list[dict]:
                     "simulator_snr_db": min(v.value for v in result.verdicts if v.name.startswith("simulator_snr")),
                 })
     return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

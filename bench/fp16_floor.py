@@ -1,13 +1,13 @@
-"""The simulator SNR, the host fp16 floor (`rkaudio.gates.fp16_floor`) and their gap, per output of every default engine.
+"""The simulator SNR, the host fp16 floor (`rkaudio.gates.fp16_floor`) and their gap, per output of every default
+engine.
 
 Reads what `convert engines` keeps in `work/dist/<target>/<package>/` (each engine's ONNX, self-check, fp32
-twin and manifest; `BENCH_WORK_DIST` points elsewhere): the simulator figure is the manifest's (measured at build
+twin and manifest; --work-dist points elsewhere): the simulator figure is the manifest's (measured at build
 on the same ONNX, whose sha256 is checked), the floor is measured here on the host, so no engine is rebuilt.
 A manifest written since the floor exists carries its own floor too (`floor_at_build_db`)."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -21,21 +21,25 @@ from rkaudio.gates.fp16_floor import FLOOR_MARGIN_DB, floor_gap
 from rkaudio.board.files import sha256_file
 from rkaudio.board.numeric import snr_db
 
-TARGET = os.environ.get("BENCH_TARGET", "rk3588")
-WORK_DIST = Path(os.environ.get("BENCH_WORK_DIST", Path("work") / "dist" / TARGET))
 
-
-def engines(work_dist: Path = WORK_DIST):
+def engines(work_dist: Path):
     """(package, manifest path, manifest) of every engine under work_dist, package by package."""
     for manifest_path in sorted(work_dist.glob("*/*.manifest.json")):
         yield manifest_path.parent.name, manifest_path, json.loads(manifest_path.read_text())
 
 
-def main() -> list[dict]:
-    if not WORK_DIST.is_dir():
-        raise SystemExit(f"no {WORK_DIST}: run `convert engines --target {TARGET}` first (or set BENCH_WORK_DIST)")
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    parser = run.parser(__file__, __doc__)
+    parser.add_argument("--target", default="rk3588", help="whose engines work/dist/<target> holds (default: rk3588)")
+    parser.add_argument("--work-dist", type=Path, metavar="DIR", help="default: work/dist/<target>")
+    options = parser.parse_args(argv)
+    work_dist = options.work_dist or Path("work") / "dist" / options.target
+    if not work_dist.is_dir():
+        raise SystemExit(f"no {work_dist}: run `convert engines --target {options.target}` first (or pass --work-dist)")
     rows = []
-    for package, manifest_path, manifest in engines():
+    for package, manifest_path, manifest in engines(work_dist):
         onnx_path = manifest_path.parent / Path(manifest["onnx"]["path"]).name
         selfcheck = selfcheck_path(onnx_path)
         if not onnx_path.is_file() or not selfcheck.is_file():
@@ -64,3 +68,9 @@ def main() -> list[dict]:
                 "host_s": round(elapsed, 1), "onnx_matches_manifest": not stale,
             })
     return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

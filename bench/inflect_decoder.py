@@ -22,9 +22,10 @@ def _timed(fn):
     return value, time.perf_counter() - started
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
     import onnx
 
+    import run
     from rkaudio.engine.build import BuildOptions, build_engine
     from rkaudio.families.inflect import CONTEXT, WINDOW, export
     from rkaudio.families.inflect import decoder as D
@@ -32,6 +33,7 @@ def main() -> list[dict]:
     from rkaudio.host.backends import OnnxBackend
     from rkaudio.core.contract import get_contract
 
+    run.parser(__file__, __doc__).parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-inflect-") as scratch:
         for cfg in (MICRO, NANO):
@@ -68,3 +70,9 @@ def main() -> list[dict]:
             row.update({f"ctx{c}_snr_db": round(snr, 1) for c, snr in table.items()})
             rows.append(row)
     return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

@@ -10,14 +10,12 @@ that holds every gate; the recipe's `stride_phase_levels` ships it. Writes bench
 (bench/run.py writes the JSON)."""
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
+import _window_sweep as sweep  # bench/ is no package: run.py puts it on sys.path
 
 from rkaudio.engine.build import BuildOptions
 from rkaudio.cli.families import declaration
@@ -107,7 +105,10 @@ def choose(rows: list[dict]) -> dict[tuple[str, str], int]:
     return chosen
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    run.parser(__file__, __doc__).parse_args(argv)
     family = declaration("inflect")
     rows = []
     with tempfile.TemporaryDirectory(prefix="rkaudio-inflect-stride-phase-") as scratch:
@@ -144,3 +145,9 @@ def report(rows: list[dict]) -> list[dict]:
         f"windows, random weights of each size, toolkit {TOOLKIT}; `chosen` = the fastest predicted level count "
         f"holding every gate\n\n```\n" + format_table([{k: r.get(k) for k in columns} for r in rows]) + "\n```\n")
     return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

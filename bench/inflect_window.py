@@ -5,21 +5,19 @@ weight / internal memory, REGTASK lines, CPU ops, the worst interior and tail SN
 and the simulator on the self-check. Writes bench/results/inflect_window.{md,png} (bench/run.py writes the JSON).
 
 No real Inflect snapshot is reachable here. The sweep's rule is the fewest predicted board ms per emitted slice
-(rkaudio/gates/board_time.py) among windows with 0 REGTASK lines, 0 CPU ops and every gate passing: on rk3576 and rk3566,
-where the multi-level polyphase form is needed, the recipes ship its 237 and 127; on rk3588 they ship the spec's
-256, where 512 ranks first (the recipes say so). Builds here use no stride-phase levels (the option's default; the
-recipes' counts come from bench/inflect_stride_phase.py at the shipped windows). On the real weights the export gates
-judge the fidelity again at build time."""
+(rkaudio/gates/board_time.py) among windows with 0 REGTASK lines, 0 CPU ops and every gate passing: on rk3576 and
+rk3566, where the multi-level polyphase form is needed, the recipes ship its 237 and 127; on rk3588 they ship the
+spec's 256, where 512 ranks first (the recipes say so). Builds here use no stride-phase levels (the option's
+default; the recipes' counts come from bench/inflect_stride_phase.py at the shipped windows). On the real weights
+the export gates judge the fidelity again at build time."""
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
+import _window_sweep as sweep  # bench/ is no package: run.py puts it on sys.path
 
 from rkaudio.pipeline import pipeline
 from rkaudio.engine.build import BuildOptions
@@ -63,10 +61,12 @@ def sweep_row(scratch: Path, official: dict, size: str, target: str, window: int
             "build_s": round(time.perf_counter() - started, 1)}
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
     from rkaudio.families.inflect.reference import export_official
     from rkaudio.release.package import format_table
 
+    run.parser(__file__, __doc__).parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="rkaudio-inflect-window-") as scratch:
         for config in (MICRO, NANO):
@@ -84,3 +84,9 @@ def main() -> list[dict]:
         f"Inflect v2 decoder window sweep (bench/inflect_window.py), Micro and Nano shapes with random weights, "
         f"context {CONTEXT}, toolkit {TOOLKIT}\n\n```\n" + format_table(rows) + "\n```\n")
     return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

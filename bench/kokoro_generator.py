@@ -5,11 +5,10 @@ from the layer table, CPU ops, REGTASK lines, sine-level SNR (the form's sin^2 a
 |alpha x| <= 20.5, the range measured on real decodes) and generator-level SNR (the simulator engine against the
 onnxruntime fp32 exact-sine graph on the same window), and each form's cycles / traffic relative to clip.
 
-`KOKORO_BENCH_WORK` names the scratch directory (default: the system temp dir)."""
+--scratch names the scratch directory (default: the system temp dir)."""
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +28,8 @@ def sine_snr_db(form: str) -> float:
     return snr_db(half_turn_sin2_reference(w, "exact"), half_turn_sin2_reference(w, form))
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
     from rkaudio.engine.build import BuildOptions, build_engine
     from rkaudio.families.kokoro.export import export
     from rkaudio.families.kokoro.graph import OUTPUT, interior
@@ -37,7 +37,10 @@ def main() -> list[dict]:
     from rkaudio.families.kokoro.verdicts import onnx_outputs
     from rkaudio.board.numeric import snr_db
 
-    work = Path(os.environ.get("KOKORO_BENCH_WORK", tempfile.gettempdir())) / "bench-kokoro-generator"
+    parser = run.parser(__file__, __doc__)
+    parser.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()), metavar="DIR",
+                        help="the engines go to its bench-kokoro-generator/ (default: the system temp dir)")
+    work = parser.parse_args(argv).scratch / "bench-kokoro-generator"
     config, state, label, _ = load_generator(None, None, work, use_cache=False)
     [exact_record] = export(config, state, label, FRAMES, work / "exact", "exact", snake_fold=True)
     options = BuildOptions(TARGET, TOOLKIT, max_regtask_lines=100_000, fail_on_cpu_ops=False, min_simulator_snr_db=0.0)
@@ -68,3 +71,9 @@ def main() -> list[dict]:
         row["cycles_vs_clip"] = round(row["est_cycles"] / clip["est_cycles"], 4)
         row["rw_vs_clip"] = round(row["rw_kb"] / clip["rw_kb"], 4)
     return rows
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

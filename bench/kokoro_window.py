@@ -18,34 +18,27 @@ the recipe's REGTASK allowance (recipes/kokoro_82m_generator.toml [gates] max_re
 lines rk3566 builds log; it was 0 here, which would refuse every rk3566 engine: W=96/128/136 each log 176; the
 rk3588 builds of 2026-12-01T16:04Z, reused, were built under 0 and logged none), so a row is gated as the shipped engine would be and regtask_lines is
 the count measured; an existing build (or refused build: it keeps the failed-gate line its own build printed,
-under that day's thresholds) under the work directory is reused. Environment: KOKORO_WINDOW_WORK (default
-/tmp/bench-kokoro-window, one <target>/w<W> per engine), KOKORO_WINDOW_TARGETS (default rk3588),
-KOKORO_WINDOW_FRAMES (default 128,200,256) and KOKORO_WINDOW_FRAMES_<TARGET> (e.g. KOKORO_WINDOW_FRAMES_RK3576:
-that target's windows instead). Writes results/kokoro_window.md (the table) and .png (matplotlib from the export
-venv, one line per target; skipped, and said, without it); bench/run.py prints the table and writes
-results/kokoro_window.json."""
+under that day's thresholds) under the work directory is reused. Options: --work (default /tmp/bench-kokoro-window,
+one <target>/w<W> per engine), --targets (default rk3588), --frames (default 128 200 256) and --target-frames
+TARGET W ... (e.g. --target-frames rk3576 205 237: that target's windows instead). Writes results/kokoro_window.md
+(the table) and .png (matplotlib from the export venv, one line per target; skipped, and said, without it);
+bench/run.py prints the table and writes results/kokoro_window.json."""
 from __future__ import annotations
 
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _window_sweep as sweep  # noqa: E402
+import _window_sweep as sweep  # bench/ is no package: run.py puts it on sys.path
 
 BASELINE = 128  # today's default window
 UTTERANCE_REPEATS = 12  # "koɲɲiʨiwa" x 12: 4 walk windows at W=256 (x 6 measured 380 frames)
 TOOLKIT = "2.3.2"
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "kokoro_82m_generator.toml"
-
-
-def _env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
 def regtask_allowance() -> int:
@@ -54,13 +47,6 @@ def regtask_allowance() -> int:
 
     recipe = tomllib.loads(RECIPE.read_text())
     return int(recipe["gates"]["max_regtask_lines"])
-
-
-def frames_for(target: str) -> list[int]:
-    """The windows swept on `target`: KOKORO_WINDOW_FRAMES_<TARGET> (e.g. KOKORO_WINDOW_FRAMES_RK3576) when set,
-    else KOKORO_WINDOW_FRAMES."""
-    default = _env_list("KOKORO_WINDOW_FRAMES", "128,200,256")
-    return [int(w) for w in _env_list(f"KOKORO_WINDOW_FRAMES_{target.upper()}", ",".join(map(str, default)))]
 
 
 def engine_dir(work: Path, target: str, frames: int) -> Path:
@@ -158,15 +144,29 @@ def fidelity(manifest: dict, engine_folder: Path, utterance: dict, plain64, full
     return out
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
     from rkaudio.families.kokoro.graph import CONTEXT, build_module, float64, prepare, run_torch
 
-    work = Path(os.environ.get("KOKORO_WINDOW_WORK", "/tmp/bench-kokoro-window"))
-    targets = _env_list("KOKORO_WINDOW_TARGETS", "rk3588")
+    parser = run.parser(__file__, __doc__)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-kokoro-window"), metavar="DIR",
+                        help="where the engines are built, or reused (one <target>/w<W> each)")
+    parser.add_argument("--targets", nargs="+", default=["rk3588"], metavar="TARGET")
+    parser.add_argument("--frames", nargs="+", type=int, default=[128, 200, 256], metavar="W",
+                        help="the windows swept on every target")
+    parser.add_argument("--target-frames", nargs="+", action="append", default=[], metavar=("TARGET", "W"),
+                        help="the windows swept on TARGET instead of --frames (repeatable)")
+    options = parser.parse_args(argv)
+    frames_for = {}
+    for target, *windows in options.target_frames:
+        if not windows or not all(w.isdigit() for w in windows):
+            parser.error(f"--target-frames {' '.join([target, *windows])}: a target, then its windows")
+        frames_for[target] = [int(w) for w in windows]
+    work = options.work
     measured_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     built = {}
-    for target in targets:  # one build at a time
-        for frames in frames_for(target):
+    for target in options.targets:  # one build at a time
+        for frames in frames_for.get(target, options.frames):
             built[target, frames] = ensure_engine(work, target, frames)
     utterance, config, state = long_utterance(work)
     plain64 = float64(prepare(build_module(config, state), "round", snake_fold=True))
@@ -208,4 +208,4 @@ def main() -> list[dict]:
 if __name__ == "__main__":
     import run
 
-    run.run("kokoro_window")
+    run.script(__file__)

@@ -106,6 +106,15 @@ def context_rows() -> list[dict]:
     return rows
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    run.parser(__file__, __doc__).parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-piper-decoder-") as scratch:
         return [*context_rows(), walk_timing(Path(scratch)), *engine_rows(Path(scratch))]
+
+
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

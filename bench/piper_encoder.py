@@ -3,14 +3,11 @@ engine bytes (and bytes / N^2, which must not grow), peak RSS of the converter c
 time, estimated cycles, RW traffic, CPU ops, REGTASK lines, the export gates and the fp16 duration drift of
 the simulator engine against fp32 on real phoneme chunks.
 
-Each width runs in its own Python process so the child RSS (getrusage of children) belongs to that build only.
-`python bench/piper_encoder.py --width N --out DIR` is that per-width worker."""
+Each width runs in its own Python process (`run.in_child`, the worker `measure`) so the child RSS (getrusage of
+children) belongs to that build only."""
 from __future__ import annotations
 
-import json
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,10 +16,12 @@ WIDTHS = (128, 192, 256, 384, 512)
 TARGET, TOOLKIT = "rk3588", "2.3.2"
 
 
-def measure(width: int, out: Path) -> dict:
+def measure(width: int, out: str) -> dict:
+    """The per-width worker: one width exported and built into `out`, its row."""
     from rkaudio.engine.build import BuildOptions, build_engine
     from rkaudio.families.piper import encoder
 
+    out = Path(out)
     voice = encoder.Voice(None)
     started = time.perf_counter()
     record = encoder.export_width(voice, width, out)
@@ -46,18 +45,21 @@ def measure(width: int, out: Path) -> dict:
     }
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    run.parser(__file__, __doc__).parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-piper-encoder-") as scratch:
         for width in WIDTHS:
-            worker = subprocess.run([sys.executable, __file__, "--width", str(width), "--out", scratch],
-                                    capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+            worker, row = run.in_child(measure, [width, scratch], capture_output=True, text=True)
             if worker.returncode != 0:
                 raise RuntimeError(f"width {width} failed:\n{worker.stderr[-3000:]}")
-            rows.append(json.loads(worker.stdout.strip().splitlines()[-1]))
+            rows.append(row)
     return rows
 
 
-if __name__ == "__main__":  # the per-width worker; `python bench/run.py piper_encoder` runs the whole table
-    arguments = dict(zip(sys.argv[1::2], sys.argv[2::2]))
-    print(json.dumps(measure(int(arguments["--width"]), Path(arguments["--out"]))))
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _window_sweep as sweep  # noqa: E402  (bench/ is no package: run.py loads benches by path)
+import _window_sweep as sweep  # bench/ is no package: run.py puts it on sys.path
 
 from rkaudio.pipeline import pipeline
 from rkaudio.engine.build import BuildOptions
@@ -114,7 +112,15 @@ def choose(rows: list[dict], budget_ms: dict[str, float]) -> dict[str, int]:
     return chosen
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    parser = run.parser(__file__, __doc__)
+    parser.add_argument("--report-only", action="store_true",
+                        help="re-report the rows of bench/results/piper_window.json (budgets, choice, table), "
+                        "building nothing")
+    if parser.parse_args(argv).report_only:
+        return report(json.loads((RESULTS / "piper_window.json").read_text())["rows"])
     with tempfile.TemporaryDirectory(prefix="rkaudio-piper-window-") as scratch:
         rows = []
         for target in TARGETS:
@@ -126,8 +132,7 @@ def main() -> list[dict]:
 
 
 def report(rows: list[dict]) -> list[dict]:
-    """Budgets and the choice per target; writes piper_window.md and .png (bench/run.py writes the JSON).
-    `python -m bench.piper_window` re-reports the last JSON's measurements without building."""
+    """Budgets and the choice per target; writes piper_window.md and .png (bench/run.py writes the JSON)."""
     from rkaudio.release.package import format_table
 
     budget_ms = budgets(rows)
@@ -155,8 +160,6 @@ def report(rows: list[dict]) -> list[dict]:
 
 
 if __name__ == "__main__":
-    last = RESULTS / "piper_window.json"
-    result = json.loads(last.read_text())
-    result["rows"] = report(result["rows"])
-    last.write_text(json.dumps(result, indent=2) + "\n")
-    print((RESULTS / "piper_window.md").read_text())
+    import run
+
+    run.script(__file__)

@@ -5,13 +5,12 @@ Rows:
   role re-decoding 25 context + 12 new frames per event, and their ratio;
 - per engine manifest: engine bytes, estimated cycles per step and per frame, CPU ops.
 
-`QWEN3_VOCODER_BENCH=real` (default) uses the real-shape config with random weights, `tiny` the test config.
-`QWEN3_VOCODER_MANIFESTS` (comma-separated `*.manifest.json`) adds engine rows from earlier builds, e.g.
-`convert qwen3-vocoder --onnx step_64.onnx --target rk3588` outputs."""
+`--config real` (default) uses the real-shape config with random weights, `tiny` the test config. `--manifests
+*.manifest.json ...` adds engine rows from earlier builds, e.g. `convert qwen3-vocoder --onnx step_64.onnx --target
+rk3588` outputs."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -70,13 +69,19 @@ def engine_rows(manifests: list[Path]) -> list[dict]:
     return rows
 
 
-def main() -> list[dict]:
-    rows = host_rows(os.environ.get("QWEN3_VOCODER_BENCH", "real"))
-    manifests = [Path(p) for p in os.environ.get("QWEN3_VOCODER_MANIFESTS", "").split(",") if p]
-    return rows + engine_rows(manifests)
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
+
+    parser = run.parser(__file__, __doc__)
+    parser.add_argument("--config", choices=("real", "tiny"), default="real",
+                        help="real: the real-shape config with random weights (default); tiny: the test config")
+    parser.add_argument("--manifests", nargs="+", type=Path, default=[], metavar="MANIFEST",
+                        help="engine manifests of earlier builds: one row each")
+    options = parser.parse_args(argv)
+    return host_rows(options.config) + engine_rows(options.manifests)
 
 
 if __name__ == "__main__":
-    from rkaudio.release.package import format_table
+    import run
 
-    print(format_table(main()))
+    run.script(__file__)

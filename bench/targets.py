@@ -1,22 +1,21 @@
 """Every recipe's (component, target) cell on the SoCs rkaudio promises (`rkaudio.board.soc.PROMISED_TARGETS`):
 one row per engine built (a ladder: one row per rung; Audio8: one per graph), or one row saying why the cell is not
 built (its recipe's measured refusal, or "not in recipe"). Writes bench/results/targets.md beside the harness's
-targets.json; `convert engines` reads the JSON rows' `package`, `target` and `peak_rss_bytes`.
+targets.json, and the largest compiler peak RSS of each (package, target) into rkaudio/release/build_peaks.json,
+the figures `convert engines` budgets --jobs and skips a build too big for the machine by.
 
 A cell is built by `rkaudio.release.recipes.build_cell`, the recipe's own part for that target through the same
 `build_part` as `convert engines`, from the recipe's checkpoint where this machine has it, else from the family's
-random real-shape weights (`Family.random_source`); TARGETS_RANDOM=1 uses random weights everywhere they exist.
+random real-shape weights (`Family.random_source`); --random uses random weights everywhere they exist.
 
-TARGETS_CELLS=<package>[.<component>]:<target>,... (shell patterns: `piper_joe_medium:*`) builds only those cells
-and merges their rows into the committed targets.json, keeping every other row with the date and commit that
-measured it; without it every cell is built. Each cell builds in its own process
-(`python bench/targets.py --cell PACKAGE COMPONENT TARGET --rows FILE`), so one cell's memory does not carry into
-the next and a failed cell is a row, not a crash."""
+--cells <package>[.<component>]:<target> ... (shell patterns: `piper_joe_medium:*`) builds only those cells and
+merges their rows into the committed targets.json, keeping every other row with the date and commit that measured
+it; without it every cell is built. Each cell builds in its own process (`run.in_child`), so one cell's memory does
+not carry into the next and a failed cell is a row, not a crash."""
 from __future__ import annotations
 
 import fnmatch
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,8 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+from rkaudio.release.scheduler import MEASURED_PEAKS
+
+RESULTS = Path(__file__).resolve().parent / "results"
 SKIPPED = ("example_conv",)  # no checkpoint and no real shape: the example is not a promised model
 SHAPE = "real"  # random weights where a checkpoint is missing: the published shapes
 COLUMNS = ["package", "component", "engine", "target", "source", "engine_bytes", "est_cycles_per_unit", "unit",
@@ -62,7 +62,7 @@ def engine_row(manifest: dict, family: str) -> dict:
             "peak_stage": peak_stage, "stage_peak_rss_bytes": stages}
 
 
-def build_cell_rows(package: str, component: str, target: str) -> list[dict]:
+def build_cell_rows(package: str, component: str, target: str, random_weights: bool) -> list[dict]:
     """The worker: one cell built in a scratch dir, its engine rows (a failed gate: one row naming the gates)."""
     from rkaudio.cli.families import declaration
     from rkaudio.release import recipes
@@ -74,7 +74,7 @@ def build_cell_rows(package: str, component: str, target: str) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix=f"bench-targets-{package}-{target}-") as work:
         try:
             results, source = recipes.build_cell(recipe, component, target, DEFAULT_TOOLKIT, Path(work), family, SHAPE,
-                                                 random_weights=os.environ.get("TARGETS_RANDOM") == "1")
+                                                 random_weights=random_weights)
         except GateFailure as failure:
             # which engine, and each failing gate's own line (its figure and what it found): the cell's build
             # directory is gone when the row is read
@@ -112,26 +112,25 @@ def not_built(recipe: dict, component: str, target: str) -> str | None:
     return f"refused: {reason}" if reason else "not in recipe"
 
 
-def measure(recipe: dict, component: str, target: str, commit: str) -> list[dict]:
+def measure(recipe: dict, component: str, target: str, commit: str, random_weights: bool) -> list[dict]:
     """The rows of one cell: a worker process's, or one row saying why it was not built or how it died."""
+    import run
+
     cell = {"package": recipe["package"], "component": component, "target": target}
     started = time.monotonic()
     status = reason = not_built(recipe, component, target)
     rows = [{}]
     if reason is None:
-        with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            # the worker imports this checkout (a worktree's, not the venv's editable install)
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-            worker = subprocess.run([sys.executable, __file__, "--cell", recipe["package"], component, target,
-                                     "--rows", out.name], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
-            if worker.returncode == 0:
-                rows = json.loads(Path(out.name).read_text())
-            elif worker.returncode < 0:
-                status = f"FAILED: killed by {signal.Signals(-worker.returncode).name}"
-            else:
-                lines = worker.stderr.strip().splitlines() or ["no output"]
-                status = f"FAILED: {lines[-1]}"
-                print(worker.stderr[-3000:], file=sys.stderr)
+        worker, built = run.in_child(build_cell_rows, [recipe["package"], component, target, random_weights],
+                                     stderr=subprocess.PIPE, text=True)
+        if worker.returncode == 0:
+            rows = built
+        elif worker.returncode < 0:
+            status = f"FAILED: killed by {signal.Signals(-worker.returncode).name}"
+        else:
+            lines = worker.stderr.strip().splitlines() or ["no output"]
+            status = f"FAILED: {lines[-1]}"
+            print(worker.stderr[-3000:], file=sys.stderr)
     measured = {"cell_s": None if reason else round(time.monotonic() - started, 1),
                 "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit}
     return [{column: {**cell, **({"status": status} if status else {}), **row, **measured}.get(column)
@@ -171,10 +170,10 @@ def markdown(rows: list[dict]) -> str:
         "",
         "Regenerate one cell (its rows merge into targets.json; every other row stays as measured):",
         "",
-        "    TARGETS_CELLS=qwen3_tts_0_6b_base_speech_decoder:rk3566 make bench NAME=targets",
+        "    make bench NAME=targets ARGS=\"--cells qwen3_tts_0_6b_base_speech_decoder:rk3566\"",
         "",
-        "`TARGETS_CELLS` takes comma-separated `package[.component]:target` shell patterns "
-        "(`piper_joe_medium.decoder:*`); without it, every cell is built, one process each.",
+        "`--cells` takes `package[.component]:target` shell patterns (`piper_joe_medium.decoder:*`); without it, "
+        "every cell is built, one process each.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -190,35 +189,56 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> list[dict]:
+def build_peaks(rows: list[dict]) -> list[dict]:
+    """Per (package, target), in row order, the largest compiler peak RSS its rows measured and when (the first
+    row of the largest): what `convert engines` reads from MEASURED_PEAKS."""
+    peaks: dict[tuple, dict] = {}
+    for row in rows:
+        cell = (row["package"], row["target"])
+        if row.get("peak_rss_bytes") and (cell not in peaks or row["peak_rss_bytes"] > peaks[cell]["peak_rss_bytes"]):
+            peaks[cell] = {"package": row["package"], "target": row["target"],
+                           "peak_rss_bytes": int(row["peak_rss_bytes"]), "measured_at": row.get("measured_at")}
+    return list(peaks.values())
+
+
+# MEASURED_PEAKS's "regenerate" key (the scheduler reads "peaks" only)
+REGENERATE = 'make bench NAME=targets (one cell: ARGS="--cells PACKAGE[.COMPONENT]:TARGET")'
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    import run
     from rkaudio.cli.families import declaration
     from rkaudio.release.recipes import RECIPES_DIR, load_recipes
     from rkaudio.core.contract import producer_info
     from rkaudio.board.soc import PROMISED_TARGETS
 
+    parser = run.parser(__file__, __doc__)
+    parser.add_argument("--cells", nargs="+", metavar="PACKAGE[.COMPONENT]:TARGET",
+                        help="build only these cells (shell patterns) and merge them into the committed table")
+    parser.add_argument("--random", action="store_true",
+                        help="random weights wherever the family has them, even where this machine has the checkpoint")
+    options = parser.parse_args(argv)
     recipes = [r for r in load_recipes(RECIPES_DIR, declaration) if r["package"] not in SKIPPED]
-    selection = os.environ.get("TARGETS_CELLS")
-    patterns = [p.strip() for p in selection.split(",") if p.strip()] if selection else None
     every = cells(recipes, declaration, PROMISED_TARGETS, None)
-    chosen = cells(recipes, declaration, PROMISED_TARGETS, patterns)
+    chosen = cells(recipes, declaration, PROMISED_TARGETS, options.cells)
     if not chosen:
-        raise SystemExit(f"TARGETS_CELLS={selection} selects no cell")
+        raise SystemExit(f"--cells {' '.join(options.cells or ())} selects no cell")
     commit = producer_info()["git"]
     rows = []
     for index, (recipe, component, target) in enumerate(chosen, 1):
         print(f"[{index}/{len(chosen)}] {recipe['package']}.{component} on {target} ...", flush=True)
-        rows += measure(recipe, component, target, commit)
+        rows += measure(recipe, component, target, commit, options.random)
         print(f"[{index}/{len(chosen)}] {rows[-1]['status']}", flush=True)
     committed = RESULTS / "targets.json"
-    old = json.loads(committed.read_text())["rows"] if patterns and committed.is_file() else []
+    old = json.loads(committed.read_text())["rows"] if options.cells and committed.is_file() else []
     rows = merge(old, rows, [(r["package"], c, t) for r, c, t in every])
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "targets.md").write_text(markdown(rows))
+    MEASURED_PEAKS.write_text(json.dumps({"regenerate": REGENERATE, "peaks": build_peaks(rows)}, indent=2) + "\n")
     return rows
 
 
-if __name__ == "__main__":  # the per-cell worker; `python bench/run.py targets` runs the table
-    arguments = sys.argv[1:]
-    package, component, target = arguments[arguments.index("--cell") + 1:arguments.index("--cell") + 4]
-    rows_path = Path(arguments[arguments.index("--rows") + 1])
-    rows_path.write_text(json.dumps(build_cell_rows(package, component, target)))
+if __name__ == "__main__":
+    import run
+
+    run.script(__file__)

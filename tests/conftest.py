@@ -1,4 +1,5 @@
-"""Shared fixtures. Family folders under tests/ add their own conftest.py."""
+"""Shared fixtures, those of tests/conv_graphs.py and tests/example_kit.py among them (tests of several folders use
+them; registered here once, a session fixture is built once). Folders under tests/ add their own conftest.py."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,8 @@ import pytest
 
 from rkaudio.core.errors import SetupError
 from rkaudio.toolkit.versions import converter_python
+from tests.conv_graphs import graph, inputs_npz  # noqa: F401  (fixtures)
+from tests.example_kit import board_python, example_package, package, run_kit  # noqa: F401  (fixtures)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

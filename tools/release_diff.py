@@ -53,17 +53,17 @@ DROPPED_ENV = ("FORCE_COLOR", "CLICOLOR_FORCE", "PY_COLORS", "RKAUDIO_TOOLKIT", 
 # skip_rknn: build no engine (set where an engine build would take more than ~5 minutes).
 FAMILY_RUNS = [
     {"name": "audio8", "skip_rknn": False,
-     # tests/audio8/conftest.py: build_random(small_config(), seed=0), head_shards=2. The CLI builds this model
+     # tests/families/audio8/conftest.py: build_random(small_config(), seed=0), head_shards=2. The CLI builds this model
      # itself (--random-weights small is seed 0); a snapshot cannot carry it (load_snapshot uses the real
      # tokenizer's prompt ids, past the small vocabulary). models/audio8_small/ keeps its weights for reference.
      "argv": ["audio8", "--random-weights", "small", "--head-shards", "2", "--target", "rk3588",
               "--out", "{out}/families/audio8"]},
     {"name": "qwen3_vocoder", "skip_rknn": False,
-     # tests/qwen3_vocoder/conftest.py: random_reference(TINY_CONFIG, seed=0, gain=1.0) as a snapshot
+     # tests/families/qwen3_vocoder/conftest.py: random_reference(TINY_CONFIG, seed=0, gain=1.0) as a snapshot
      "argv": ["qwen3-vocoder", "--model-dir", "{models}/qwen3_vocoder_tiny", "--codes-length", "64",
               "--target", "rk3588", "--out", "{out}/families/qwen3_vocoder"]},
     {"name": "cosyvoice3", "skip_rknn": False,
-     # tests/cosyvoice3/conftest.py + test_cli.py: random_estimator(TINY_CONFIG, seed=0) as a snapshot, the
+     # tests/families/cosyvoice3/conftest.py + test_cli.py: random_estimator(TINY_CONFIG, seed=0) as a snapshot, the
      # tests' ladder (S=24 split by depth in 2, S=32 whole)
      "argv": ["cosyvoice3", "--model-dir", "{models}/cosyvoice3_tiny", "--lengths", "32,24", "--parts", "24:2",
               "--target", "rk3588", "--fail-on-cpu-ops", "--out", "{out}/families/cosyvoice3"]},
@@ -71,7 +71,8 @@ FAMILY_RUNS = [
      # the built-in example with the default --out (work/example, relative to the cwd)
      "argv": ["example", "--frames", "64", "--target", "rk3588"]},
     {"name": "inflect", "skip_rknn": False,
-     # tests/inflect/conftest.py: export_official(NANO, seed=0): onnx/decode.onnx, onnx/duration.onnx, config.json
+     # tests/families/inflect/conftest.py: export_official(NANO, seed=0): onnx/decode.onnx, onnx/duration.onnx,
+     # config.json
      "argv": ["inflect", "--decode-onnx", "{models}/inflect_nano/onnx/decode.onnx",
               "--duration-onnx", "{models}/inflect_nano/onnx/duration.onnx", "--target", "rk3588",
               "--out", "{out}/families/inflect"]},

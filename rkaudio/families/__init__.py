@@ -1,2 +1,2 @@
-"""One module per model family. Each defines `register(app)` that adds its typer sub-command;
-the CLI discovers them by listing this package, so adding a family adds one module here."""
+"""One folder (or module) per model family, each ending in its declaration `FAMILY = Family(...)`; the CLI and
+the recipes find them by listing this package, so adding a family adds one folder here."""

@@ -1,6 +1,6 @@
 """Host backends with one interface, `run(feeds) -> outputs` (dicts keyed by tensor name) plus `input_names` /
 `output_names` and `input_dtypes` (the numpy dtype each input is fed in): onnxruntime, the rknn-toolkit2 simulator (converter-venv child) and rknnlite on a board.
-The window walks, streams and bucket loops in runtime/ run over any of them. The board's backend
+The window walks, streams and bucket loops in rkaudio/board/ run over any of them. The board's backend
 (rknnlite) is `rkaudio.board.rknnlite.RknnLiteBackend`: it ships in the self-test kit, numpy and rknnlite alone."""
 from __future__ import annotations
 

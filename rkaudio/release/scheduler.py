@@ -1,6 +1,6 @@
 """How `convert engines` runs its packages: one run at a time per dist/<target> (`dist_lock`), and with `--jobs`
 several packages at once in spawned processes, bounded by a memory budget (`build_parallel`: MemAvailable
-against each package's expected compiler peak RSS, `expected_peak_rss`: its last build, else the committed table)."""
+against each package's expected compiler peak RSS, `expected_peak_rss`: its last build, else the measured peaks)."""
 from __future__ import annotations
 
 import os
@@ -9,29 +9,28 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from rkaudio.core.errors import SetupError
-from rkaudio.core.paths import REPO_ROOT
 
 LOCK_NAME = ".lock"
 
 DEFAULT_PEAK_RSS = 4 << 30  # a package neither measured nor built here: assume 4 GiB
-# The committed table of measured cells (bench/targets.py): a clean clone has no old manifests, yet must know
-# before it starts which builds fit this machine.
-MEASURED_TABLE = REPO_ROOT / "bench" / "results" / "targets.json"
+# Package data: each (package, target)'s largest compiler-child peak RSS, written by bench/targets.py from its table
+# (its "regenerate" key names the command). A clean clone has no old manifests, yet must know before it starts
+# which builds fit this machine.
+MEASURED_PEAKS = Path(__file__).with_name("build_peaks.json")
 
 
 def measured_peak_rss(package: str, target: str) -> tuple[int, str] | None:
-    """The largest compiler-child peak RSS the committed table (MEASURED_TABLE) measured for (package, target), and
-    where it was measured (for the message); None when the table has no such row."""
+    """The largest compiler-child peak RSS measured for (package, target) (MEASURED_PEAKS), and where it was
+    measured (for the message); None when no row of it was measured."""
     import json
 
-    table = MEASURED_TABLE
+    table = MEASURED_PEAKS
     if not Path(table).is_file():
         return None
-    rows = [row for row in json.loads(Path(table).read_text()).get("rows", [])
-            if row.get("package") == package and row.get("target") == target and row.get("peak_rss_bytes")]
-    if not rows:
+    peak = next((row for row in json.loads(Path(table).read_text())["peaks"]
+                 if row["package"] == package and row["target"] == target), None)
+    if peak is None:
         return None
-    peak = max(rows, key=lambda row: row["peak_rss_bytes"])
     return int(peak["peak_rss_bytes"]), f"the measured table {table} ({peak.get('measured_at', 'undated')})"
 
 
@@ -47,7 +46,7 @@ def last_peak_rss(package_dir: Path) -> int | None:
 
 def expected_peak_rss(package: str, target: str, package_dir: Path) -> tuple[int, str | None]:
     """What a package's build will need at its peak, and whence the figure: its last build here, else the
-    committed table, else DEFAULT_PEAK_RSS with None (a guess: it budgets --jobs, it refuses nothing)."""
+    measured peaks, else DEFAULT_PEAK_RSS with None (a guess: it budgets --jobs, it refuses nothing)."""
     last = last_peak_rss(package_dir)
     if last is not None:
         return last, f"its last build in {package_dir}"

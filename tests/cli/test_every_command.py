@@ -189,7 +189,7 @@ def test_publish(scratch, package):
 @runs("aperture")
 def test_aperture(scratch):
     """CosyVoice3's own tool reads a package's manifests (here written by hand: no engine needed)."""
-    from tests.cosyvoice3.fake_package import fake_package
+    from tests.fake_cosyvoice3_package import fake_package
 
     package_dir = fake_package(scratch / "cosyvoice3_pkg", {110: 20, 200: 60, 500: 50_000}, plan=[110, 200, 500])
     result = run(scratch, "aperture", str(package_dir))
@@ -230,10 +230,10 @@ def test_check_piper(scratch):
 @pytest.fixture(scope="module")
 def kokoro_small(scratch):
     """The small random-init Kokoro generator as a checkpoint folder, a stand-in kokoro-onnx model with its
-    seam tensors, and a voice folder (tests/kokoro/kokoro_small.py)."""
+    seam tensors, and a voice folder (tests/kokoro_small.py)."""
     import torch
 
-    from tests.kokoro.kokoro_small import SMALL, small_reference, taps_model, voice_dir
+    from tests.kokoro_small import SMALL, small_reference, taps_model, voice_dir
 
     _, state = small_reference()
     checkpoint = scratch / "kokoro_checkpoint"
@@ -250,7 +250,7 @@ def kokoro_small(scratch):
 
 @runs("kokoro")
 def test_kokoro(scratch, kokoro_small):
-    from tests.kokoro.kokoro_small import FRAMES
+    from tests.kokoro_small import FRAMES
 
     out = scratch / "kokoro_export"
     run(scratch, "kokoro", "--checkpoint", str(kokoro_small["checkpoint"]), "--frames", str(FRAMES), "--skip-rknn",

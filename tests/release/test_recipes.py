@@ -366,12 +366,12 @@ def test_an_option_may_be_per_target_and_only_its_own_target_rebuilds(tmp_path, 
 
 def test_a_build_the_measured_table_says_will_not_fit_is_skipped_before_it_starts(tmp_path, fake_families,
                                                                                    monkeypatch):
-    """A clean clone has no manifests: the committed table's peak decides, and the skip says both figures."""
-    table = tmp_path / "targets.json"
-    table.write_text(json.dumps({"rows": [
+    """A clean clone has no manifests: the measured peak (package data) decides, and the skip says both figures."""
+    table = tmp_path / "build_peaks.json"
+    table.write_text(json.dumps({"regenerate": "make bench NAME=targets", "peaks": [
         {"package": "big", "target": "rk3588", "peak_rss_bytes": 18 << 30, "measured_at": "2026-12-02"},
         {"package": "big", "target": "rk3566", "peak_rss_bytes": 2 << 30}]}))
-    monkeypatch.setattr(scheduler, "MEASURED_TABLE", table)
+    monkeypatch.setattr(scheduler, "MEASURED_PEAKS", table)
     monkeypatch.setattr(recipes, "available_memory", lambda: 16 << 30)
     _write_recipe(tmp_path / "r", "big", "fake_ok", targets=("rk3588", "rk3566"))
     lines = []
@@ -398,7 +398,7 @@ def test_a_refused_target_is_a_summary_row_with_its_reason(tmp_path, fake_famili
 
 
 def test_an_unmeasured_package_is_never_refused_on_the_default_guess(tmp_path, fake_families, monkeypatch):
-    monkeypatch.setattr(scheduler, "MEASURED_TABLE", tmp_path / "no_table.json")
+    monkeypatch.setattr(scheduler, "MEASURED_PEAKS", tmp_path / "no_table.json")
     monkeypatch.setattr(recipes, "available_memory", lambda: 1 << 30)  # under DEFAULT_PEAK_RSS
     _write_recipe(tmp_path / "r", "unmeasured", "fake_ok")
     rows = recipes.build_all("rk3588", declaration, recipes_dir=tmp_path / "r", dist_dir=tmp_path / "dist",

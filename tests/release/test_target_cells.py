@@ -56,7 +56,7 @@ def test_a_small_random_source_is_exported_by_the_family_as_the_recipe_part(fami
 
 def test_audio8_random_source_replaces_the_recipe_snapshot(tmp_path, monkeypatch):
     """The recipe job with the hook's source builds the random model of that shape, with the recipe's graphs
-    (the model and the graphs replaced, as tests/audio8/test_cli.py does)."""
+    (the model and the graphs replaced, as tests/families/audio8/test_cli.py does)."""
     import rkaudio.families.audio8 as family
     from rkaudio.families.audio8 import export
 

@@ -22,7 +22,8 @@ from rkaudio.board.verdict import Verdict, at_most, judged, nothing_to_judge
 # fp32 vs float64 logits 3.4e-7 (real shapes) / 6.9e-6 (small model) at worst; the graphs, real-shape random
 # model: adapter 7.0e-7, prefill 4.5e-7, worst decode step 4.9e-7; small model: 3e-7, 1e-6, 8.7e-6. The RoPE
 # position one off after a migration: 1.06e-3 worst step on the real-shape model, where no token flips (its
-# near-uniform random attention barely sees positions), 1.49 on the small one (tests/audio8/test_planted_faults.py).
+# near-uniform random attention barely sees positions), 1.49 on the small one
+# (tests/families/audio8/test_planted_faults.py).
 # fp16 paths (simulator, board: 0.4-1.5 %) are judged by the token gate `margin_explained_verdict`, not by
 # these. (Before issue #14 the adapter and prefill gates sat at 5 %, which the real-shape fault passes.)
 MAX_FP32_REL_L2 = 1e-4

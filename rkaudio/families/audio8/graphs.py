@@ -46,7 +46,8 @@ def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A Qwen2RMSNorm as x / sqrt(mean(x^2) + eps) * weight: the exported rsqrt (Div of 1 by Sqrt) runs on the
     CPU in rknn-toolkit2 2.3.2 (rk3576), a tensor-by-tensor Div stays on the NPU. Its placement does not hang
     on the weights: identity weights (onnxslim then folds the Mul away) compile to the same CPU ops as perturbed
-    ones on rk3588 and rk3576, where the rsqrt form's Divs go to the CPU (tests/audio8/test_norm_placement.py)."""
+    ones on rk3588 and rk3576, where the rsqrt form's Divs go to the CPU
+    (tests/families/audio8/test_norm_placement.py)."""
     return norm.weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
 
 

@@ -36,7 +36,7 @@ MIN_SIMULATOR_SNR_DB = 40.0
 ADVICE = ("the exported estimator disagrees with the reference DiT or the padding is not exact (see the figures "
           "above)")
 # engine_graph.LN_FORMS, spelled out so that `--help` and a recipe's check import no torch
-# (tests/cosyvoice3/test_cli.py holds them equal).
+# (tests/families/cosyvoice3/test_cli.py holds them equal).
 LN_FORMS = ("plain", "safe")
 PARTS_FORMS = "a count (e.g. 2) or S:N pairs (e.g. 400:2,500:2)"
 

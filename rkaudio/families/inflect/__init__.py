@@ -239,7 +239,7 @@ def check_inflect(
 def random_source(directory: Path, shape: str, recipe: dict) -> dict:
     """Official-format decode.onnx / duration.onnx of random weights, written under `directory`: at the size the
     recipe's package names ("real": Micro or Nano), or Nano, the smaller, for "small" (the published sizes are
-    the tests' models too: tests/inflect/conftest.py)."""
+    the tests' models too: tests/families/inflect/conftest.py)."""
     from rkaudio.families.inflect.reference import NANO, SIZES, export_official
 
     if shape == "real":

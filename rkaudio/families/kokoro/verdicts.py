@@ -36,7 +36,7 @@ MIN_PADDED_DB = 200.0
 # (49.6-51.3 small): windows overlapping one hop more than the walk blends, or the walk at an overlap one frame
 # off the plan; a one-hop gap between windows gives non-finite columns (-inf dB).
 # Row form vs plain form, one window, both float64 (issue 19: >= 120 dB): the small test model measures ~299 dB at
-# 1, 5 and 16 rows; a halo one sample off or missing lands far below (tests/kokoro/test_kokoro_rows.py).
+# 1, 5 and 16 rows; a halo one sample off or missing lands far below (tests/families/kokoro/test_kokoro_rows.py).
 MIN_ROWS_DB = 120.0
 WALK_GAIN = False  # the walk gate runs without `gain` (it needs a full-length CPU decode; the golden has none)
 

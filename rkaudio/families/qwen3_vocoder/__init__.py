@@ -26,7 +26,7 @@ NAME = "qwen3_vocoder"
 MIN_SIMULATOR_SNR_DB = 40.0
 ADVICE = "the stepwise decode or the exported graph disagrees with the reference (see the figures above)"
 # rkaudio.surgery.modules.snake.SINE_FORMS, spelled out so that `--help` and a recipe's check import no torch
-# (tests/qwen3_vocoder/test_cli.py holds them equal).
+# (tests/families/qwen3_vocoder/test_cli.py holds them equal).
 SINE_FORMS = ("exact", "clip", "floor", "round")
 
 

@@ -143,7 +143,7 @@ class RMSNorm(nn.Module):
     whose placement hangs on the weight after it: with weights exactly 1 (a freshly initialised checkpoint) the
     fold drops that Mul and the Div lands on the CPU (rknn-toolkit2 2.3.2, every fp16 target; the real-shape
     B=16 step: 35 CPU ops instead of 18). The tensor-by-tensor Div stays on the NPU with or without the weight
-    (measured per target, 2.3.2 and 2.5.0: tests/qwen3_vocoder/test_norm_placement.py); Pow(-0.5) does too but
+    (measured per target, 2.3.2 and 2.5.0: tests/families/qwen3_vocoder/test_norm_placement.py); Pow(-0.5) does too but
     costs rk3566/rk3568 one more CPU Transpose."""
 
     def __init__(self, dim: int, eps: float):

@@ -21,14 +21,15 @@ WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
 # must land within rkaudio.gates.fp32_floor.FLOOR_MARGIN_DB of the reference's own fp32 full decode against the same
 # float64 one (its fp32 floor). The step computes what the decoder computes, so it carries the same rounding and nothing else:
 # real steps measure 0-4 dB above the floor (tiny 124.6 vs 124.3; real shape 112.8 vs 108.8), a dilated-conv tail
-# read one frame off 16-76 dB, the K/V history one row short 55-104 dB (tests/qwen3_vocoder/test_planted_faults.py).
+# read one frame off 16-76 dB, the K/V history one row short 55-104 dB
+# (tests/families/qwen3_vocoder/test_planted_faults.py).
 # The absolute 40 dB this replaces passed every one of those faults.
 # onnxruntime fp32 against the traced torch step: two fp32 computations of the same maths, so they can agree only
 # as well as the weights let any fp32 decode agree with float64. The gate is MIN_ONNX_SNR_DB, or the weights' fp32
 # floor (the reference decoder's fp32 full decode against its float64 one) less rkaudio.gates.fp32_floor.FLOOR_MARGIN_DB
 # where that is lower: a held-out real-shape snapshot has a 78.4 dB floor and its faithful export measures
 # 78.62 dB, and a tiny model with Snake spread 1.3 a 79.2 dB floor and 75.4-77.5 dB
-# (tests/qwen3_vocoder/test_export.py); a planted weight fault lands far below either.
+# (tests/families/qwen3_vocoder/test_export.py); a planted weight fault lands far below either.
 MIN_ONNX_SNR_DB = 80.0
 # Full scale the cache comparison is judged at (rkaudio.board.numeric.degenerate_reference): the cache holds the
 # decoder's activations (conv input tails, K/V rows), which run at the audio's O(1) scale (RMS 0.72 over the tiny
