@@ -1,7 +1,7 @@
 """Self-test of one rkaudio package, on the board it was built for: `python3 selftest.py` in the package directory.
 
 Needs Python 3.8+, numpy and rknn-toolkit-lite2, nothing else (no rkaudio install, no torch, no onnx): it is
-copied unchanged from rkaudio's rkaudio/board/ into every package, with the folder it imports from.
+copied unchanged from rkaudio/board/ into every package, with the folder it imports from.
 
 In order:
 1. every file against SHA256SUMS (a changed, missing or truncated file stops it: exit 2, each file named);

@@ -48,7 +48,7 @@ def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict, sou
         "## Source", *source_lines, "",
         "## Engines", *rows, "",
         "Every figure is measured on the host at build time (fp32 onnxruntime and the toolkit simulator); the "
-        "self-test below measures them again on the board. The predicted board time is a model (rkaudio's "
+        "self-test below measures them again on the board. The predicted board time is a model ("
         "rkaudio/gates/board_time.py: the layer table's cycles, elementwise traffic and layers, and the call's I/O, with "
         "constants fitted to board measurements); the self-test prints it beside the measured latency.", "",
         "## exec_plan", "```json", json.dumps(plan, indent=2), "```", "",
