@@ -148,7 +148,7 @@ def test_the_ci_matrix_matches_the_recipes_and_the_workflow_uses_real_commands()
     assert "fromJSON(needs.matrix.outputs.matrix)" in workflow["jobs"]["build"]["strategy"]["matrix"]
     assert workflow["jobs"]["publish"]["if"].startswith("startsWith(github.ref, 'refs/tags/')")
     runs = [step["run"] for job in workflow["jobs"].values() for step in job["steps"] if "run" in step]
-    commands = {m for run in runs for m in re.findall(r"converters\.cli (\w+)", run)}
+    commands = {m for run in runs for m in re.findall(r"rkaudio\.cli (\w+)", run)}
     makes = {m for run in runs for m in re.findall(r"make ([\w-]+)", run)}
     assert commands and commands <= set(SHARED_COMMANDS)
     targets = set(re.findall(r"^([\w-]+):", (REPO_ROOT / "Makefile").read_text(), re.M))
