@@ -38,7 +38,7 @@ def test_example_recipe_builds_a_gated_ladder_package_and_a_failing_gate_publish
     frames = shipped["options"]["frames"]
     stems = [f"example_c{shipped['options']['channels']}_t{t}" for t in frames]
     # the self-test kit (rkaudio/board/), the card, and the build key (the example names its sources: none)
-    kit = ["SHA256SUMS", "selftest.py", "selftest", "runtime", "README.md", "build-key.json"]
+    kit = ["SHA256SUMS", "selftest.py", "selftest", "rkaudio", "README.md", "build-key.json"]
     assert sorted(p.name for p in package.iterdir()) == sorted(
         [f"{s}{ext}" for s in stems for ext in (".rknn", ".manifest.json", ".build.log")] + ["exec_plan.json"] + kit)
     plan = json.loads((package / "exec_plan.json").read_text())

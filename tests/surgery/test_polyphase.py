@@ -1,12 +1,13 @@
 """polyphase_weights (the one ConvTranspose1d -> polyphase conv formula, used by PolyphaseUpsample and the Qwen3
-step's row transposed convs) against a float64 numpy transposed convolution written from its definition."""
+step's row transposed convs) and polyphase_upsample (a module's ConvTranspose1d layers replaced by PolyphaseUpsample)
+against a float64 numpy transposed convolution written from its definition."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from rkaudio.surgery.modules.polyphase import polyphase_weights
+from rkaudio.surgery.modules.polyphase import polyphase_upsample, polyphase_weights
 
 
 def transposed_conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: int) -> np.ndarray:
@@ -48,3 +49,16 @@ def test_polyphase_weights_match_the_transposed_conv(cin, cout, kernel, stride, 
     length = expected.shape[1]
     np.testing.assert_allclose(got[:, :length], expected, atol=1e-12)
     np.testing.assert_allclose(got[:, length:], np.repeat(bias[:, None], got.shape[1] - length, axis=1), atol=1e-12)
+
+
+@pytest.mark.parametrize("channels_in, channels_out, kernel, stride", [(8, 4, 20, 10), (4, 3, 12, 6), (3, 2, 7, 3)])
+def test_polyphase_upsample_matches_float64(channels_in, channels_out, kernel, stride):
+    torch.manual_seed(2)
+    transposed = torch.nn.ConvTranspose1d(channels_in, channels_out, kernel, stride)
+    x = np.random.default_rng(1).standard_normal((1, channels_in, 9))
+    poly = polyphase_upsample(torch.nn.Sequential(transposed))[0].double()
+    assert not any(isinstance(m, torch.nn.ConvTranspose1d) for m in poly.modules())
+    out = poly(torch.tensor(x)).detach().numpy()
+    expected = transposed_conv(x[0], transposed.weight.detach().double().numpy(),
+                               transposed.bias.detach().double().numpy(), stride)[None]
+    np.testing.assert_allclose(out, expected, atol=1e-12)

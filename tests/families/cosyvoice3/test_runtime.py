@@ -108,4 +108,4 @@ def test_runtime_module_is_python38_and_numpy_only():
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
     top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
            for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
-    assert top <= {"__future__", "math", "typing", "numpy", "runtime"}, top
+    assert top <= {"__future__", "math", "typing", "numpy", "rkaudio"}, top

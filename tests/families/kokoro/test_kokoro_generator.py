@@ -1,6 +1,6 @@
-"""Kokoro generator: rewrites (weight norm, fused masked instance norm, polyphase upsampling, sine forms) against
-float64 references, the module against kokoro's own Generator,
-padded-window exactness, export gate, the field-limit refusal, and the sine gate failing on a bad form."""
+"""Kokoro generator: its own folds (Snake alphas, the resblock mean) exact, the module against kokoro's own
+Generator, padded-window exactness, export gate, the field-limit refusal, and the sine gate failing on a bad form
+(the surgery passes it applies are tested alone in tests/surgery/)."""
 from __future__ import annotations
 
 import math
@@ -18,9 +18,7 @@ from rkaudio.families.kokoro.generator import KokoroGenerator, load_reference_st
 from rkaudio.families.kokoro.reference import reference_spec_phase
 from rkaudio.core.errors import SetupError
 from rkaudio.board.numeric import snr_db
-from rkaudio.surgery.modules.instance_norm import mask_instance_norm
-from rkaudio.surgery.modules.polyphase import polyphase_upsample
-from rkaudio.surgery.modules.snake import SINE_FORMS, half_turn_sin2, half_turn_sin2_reference, reduce_snake_sine
+from rkaudio.surgery.modules.snake import reduce_snake_sine
 from rkaudio.families.kokoro.ada_snake import fold_snake_alpha
 from rkaudio.surgery.graph.round_shift import fp16_round_shift
 from rkaudio.surgery.modules.weight_norm import fold_weight_norm
@@ -39,101 +37,6 @@ def weights():
 @pytest.fixture(scope="module")
 def module(weights):
     return build_module(SMALL, weights[1])
-
-
-def test_weight_norm_fold_matches_float64():
-    torch.manual_seed(1)
-    conv = torch.nn.utils.weight_norm(torch.nn.Conv1d(3, 4, 5))
-    g = conv.weight_g.detach().double().numpy()
-    v = conv.weight_v.detach().double().numpy()
-    expected = g * v / np.sqrt((v**2).sum(axis=(1, 2), keepdims=True))
-    folded = fold_weight_norm(torch.nn.Sequential(conv))[0]
-    assert not hasattr(folded, "weight_g")
-    np.testing.assert_allclose(folded.weight.detach().double().numpy(), expected, rtol=1e-6, atol=1e-7)
-
-
-def test_masked_instance_norm_matches_float64():
-    """The fused form (instance norm, its own affine, the AdaIN gain/shift, the mask) on the real frames only."""
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, 6, 50)) * 3 + 1
-    mask = np.zeros((1, 1, 50))
-    mask[..., :37] = 1
-    weight, bias = rng.uniform(0.5, 2, 6), rng.standard_normal(6)
-    gain, shift = rng.uniform(0.5, 2, (1, 6, 1)), rng.standard_normal((1, 6, 1))
-    original = torch.nn.InstanceNorm1d(6, affine=True)
-    with torch.no_grad():
-        original.weight.copy_(torch.tensor(weight))
-        original.bias.copy_(torch.tensor(bias))
-    norm = mask_instance_norm(torch.nn.Sequential(original))[0]
-    f32 = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
-    out = norm(f32(x), f32(mask), f32(gain), f32(shift)).detach().double().numpy()
-    real = x[..., :37]
-    normed = (real - real.mean(-1, keepdims=True)) / np.sqrt(real.var(-1, keepdims=True) + 1e-5)
-    expected = (normed * weight[:, None] + bias[:, None]) * gain + shift
-    np.testing.assert_allclose(out[..., :37], expected, atol=2e-5)
-    assert np.all(out[..., 37:] == 0)
-
-
-def transposed_conv_reference(x, weight, bias, stride):
-    """ConvTranspose1d by its definition: every input frame t scatters weight[:, :, k] to output t*stride + k."""
-    cin, cout, kernel = weight.shape
-    frames = x.shape[-1]
-    out = np.zeros((cout, (frames - 1) * stride + kernel))
-    for t in range(frames):
-        out[:, t * stride: t * stride + kernel] += np.einsum("i,ick->ck", x[0, :, t], weight)
-    return out[None] + bias[None, :, None]
-
-
-@pytest.mark.parametrize("channels_in, channels_out, kernel, stride", [(8, 4, 20, 10), (4, 3, 12, 6), (3, 2, 7, 3)])
-def test_polyphase_upsample_matches_float64(channels_in, channels_out, kernel, stride):
-    torch.manual_seed(2)
-    transposed = torch.nn.ConvTranspose1d(channels_in, channels_out, kernel, stride)
-    x = np.random.default_rng(1).standard_normal((1, channels_in, 9))
-    poly = polyphase_upsample(torch.nn.Sequential(transposed))[0].double()
-    assert not any(isinstance(m, torch.nn.ConvTranspose1d) for m in poly.modules())
-    out = poly(torch.tensor(x)).detach().numpy()
-    expected = transposed_conv_reference(x, transposed.weight.detach().double().numpy(),
-                                         transposed.bias.detach().double().numpy(), stride)
-    np.testing.assert_allclose(out, expected, atol=1e-12)
-
-
-@pytest.mark.parametrize("form", SINE_FORMS)
-def test_sine_forms_match_float64(form):
-    w = np.linspace(-7.0, 7.0, 20001)
-    ours = half_turn_sin2(torch.tensor(w), form, torch.tensor(1.5 * 2.0**52, dtype=torch.float64)).numpy()
-    np.testing.assert_allclose(ours, half_turn_sin2_reference(w, form), atol=1e-12)
-
-
-def test_round_form_degree_8_against_the_exact_sine():
-    """The degree-8 round form (the Qwen3 vocoder's SnakeBeta) matches its float64 reference and is ~30 dB
-    closer to the exact sine than degree 6."""
-    w = np.linspace(-7.0, 7.0, 20001)
-    shift = torch.tensor(1.5 * 2.0**52, dtype=torch.float64)
-    exact = half_turn_sin2_reference(w, "exact")
-    errors = {}
-    for degree in (6, 8):
-        ours = half_turn_sin2(torch.tensor(w), "round", shift, degree).numpy()
-        np.testing.assert_allclose(ours, half_turn_sin2_reference(w, "round", degree), atol=1e-12)
-        errors[degree] = np.abs(ours - exact).max()
-    assert errors[8] < errors[6] / 30 and errors[8] < 1e-5
-
-
-def test_round_form_is_more_accurate_than_floor_and_clip():
-    """sin^2 accuracy on arguments past pi (|alpha x| up to 20.5, as measured on real decodes)."""
-    w = np.linspace(-20.5, 20.5, 200001) / math.pi
-    exact = half_turn_sin2_reference(w, "exact")
-    snr = {form: snr_db(exact, half_turn_sin2_reference(w, form)) for form in ("clip", "floor", "round")}
-    assert snr["round"] > snr["floor"] > snr["clip"]
-
-
-def test_round_form_rounds_in_fp16_with_the_engine_shift():
-    """The engine's 1536 shift rounds in fp16 arithmetic (what the NPU does), the fp32 graph's shift in fp32."""
-    w = torch.linspace(-6.4, 6.4, 4001)
-    exact = half_turn_sin2_reference(w.double().numpy(), "exact")
-    fp16 = half_turn_sin2(w.half(), "round", torch.tensor(1536.0).half()).double().numpy()
-    no_rounding = half_turn_sin2(w, "round", torch.tensor(1536.0)).double().numpy()
-    assert snr_db(exact, fp16) > 30
-    assert snr_db(exact, no_rounding) < 10  # fp32 does not round at 1536: the fp32 twin needs 1.5*2^23
 
 
 def test_alpha_fold_is_exact(module):

@@ -1,13 +1,13 @@
-"""The row form of the Kokoro generator's fine stage (rkaudio/families/kokoro/rows.py, rkaudio/surgery/modules/rows.py):
-exact against the plain form in float64 (>= 120 dB, issue 19) at 1, several and many rows, padded and not; the
-gate fails on a planted halo mistake; the ONNX export takes rows and the walk reads them back; the windows past
-the plain field limit are taken by the row layout and refused past what it covers."""
+"""The row form of the Kokoro generator's fine stage (rkaudio/families/kokoro/rows.py, on the row convs of
+rkaudio/surgery/modules/rows.py, tested alone in tests/surgery/test_rows.py): exact against the plain form in
+float64 (>= 120 dB, issue 19) at 1, several and many rows, padded and not; the gate fails on a planted halo mistake;
+the ONNX export takes rows and the walk reads them back; the windows past the plain field limit are taken by the row
+layout and refused past what it covers."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from rkaudio.families.kokoro import rows as kokoro_rows
 from rkaudio.families.kokoro.graph import (CONTEXT, build_module, check_frames, fine_layout, float64, prepare,
@@ -18,7 +18,6 @@ from rkaudio.core.errors import SetupError
 from rkaudio.board.numeric import snr_db
 from rkaudio.board.kokoro import from_rows, to_rows
 from rkaudio.surgery.modules import rows as surgery_rows
-from rkaudio.surgery.modules.rows import halo_rows, row_conv, row_layout
 
 from tests.kokoro_small import SMALL, small_reference
 
@@ -30,28 +29,6 @@ FRAMES = 64  # fine axis 3841
 def plain():
     _, state = small_reference()
     return prepare(build_module(SMALL, state), "round", snake_fold=True)
-
-
-@pytest.mark.parametrize("kernel,dilation,stride,padding", [(11, 5, 1, 25), (7, 1, 1, 3), (12, 1, 6, 3), (1, 1, 1, 0)])
-def test_row_conv_is_the_plain_conv_in_float64(kernel, dilation, stride, padding):
-    torch.manual_seed(1)
-    conv = nn.Conv1d(3, 4, kernel, stride, padding=padding, dilation=dilation).double()
-    signal = torch.randn(1, 3, 5 * 36 - 7, dtype=torch.float64)  # the last row padded with zeros
-    with torch.no_grad():
-        expected = conv(signal).numpy()
-        rows = torch.from_numpy(to_rows(signal.numpy(), 5, 36))
-        got = from_rows(row_conv(conv, rows).numpy(), expected.shape[-1])
-    assert snr_db(expected, got) > 250
-
-
-def test_halo_reaches_one_row_and_the_layout_keeps_every_axis_in_the_limit():
-    with pytest.raises(ValueError, match="reaches past one row"):
-        halo_rows(torch.zeros(1, 1, 3, 10), 11)
-    for length in (8193, 15361, 30721):
-        rows, row_length = row_layout(length, 25, 8191, 6)
-        assert row_length % 6 == 0 and row_length + 50 <= 8191 and rows * row_length >= length
-        assert (rows - 1) * row_length < length
-    assert row_layout(15361, 25, 8191, 6) == (2, 7686)
 
 
 @pytest.mark.parametrize("limit", [8191, 1000, 300])

@@ -1,6 +1,6 @@
 """rkaudio.surgery.graph.relshift on a small random-init VITS relative attention (piper-tts's own module), exported at a
 fixed width: the chain detector (and the piper encoder's gate on it) and the banded rewrite against a numpy
-float64 reference."""
+float64 reference (the skew on its own: tests/surgery/test_relshift.py)."""
 from __future__ import annotations
 
 import math
@@ -12,7 +12,7 @@ import pytest
 
 from rkaudio.families.piper.encoder import shift_chain_verdict
 from rkaudio.surgery.graph.fold import fold_fixed, fold_static_shapes
-from rkaudio.surgery.graph.relshift import banded_relative_attention, find_shift_chains, skew_reference
+from rkaudio.surgery.graph.relshift import banded_relative_attention, find_shift_chains
 
 CHANNELS, HEADS, WINDOW = 16, 2, 4
 
@@ -91,20 +91,6 @@ def attention_graphs(tmp_path_factory):
     width = 24
     raw = _export(attention, width, tmp_path_factory.mktemp("relshift") / "attention.onnx")
     return attention, width, raw, banded_relative_attention(raw)
-
-
-def test_skew_reference_matches_definition():
-    rng = np.random.default_rng(1)
-    n = 5
-    relative = rng.standard_normal((2, n, 2 * n - 1))
-    absolute = skew_reference(relative, "rel_to_abs")
-    weights = rng.standard_normal((2, n, n))
-    back = skew_reference(weights, "abs_to_rel")
-    for i in range(n):
-        for j in range(n):
-            assert absolute[:, i, j].tolist() == relative[:, i, j - i + n - 1].tolist()
-            assert back[:, i, j - i + n - 1].tolist() == weights[:, i, j].tolist()
-    assert np.count_nonzero(back) == weights.size  # every other relative slot is zero
 
 
 def test_detector_finds_both_chains_and_gate_fails_on_them(attention_graphs):
