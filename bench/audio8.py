@@ -27,11 +27,11 @@ def host_timings(plan_dir: Path, steps: int) -> list[dict]:
 
     rows = []
     with Audio8Runtime(plan_dir, backend_for=OnnxBackend) as runtime:
-        contract = runtime.contract
+        fields = runtime.fields
         for seconds in PROBE_SECONDS:
             audio = probe_clip(seconds)
             start = time.perf_counter()
-            features = log_mel(audio, contract["mel_bins"])
+            features = log_mel(audio, fields.mel_bins)
             mel_ms = (time.perf_counter() - start) * 1000
             timings = Timings()
             embeds = runtime.prompt_embeddings(features, runtime.check_audio(audio.size), timings)
@@ -43,10 +43,10 @@ def host_timings(plan_dir: Path, steps: int) -> list[dict]:
                          "head_ms/tok": round(timings.head_ms / per, 3),
                          "kv_write_ms/tok": round(timings.kv_write_ms / per, 4), "tokens": len(decoded.tokens),
                          "load_ms": round(timings.load_ms), "migration": "-"})
-        tokens = contract["max_placeholders"]
-        embeds = runtime.prompt_embeddings(log_mel(probe_audio(tokens, contract["hop"]), contract["mel_bins"]),
+        tokens = fields.max_placeholders
+        embeds = runtime.prompt_embeddings(log_mel(probe_audio(tokens, fields.hop), fields.mel_bins),
                                            tokens, Timings())
-        count = max(contract["kv_buckets"]) - embeds.shape[1] + 1
+        count = max(fields.kv_buckets) - embeds.shape[1] + 1
         timings = Timings()
         decoded = runtime.decode(embeds, count, ignore_eos=True, timings=timings)
         per = max(timings.decode_steps, 1)
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         "instead of the export: calls, bytes, host ms and (with --build) cycles per token")
     args = parser.parse_args(argv)
 
-    from rkaudio.families.audio8 import model as M
+    from rkaudio.families.audio8 import graphs_job, model as M
     from rkaudio.families.audio8.export import export_all
     from rkaudio.board.audio8 import PLAN_FILE
 
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     else:
         start = time.perf_counter()
         config = M.real_shape_config() if args.real_shape else M.small_config()
-        plan = export_all(M.build_random(config, seed=0), args.out, [128, 256, 512], args.head_shards)
+        plan = export_all(graphs_job(args.out, [128, 256, 512], args.head_shards), M.build_random(config, seed=0))
         rows.append({"config": config_name, "part": "export", "export_s": round(time.perf_counter() - start, 1),
                      "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)})
     rows += [{"config": config_name, "part": "io", **row} for row in io_per_token(args.out, plan)]

@@ -120,22 +120,25 @@ def _build(key: str, work: Path) -> None:
                            fail_on_cpu_ops=False, min_simulator_snr_db=-math.inf)
     out = work / key
     if key == "piper_decoder_w93_c24":
-        from rkaudio.families.piper import decoder
+        from rkaudio.families.piper import FAMILY, decoder
 
-        record = decoder.export(None, out, 93, 24, False, "rk3588")[0]
+        record = decoder.export(FAMILY.job("decoder", target="rk3588", out=out,
+                                           options={"window": 93, "context": 24}))[0]
         build_engine(record.onnx, out, options, selfcheck=record.selfcheck)
     elif key.startswith("piper_encoder_w"):
-        from rkaudio.families.piper import encoder
+        from rkaudio.families.piper import FAMILY, encoder
 
-        record = encoder.export_width(encoder.Voice(None), int(key.rsplit("w", 1)[1]), out)
+        record = encoder.export_width(FAMILY.job("duration_encoder", target="rk3588", out=out), encoder.Voice(None),
+                                      int(key.rsplit("w", 1)[1]))
         build_engine(record.onnx, out, options, selfcheck=record.selfcheck)
     elif key.startswith("kokoro_w128_"):
+        from rkaudio.families.kokoro import FAMILY
         from rkaudio.families.kokoro.export import export
         from rkaudio.families.kokoro.sources import load_generator
 
         config, state, label, taps = load_generator(None, None, out, use_cache=False)
-        record = export(config, state, label, 128, out, key.rsplit("_", 1)[1], True, taps, layout="plain",
-                        target="rk3588")[0]
+        job = FAMILY.job(target="rk3588", out=out, options={"frames": 128, "fine_layout": "plain"})
+        record = export(job, config, state, label, key.rsplit("_", 1)[1], taps)[0]
         build_engine(record.onnx, out, options, selfcheck=record.selfcheck)
     elif key == "qwen3_b64":
         _build_qwen3(out, options)
@@ -176,14 +179,14 @@ def _build_audio8(options, work: Path) -> None:
     adapter (T100), the prefill and the head shards from `convert audio8`'s export, and the spec's split step
     (per layer a K/V projection and a block over bucket 128) from bench/audio8.py's layouts."""
     from rkaudio.engine.build import build_engine
-    from rkaudio.families.audio8 import model as M
+    from rkaudio.families.audio8 import graphs_job, model as M
     from rkaudio.families.audio8.export import export_all
 
     import audio8 as audio8_bench
 
     model = M.build_random(M.real_shape_config(), seed=0)
     graphs, engines = work / "audio8_graphs", work / "audio8_graphs" / "engines"
-    plan = export_all(model, graphs, [128], 8)
+    plan = export_all(graphs_job(graphs, [128], 8), model)
     wanted = {"encoder": "audio8_encoder", "adapter": "audio8_adapter_t100", "prefill": "audio8_prefill",
               **{f"head_{i}": f"audio8_head_{i}" for i in range(8)}}
     for entry in plan["graphs"]:

@@ -18,7 +18,8 @@ from pathlib import Path
 from rkaudio.cli.families import declaration
 from rkaudio.release import recipes
 from rkaudio.core.errors import GateFailure
-from rkaudio.board.shapes import set_contracts
+from rkaudio.board.contract import EngineContract
+from rkaudio.board.ladder import DepthSplit
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -61,8 +62,8 @@ def build(recipe: dict, component: str, target: str, work: Path, shape: str):
         return [], "; ".join(v.line().removeprefix("[FAIL] ") for v in failure.verdicts if not v.passed)
 
 
-def ladder_key(contract: dict) -> tuple:
-    return contract.get("role"), contract.get("ladder_key"), (contract.get("chain") or {}).get("part", 0)
+def ladder_key(contract: EngineContract) -> tuple:
+    return contract.role, contract.ladder_key, DepthSplit.of(contract).part
 
 
 def cell_rows(package: str, component: str, target: str, shape: str) -> list[dict]:
@@ -78,8 +79,8 @@ def cell_rows(package: str, component: str, target: str, shape: str) -> list[dic
                 return [{**cell, "status": f"{ladder} FAILED: {failed}"}]
             built[ladder] = [r.manifest_data for r in results]
     dynamic = next(m for m in built["dynamic"] if m.get("shape_sets"))
-    statics = {ladder_key(m["contract"]): m for m in built["static"]}
-    views = set_contracts(dynamic["contract"])
+    statics = {ladder_key(EngineContract.from_json(m["contract"])): m for m in built["static"]}
+    views = EngineContract.from_json(dynamic["contract"]).views()
     rungs = [statics[ladder_key(view)] for view in views]
     common = {**cell, "status": "ok",
               "static_ladder_bytes": sum(m["rknn"]["bytes"] for m in rungs), "dynamic_bytes": dynamic["rknn"]["bytes"],

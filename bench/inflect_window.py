@@ -45,8 +45,9 @@ def sweep_row(scratch: Path, official: dict, size: str, target: str, window: int
     row = {"size": size, "target": target, "window": window, "context": CONTEXT, "emitted": window - 2 * CONTEXT}
     started = time.perf_counter()
     try:
-        exported = inflect.export(official["decode"], official["duration"], out, window, CONTEXT, True, target,
-                                  say=lambda *_: None)
+        job = inflect.FAMILY.job(target=target, out=out,
+                                 options={"window": window, "context": CONTEXT, "dec_mask": True})
+        exported = inflect.export(job, official["decode"], official["duration"], say=lambda *_: None)
     except GateFailure as failure:
         return {**row, "status": f"export gate failed: {failure}"}
     verdicts = [v for record in exported for v in record.verdicts]

@@ -31,6 +31,7 @@ def sine_snr_db(form: str) -> float:
 def main(argv: list[str] | None = None) -> list[dict]:
     import run
     from rkaudio.engine.build import BuildOptions, build_engine
+    from rkaudio.families.kokoro import FAMILY
     from rkaudio.families.kokoro.export import export
     from rkaudio.families.kokoro.graph import OUTPUT, interior
     from rkaudio.families.kokoro.sources import load_generator
@@ -42,12 +43,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="the engines go to its bench-kokoro-generator/ (default: the system temp dir)")
     work = parser.parse_args(argv).scratch / "bench-kokoro-generator"
     config, state, label, _ = load_generator(None, None, work, use_cache=False)
-    [exact_record] = export(config, state, label, FRAMES, work / "exact", "exact", snake_fold=True)
+    [exact_record] = export(FAMILY.job(target=TARGET, out=work / "exact", options={"frames": FRAMES}), config, state,
+                            label, "exact")
     options = BuildOptions(TARGET, TOOLKIT, max_regtask_lines=100_000, fail_on_cpu_ops=False, min_simulator_snr_db=0.0)
     rows = []
     for form in FORMS:
         started = time.perf_counter()
-        [record] = export(config, state, label, FRAMES, work / form, form, True)
+        [record] = export(FAMILY.job(target=TARGET, out=work / form, options={"frames": FRAMES}), config, state, label,
+                          form)
         exported = time.perf_counter()
         result = build_engine(record.onnx, work / form, options, selfcheck=record.selfcheck,
                               export_verdicts=record.verdicts, reference_onnx=record.reference)

@@ -102,10 +102,11 @@ def fidelity(manifest: dict, engine_folder: Path, utterance: dict, plain64, full
     from rkaudio.host.backends import OnnxBackend
     from rkaudio.board.window_walk import plan_windows
 
-    from rkaudio.core.contract import get_contract
+    from rkaudio.board.contract import EngineContract
+    from rkaudio.core.contract import contract_of
 
     engine_onnx = next(p for p in engine_folder.glob("kokoro_generator_w*.onnx") if not p.name.endswith(".fp32.onnx"))
-    contract = manifest["contract"] if manifest else get_contract(engine_onnx)
+    contract = EngineContract.from_json(manifest["contract"]) if manifest else contract_of(engine_onnx)
     twin = next(engine_folder.glob("*.fp32.onnx"), None) or engine_onnx
     layout = kokoro_walk.KokoroWindow.from_contract(contract, {"overlap": 0, "gain": False})
     x, har, style = utterance["x"], utterance["har"], utterance["style"]
@@ -135,12 +136,13 @@ def fidelity(manifest: dict, engine_folder: Path, utterance: dict, plain64, full
     sims = [float(o["snr_db"]) for o in (manifest or {}).get("simulator", {}).values()]
     out["sim_first_window_db"] = round(min(sims), 1) if sims else None
     out["sim_e2e_audio_db"] = round(float(e2e["audio"]["snr_db"]), 1) if "audio" in e2e else None
-    gates = {v["name"]: v["value"] for v in contract.get("export_verdicts", [])}
+    gates = {v["name"]: v["value"] for v in contract.export_verdicts or []}
     out["export_onnx_vs_torch_db"] = round(gates["onnx_vs_torch"], 1) if "onnx_vs_torch" in gates else None
     out["rows_vs_plain_f64_db"] = round(gates["rows_vs_plain"], 1) if "rows_vs_plain" in gates else None
-    out["fine_layout"] = contract.get("fine_layout", "plain")
-    if contract.get("fine_rows"):
-        out["fine_rows"] = f"{contract['fine_rows']} x {contract['fine_row_length']}"
+    fields = kokoro_walk.KokoroFields.of(contract)
+    out["fine_layout"] = fields.fine_layout
+    if fields.fine_rows:
+        out["fine_rows"] = f"{fields.fine_rows} x {fields.fine_row_length}"
     return out
 
 

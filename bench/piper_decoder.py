@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from rkaudio.engine.build import BuildOptions, build_engine
-from rkaudio.families.piper import decoder
+from rkaudio.families.piper import FAMILY, decoder
 from rkaudio.families.piper.voice import resolve_voice
+from rkaudio.gates.walk_vs_full import WalkBesideFull
 from rkaudio.host.backends import OnnxBackend
-from rkaudio.board.window_walk import WindowContract, walk
-from rkaudio.core.contract import get_contract
+from rkaudio.board.window_walk import walk
 
 TARGETS = ("rk3588", "rk3576", "rk3566")
 TOOLKIT = "2.3.2"
@@ -37,7 +37,8 @@ def engine_rows(scratch: Path) -> list[dict]:
         for target in TARGETS:
             out = scratch / f"mask{int(dec_mask)}" / target
             started = time.perf_counter()
-            (export,) = decoder.export(None, out, 93, 24, dec_mask, target)
+            (export,) = decoder.export(FAMILY.job("decoder", target=target, out=out,
+                                                  options={"window": 93, "context": 24, "dec_mask": dec_mask}))
             exported = time.perf_counter()
             result = build_engine(export.onnx, out,
                                   BuildOptions(target, TOOLKIT, max_regtask_lines=0, fail_on_cpu_ops=True),
@@ -58,8 +59,7 @@ def walk_timing(scratch: Path) -> dict:
     import onnx
 
     piece = decoder.slice_voice(onnx.load(str(voice.onnx_path)))
-    engine = decoder.fixed_window_model(piece, 93, 24, False, "joe", 22050)
-    contract = WindowContract.from_contract(get_contract(engine))
+    engine, contract = decoder.fixed_window_model(piece, 93, 24, False, "joe", 22050)
     slices = int(UTTERANCE_S * 22050 / piece.hop)
     z = decoder.white_noise_latent(piece.channels, slices)
     full, windowed = OnnxBackend(piece.model, threads=1), OnnxBackend(engine, threads=1)
@@ -90,15 +90,13 @@ def context_rows() -> list[dict]:
              "white_noise": [(z, decoder.full_decode(full, z, None)) for z in noise]}
     rows = []
     for context in CONTEXTS:
-        engine = decoder.fixed_window_model(piece, EMITTED + 2 * context, context, False, "joe", 22050)
-        contract = WindowContract.from_contract(get_contract(engine))
+        engine, contract = decoder.fixed_window_model(piece, EMITTED + 2 * context, context, False, "joe", 22050)
         runner = OnnxBackend(engine, threads=1)
         row = {"kind": "context", "window": contract.window, "context": context, "emitted": EMITTED}
         for name, pairs in cases.items():
             snrs = []
             for z, reference in pairs:
-                _, table = decoder.window_verdicts(name, reference, walk(runner, z, contract), 0.0)
-                snrs += [r["snr_db"] for r in table if r["kind"] == "interior"]
+                snrs += WalkBesideFull.run(runner, z, contract, reference).interior()
             row[f"{name}_worst_interior_db"] = round(min(snrs), 1)
             row[f"{name}_median_interior_db"] = round(float(np.median(snrs)), 1)
             row[f"{name}_interior_windows"] = len(snrs)

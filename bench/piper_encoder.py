@@ -19,12 +19,13 @@ TARGET, TOOLKIT = "rk3588", "2.3.2"
 def measure(width: int, out: str) -> dict:
     """The per-width worker: one width exported and built into `out`, its row."""
     from rkaudio.engine.build import BuildOptions, build_engine
-    from rkaudio.families.piper import encoder
+    from rkaudio.families.piper import FAMILY, encoder
 
     out = Path(out)
     voice = encoder.Voice(None)
     started = time.perf_counter()
-    record = encoder.export_width(voice, width, out)
+    job = FAMILY.job("duration_encoder", target=TARGET, out=out, toolkit=TOOLKIT)
+    record = encoder.export_width(job, voice, width)
     exported = time.perf_counter()
     result = build_engine(record.onnx, out, BuildOptions(TARGET, TOOLKIT, max_regtask_lines=0, fail_on_cpu_ops=True),
                           selfcheck=record.selfcheck, export_verdicts=record.verdicts)

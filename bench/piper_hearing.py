@@ -21,7 +21,7 @@ TEXTS = {
 def main(argv: list[str] | None = None) -> list[dict]:
     import run
     from rkaudio.cli.families import declaration
-    from rkaudio.families.piper import DEFAULT_CONTEXT
+    from rkaudio.families.piper import DEFAULT_CONTEXT, FAMILY
     from rkaudio.families.piper.check import render_check
     from rkaudio.families.piper.decoder import export
     from rkaudio.release.check import EngineChoice
@@ -34,10 +34,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     window = engines.recipe_option("decoder", "window")
     rows, pooled_errors, pooled_words = [], 0, 0
     with tempfile.TemporaryDirectory(prefix="piper-hearing-") as scratch:
-        (exported,) = export(None, Path(scratch), window, DEFAULT_CONTEXT, False, target)
+        job = FAMILY.job("decoder", target=target, out=Path(scratch),
+                         options={"window": window, "context": DEFAULT_CONTEXT})
+        (exported,) = export(job)
         for name, text in TEXTS.items():
-            figures = render_check(text, None, exported.onnx, Path(scratch) / f"{name.replace(' ', '_')}.wav",
-                                   window, DEFAULT_CONTEXT, False, engines)
+            figures = render_check(text, job, exported.onnx, Path(scratch) / f"{name.replace(' ', '_')}.wav", engines)
             asr = figures["asr"]
             if "detail" in asr:
                 raise SystemExit(f"pocketsphinx is needed here: {asr['detail']}")

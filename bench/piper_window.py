@@ -25,7 +25,7 @@ import _window_sweep as sweep  # bench/ is no package: run.py puts it on sys.pat
 
 from rkaudio.pipeline import pipeline
 from rkaudio.engine.build import BuildOptions
-from rkaudio.families.piper import decoder
+from rkaudio.families.piper import FAMILY, decoder
 from rkaudio.core.errors import GateFailure
 from rkaudio.board.soc import TIME_FIELD_LIMIT
 
@@ -50,7 +50,8 @@ def sweep_row(scratch: Path, target: str, window: int, context: int) -> dict:
     row = {"target": target, "window": window, "context": context, "emitted": window - 2 * context}
     started = time.perf_counter()
     try:
-        exported = decoder.export(None, out, window, context, False, target)
+        exported = decoder.export(FAMILY.job("decoder", target=target, out=out,
+                                             options={"window": window, "context": context}))
     except GateFailure as failure:
         return {**row, "status": f"export gate failed: {failure.verdicts[0].line() if failure.verdicts else failure}"}
     verdicts = [v for record in exported for v in record.verdicts]

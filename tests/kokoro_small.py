@@ -16,6 +16,13 @@ SMALL = GeneratorConfig(style_dim=8, upsample_initial_channel=16)
 FRAMES = 64  # the window the tests export: 28 context frames per side + 8 emitted
 
 
+def small_job(out: Path, target: str = "rk3588"):
+    """The job of `convert kokoro --frames FRAMES --target TARGET --out OUT`: the export the tests make of SMALL."""
+    from rkaudio.families.kokoro import FAMILY
+
+    return FAMILY.job(target=target, out=out, options={"frames": FRAMES})
+
+
 def small_reference(seed: int = 0, gains: bool = True) -> tuple[torch.nn.Module, dict]:
     """The reference Generator (weight norm in) with non-trivial Snake alphas (and weight-norm gains), and a copy
     of its state dict."""

@@ -23,14 +23,16 @@ released after prefill.
 engines (`rkaudio.board.golden.Engine`, each known by its contract) instead of a plan directory."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, List, Mapping
 
 import numpy as np
 
+from rkaudio.board.contract import ContractFields, EngineContract
 from rkaudio.board.errors import SetupError
 from rkaudio.board.mel import log_mel
 
@@ -41,10 +43,80 @@ class BucketError(SetupError):
     """The input does not fit the exported graphs (audio too long or empty, K/V positions exhausted)."""
 
 
-def graph_key(contract: dict) -> tuple:
+@dataclass(frozen=True)
+class Prompt:
+    """The chat template around the audio placeholders, as token ids."""
+
+    prefix_ids: List[int]  # the template's tokens before the audio
+    audio_token_id: int  # the placeholder token: one per audio embedding row
+    suffix_ids: List[int]  # the template's tokens after the audio (the assistant's turn opened)
+    eos_token_id: int  # the token that ends a transcript
+
+    def ids(self, placeholders: int) -> List[int]:
+        """The prompt's token ids with `placeholders` audio placeholders."""
+        return [*self.prefix_ids, *[self.audio_token_id] * placeholders, *self.suffix_ids]
+
+
+@dataclass(frozen=True)
+class Audio8Fields(ContractFields):
+    """The fields every Audio8 graph's contract carries: the frontend, the encoder and adapter sizes, the prompt,
+    the decoder's shapes and its K/V buckets (the runtime reads them off any one graph)."""
+
+    sample_rate: int  # audio samples per second the frontend takes
+    mel_bins: int  # log-mel bins per frame
+    n_fft: int  # the mel frontend's STFT window, in samples
+    hop: int  # samples between mel frames (the frontend's STFT hop, not a decoder window's)
+    max_frames: int  # mel frames the encoder takes (a shorter clip zero-padded to them)
+    chunk_frames: int  # mel frames per encoder chunk (each its own convolution image)
+    audio_tokens: int  # tokens the encoder gives for max_frames, which the adapter pools
+    max_placeholders: int  # audio placeholders of the longest clip: the adapter's rows
+    prompt_length: int  # positions of the longest prompt: the prefill's S
+    kv_buckets: List[int]  # K/V buffer lengths Smax, one decoder step graph each, ascending
+    head_shards: int  # LM head graphs, the vocabulary's rows split evenly
+    layers: int  # decoder layers
+    heads: int  # attention heads (one K/V head each)
+    head_dim: int  # channels per head
+    hidden: int  # the decoder's hidden size
+    vocab: int  # vocabulary size (the LM head's rows)
+    rope_theta: float  # the rotary embedding's base
+    mask_value: float  # the additive mask of a K/V row not yet written
+    kv_layout: str  # the K/V buffers' axes ("heads,Smax,head_dim")
+    prompt: Prompt  # the chat template's token ids
+
+    def __post_init__(self):
+        if isinstance(self.prompt, Mapping):  # read from the contract's JSON object
+            object.__setattr__(self, "prompt", Prompt(**self.prompt))
+
+    def to_fields(self) -> dict:
+        """Every field, the prompt as its JSON object."""
+        return {**super().to_fields(), "prompt": dataclasses.asdict(self.prompt)}
+
+
+@dataclass(frozen=True)
+class Audio8AdapterFields(Audio8Fields):
+    rows: int  # the audio embedding rows the adapter returns (max_placeholders; those past a clip's N pool nothing)
+
+
+@dataclass(frozen=True)
+class Audio8PrefillFields(Audio8Fields):
+    length: int  # the positions the prefill runs (prompt_length; a shorter prompt right-padded)
+
+
+@dataclass(frozen=True)
+class Audio8StepFields(Audio8Fields):
+    bucket: int  # the K/V buffers' length Smax this step graph takes
+
+
+@dataclass(frozen=True)
+class Audio8HeadFields(Audio8Fields):
+    shard: int  # the shard's place among head_shards (its contract's ladder_key too)
+    rows: List[int]  # [start, stop): the vocabulary rows whose logits the shard gives
+
+
+def graph_key(contract: EngineContract) -> tuple:
     """What the runtime asks for a graph by: (component, role, ladder_key) of its contract (of a shape set's view,
     for an engine compiled for several sets)."""
-    return (contract["component"], contract["role"], contract.get("ladder_key"))
+    return (contract.component, contract.role, contract.ladder_key)
 
 
 def step_key(bucket: int) -> tuple:
@@ -125,7 +197,10 @@ class Audio8Runtime:
 
     Or, without a plan directory, over `engines` (`rkaudio.board.golden.Engine`s: each runs one graph, known by its
     contract's component/role/ladder_key, and opens its backend itself) with `embed_table` (indexable like the
-    [vocab, hidden] table: `table[ids]`, `table[id]`)."""
+    [vocab, hidden] table: `table[ids]`, `table[id]`).
+
+    `fields` are the shapes, buckets and prompt every graph's contract carries (`Audio8Fields`), read off the
+    first graph."""
 
     def __init__(self, plan_dir: Path | None = None, backend_for: Callable | None = None, artifact: str = "onnx",
                  engines: list | None = None, embed_table=None):
@@ -136,7 +211,7 @@ class Audio8Runtime:
             if not engines or embed_table is None:
                 raise SetupError("an Audio8Runtime over engines needs the engines and the embedding table")
             self.plan_dir, self.plan = None, None
-            self.contract = engines[0].contract
+            self.fields = Audio8Fields.of(engines[0].contract)
             self._embed_table = embed_table
             self.graphs = {graph_key(engine.contract): engine for engine in engines}
             return
@@ -149,9 +224,10 @@ class Audio8Runtime:
         if not plan_path.is_file():
             raise SetupError(f"no {PLAN_FILE} in {self.plan_dir}: export the graphs with `convert audio8 ...`")
         self.plan = json.loads(plan_path.read_text())
-        self.contract = self.plan["graphs"][0]["contract"]
+        contracts = [EngineContract.from_json(entry["contract"]) for entry in self.plan["graphs"]]
+        self.fields = Audio8Fields.of(contracts[0])
         self._embed_table = np.load(self.plan_dir / self.plan["embed_table"], mmap_mode="r")
-        self.graphs = {graph_key(entry["contract"]): entry for entry in self.plan["graphs"]}
+        self.graphs = {graph_key(contract): entry for contract, entry in zip(contracts, self.plan["graphs"])}
 
     # ------------------------------------------------------------ backends, lazily
     def _run(self, key: tuple, feeds: dict, timings: "Timings", stage: str) -> dict:
@@ -232,50 +308,48 @@ class Audio8Runtime:
     # ------------------------------------------------------------ frontend
     def check_audio(self, samples: int) -> int:
         """Placeholder count N for `samples` (any clip up to the encoder's frame count), or a BucketError."""
-        c = self.contract
-        rate, max_samples = c["sample_rate"], c["max_frames"] * c["hop"]
+        fields = self.fields
+        rate, max_samples = fields.sample_rate, fields.max_frames * fields.hop
         if samples <= 0:
             raise BucketError("the audio is empty: nothing to transcribe")
         if samples > max_samples:
             seconds = max_samples / rate
             raise BucketError(f"audio of {samples / rate:.2f} s is longer than the {seconds:g} s the encoder takes "
-                              f"({c['max_frames']} mel frames): split it into clips of at most {seconds:g} s, "
+                              f"({fields.max_frames} mel frames): split it into clips of at most {seconds:g} s, "
                               f"best at pauses (e.g. `sox in.wav part.wav trim 0 {seconds:g} : newfile : restart`), "
                               "and transcribe each clip")
-        placeholders = placeholder_count(samples, c["hop"])
-        if placeholders > c["max_placeholders"]:  # a plan whose encoder and adapter disagree
+        placeholders = placeholder_count(samples, fields.hop)
+        if placeholders > fields.max_placeholders:  # a plan whose encoder and adapter disagree
             raise BucketError(f"{samples} samples give {placeholders} audio placeholders, more than the adapter's "
-                              f"{c['max_placeholders']} rows")
+                              f"{fields.max_placeholders} rows")
         return placeholders
 
     def prompt_ids(self, placeholders: int) -> list[int]:
-        p = self.contract["prompt"]
-        return [*p["prefix_ids"], *[p["audio_token_id"]] * placeholders, *p["suffix_ids"]]
+        return self.fields.prompt.ids(placeholders)
 
     def _pooling(self, placeholders: int) -> np.ndarray:
         """The adapter's `pool` input [1, rows, tokens] for N placeholders: adaptive average pooling of the
         encoder's tokens to N rows, zero-padded to the adapter's rows. One method, so a test can plant the
         first-N-rows mistake."""
-        c = self.contract
-        return padded_pooling(c["audio_tokens"], placeholders, c["max_placeholders"])[None]
+        return padded_pooling(self.fields.audio_tokens, placeholders, self.fields.max_placeholders)[None]
 
     def prompt_embeddings(self, features: np.ndarray, placeholders: int, timings: Timings) -> np.ndarray:
         """Encoder (features zero-padded to the fixed frame count) -> the adapter pooled to N -> inputs_embeds
         [1, S, hidden], S = N + the prompt's template tokens."""
-        c = self.contract
-        if features.shape[1] > c["max_frames"]:
-            raise BucketError(f"{features.shape[1]} mel frames exceed the encoder's {c['max_frames']}")
-        padded = np.zeros((c["mel_bins"], c["max_frames"]), dtype=np.float32)
+        fields = self.fields
+        if features.shape[1] > fields.max_frames:
+            raise BucketError(f"{features.shape[1]} mel frames exceed the encoder's {fields.max_frames}")
+        padded = np.zeros((fields.mel_bins, fields.max_frames), dtype=np.float32)
         padded[:, : features.shape[1]] = features
-        audio_hidden = self._run(("encoder", "main", None), {"mel_chunks": mel_chunks(padded, c["chunk_frames"])},
+        audio_hidden = self._run(("encoder", "main", None), {"mel_chunks": mel_chunks(padded, fields.chunk_frames)},
                                  timings, "encoder_ms")["audio_hidden"]
         audio = self._run(("adapter", "main", None), {"audio_hidden": audio_hidden,
                                                       "pool": self._pooling(placeholders)},
                           timings, "adapter_ms")["audio_embeddings"]
-        if audio.shape[0] != c["max_placeholders"]:
-            raise BucketError(f"adapter gave {audio.shape[0]} audio rows, its contract says {c['max_placeholders']}")
+        if audio.shape[0] != fields.max_placeholders:
+            raise BucketError(f"adapter gave {audio.shape[0]} audio rows, its contract says {fields.max_placeholders}")
         ids = np.array(self.prompt_ids(placeholders))
-        slots = ids == c["prompt"]["audio_token_id"]
+        slots = ids == fields.prompt.audio_token_id
         embeds = self.token_embeddings(ids)
         embeds[slots] = audio[: int(slots.sum())]  # rows past N pooled nothing (zero rows of `pool`)
         return embeds[None]
@@ -293,20 +367,20 @@ class Audio8Runtime:
     def _head(self, hidden: np.ndarray, timings: Timings, stage: str) -> np.ndarray:
         """Logits [vocab]: the final RMSNorm and LM head of `hidden` [1, 1, hidden], shard by shard."""
         return np.concatenate([self._run(("decoder", "head", shard), {"hidden": hidden}, timings, stage)
-                               ["logits"].reshape(-1) for shard in range(self.contract["head_shards"])])
+                               ["logits"].reshape(-1) for shard in range(self.fields.head_shards)])
 
     def prefill(self, inputs_embeds: np.ndarray, timings: Timings) -> tuple[np.ndarray, dict]:
         """The one prefill over the prompt right-padded to its S: the last real position's hidden state
         [1, 1, hidden] (one-hot selector through a MatMul) and every layer's K/V [heads, S, head_dim]."""
-        c = self.contract
-        length, size = inputs_embeds.shape[1], c["prompt_length"]
+        fields = self.fields
+        length, size = inputs_embeds.shape[1], fields.prompt_length
         if length > size:
             raise BucketError(f"a {length}-token prompt is longer than the prefill's {size} positions")
         padded = np.zeros((1, size, inputs_embeds.shape[2]), np.float32)
         padded[:, :length] = inputs_embeds
         select = np.zeros((1, size), np.float32)
         select[0, length - 1] = 1.0
-        cos, sin = rope_tables(np.arange(size), c["head_dim"], c["rope_theta"])
+        cos, sin = rope_tables(np.arange(size), fields.head_dim, fields.rope_theta)
         outputs = self._run(("prefill", "main", None), {"inputs_embeds": padded, "cos": cos, "sin": sin,
                                                         "select": select}, timings, "prefill_ms")
         return outputs["last_hidden"].reshape(1, 1, -1), outputs
@@ -314,28 +388,28 @@ class Audio8Runtime:
     def decode(self, inputs_embeds: np.ndarray, max_new_tokens: int, ignore_eos: bool = False,
                keep_logits: bool = False, timings: Timings | None = None) -> Decoded:
         """Greedy tokens after the prompt, EOS included (or exactly `max_new_tokens` with `ignore_eos`)."""
-        c = self.contract
+        fields = self.fields
         timings = timings or Timings()
         length = inputs_embeds.shape[1]
-        buckets = sorted(c["kv_buckets"])
+        buckets = sorted(fields.kv_buckets)
         bucket = next((b for b in buckets if b > length), None)
         if bucket is None:
             raise BucketError(f"a {length}-token prompt leaves no room in the largest K/V bucket {buckets[-1]}")
         hidden, prefill = self.prefill(inputs_embeds, timings)
         for component in ("encoder", "adapter", "prefill"):
             self.release(component)
-        shape = (c["heads"], bucket, c["head_dim"])
+        shape = (fields.heads, bucket, fields.head_dim)
         kv_dtype, mask_dtype = self._buffer_dtypes(bucket, timings)
-        keys = [np.zeros(shape, kv_dtype) for _ in range(c["layers"])]
-        values = [np.zeros(shape, kv_dtype) for _ in range(c["layers"])]
-        for layer in range(c["layers"]):  # the prefill's rows past the prompt are padding
+        keys = [np.zeros(shape, kv_dtype) for _ in range(fields.layers)]
+        values = [np.zeros(shape, kv_dtype) for _ in range(fields.layers)]
+        for layer in range(fields.layers):  # the prefill's rows past the prompt are padding
             keys[layer][:, :length] = prefill[f"key_{layer}"][:, :length]
             values[layer][:, :length] = prefill[f"value_{layer}"][:, :length]
-        mask = np.full((c["heads"], 1, bucket), c["mask_value"], mask_dtype)
+        mask = np.full((fields.heads, 1, bucket), fields.mask_value, mask_dtype)
         mask[:, :, :length] = 0.0
         logits = self._head(hidden, timings, "prefill_ms")
         tokens, used, kept = [int(np.argmax(logits))], [bucket], [logits] if keep_logits else []
-        eos = c["prompt"]["eos_token_id"]
+        eos = fields.prompt.eos_token_id
         position = length
         while len(tokens) < max_new_tokens and (ignore_eos or tokens[-1] != eos):
             if position >= bucket:
@@ -344,11 +418,11 @@ class Audio8Runtime:
             cos, sin = self._rope(position)
             feeds = {"hidden": self.token_embeddings(tokens[-1]).reshape(1, 1, -1), "cos": cos, "sin": sin,
                      "mask": mask}
-            for layer in range(c["layers"]):
+            for layer in range(fields.layers):
                 feeds[f"full_k_{layer}"], feeds[f"full_v_{layer}"] = keys[layer], values[layer]
             step = self._run(step_key(bucket), feeds, timings, "step_ms")
             start = time.perf_counter()
-            for layer in range(c["layers"]):  # this position's rows, written after the step that computed them
+            for layer in range(fields.layers):  # this position's rows, written after the step that computed them
                 keys[layer][:, position] = step[f"key_delta_{layer}"][:, 0]
                 values[layer][:, position] = step[f"value_delta_{layer}"][:, 0]
             mask[:, :, position] = 0.0
@@ -363,13 +437,13 @@ class Audio8Runtime:
     def _rope(self, position: int) -> tuple[np.ndarray, np.ndarray]:
         """cos, sin [1, head_dim] of the token decoded at `position` (its K/V row and its query). One method, so
         a test can plant a position fault (the family's step-logit gate must catch it)."""
-        return rope_tables([position], self.contract["head_dim"], self.contract["rope_theta"])
+        return rope_tables([position], self.fields.head_dim, self.fields.rope_theta)
 
     def _migrate(self, bucket, position, keys, values, mask, timings):
         """Release the old step graph, then copy every layer's valid K/V rows into the next bucket's buffers (in
         the dtypes that bucket's step graph takes them in: opening it here, one step graph open at a time). One
         engine compiled for both buckets' shapes stays open: reloading it would only cost its init."""
-        larger = [b for b in sorted(self.contract["kv_buckets"]) if b > bucket]
+        larger = [b for b in sorted(self.fields.kv_buckets) if b > bucket]
         if not larger:
             raise BucketError(f"decoding reached position {position}, past the largest K/V bucket {bucket}: "
                               "export a larger --kv-buckets entry or lower max_new_tokens")
@@ -386,7 +460,7 @@ class Audio8Runtime:
                 buffer = np.zeros((heads, grown, head_dim), kv_dtype)
                 buffer[:, :position] = old[:, :position]
                 store.append(buffer)
-        new_mask = np.full((heads, 1, grown), self.contract["mask_value"], mask_dtype)
+        new_mask = np.full((heads, 1, grown), self.fields.mask_value, mask_dtype)
         new_mask[:, :, :position] = mask[:, :, :position]
         timings.migrations.append({"from": bucket, "to": grown, "position": position, "ms": _ms_since(start)})
         return grown, new_keys, new_values, new_mask
@@ -425,7 +499,7 @@ def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     audio = np.asarray(inputs["audio"], dtype=np.float32).reshape(-1)
     table = EmbeddingRows(inputs["embed_ids"], inputs["embed_rows"])
     with Audio8Runtime(engines=engines, embed_table=table) as runtime:
-        features = log_mel(audio, runtime.contract["mel_bins"])
+        features = log_mel(audio, runtime.fields.mel_bins)
         decoded = runtime.transcribe(features, audio.size, int(params["tokens"]), ignore_eos=True, keep_logits=True)
     top = np.sort(np.stack(decoded.step_logits).astype(np.float32), axis=-1)
     return {"tokens": np.asarray(decoded.tokens, dtype=np.int64), "tokens.margin": top[:, -1] - top[:, -2]}

@@ -8,15 +8,20 @@ cond [B,80,S] and the RoPE tables rope_cos/rope_sin [heads,S,dim_head]; it retur
 calls. Past the largest rung the ladder refuses (a CPU fallback is the consumer's choice, not ours). A rung
 too big to compile whole is split by depth into parts chained through `hidden` [B,S,dim] (`Chain`).
 
+An engine's contract fields are `RungFields` (where it sits in the ladder, what graph it is) and `FlowFields`
+(what the ODE over the ladder reads, the same for every rung).
+
 The initial noise is an input: upstream draws it from seeded torch (`rand_noise`), which numpy cannot
 reproduce. numpy and the stdlib only, Python 3.8 (shipped in the board self-test kit)."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from rkaudio.board.contract import ContractFields, EngineContract
 from rkaudio.board.golden import by_role
 
 INPUT_NAMES = ["x", "mask", "mu", "t_freq", "spks", "cond", "rope_cos", "rope_sin"]
@@ -26,6 +31,53 @@ CHAIN_INPUT_NAMES = [HIDDEN_NAME, "mask", "t_freq", "rope_cos", "rope_sin"]  # t
 UNCONDITIONAL_ZEROED = ["mu", "spks", "cond"]  # the CFG row upstream feeds with these zeroed
 DEFAULT_STEPS = 10
 DEFAULT_CFG_RATE = 0.7
+MEL_DIM = 80
+FRAME_RATE_HZ = 50  # mel frames per second
+
+
+@dataclass(frozen=True)
+class RungFields(ContractFields):
+    """An estimator engine's place in the ladder and its graph: the rung it is compiled for and, for a rung split
+    by depth, its part of the chain."""
+
+    length: int                                # the rung: mel frames S the engine is compiled for
+    chain: Optional[Dict[str, Any]] = None     # a depth-split rung's {part, parts, blocks, carries}; None: whole
+    estimator: Optional[Dict[str, Any]] = None  # the DiT's {dim, depth, heads, dim_head}
+    io: Optional[Dict[str, Any]] = None        # the engine's {inputs, outputs}: [{name, shape}, ...] each
+    ln_form: Optional[str] = None              # the LayerNorm form in the graph: plain or safe
+    parameters: Optional[int] = None           # parameters of the whole estimator
+
+    @property
+    def part(self) -> int:
+        """The engine's place in its rung's chain (0 for a whole rung)."""
+        return int(self.chain["part"]) if self.chain else 0
+
+    @property
+    def parts(self) -> int:
+        """The engines its rung is split into (1 for a whole rung)."""
+        return int(self.chain["parts"]) if self.chain else 1
+
+    def to_fields(self) -> dict:
+        """The contract fields an exporter stores: `chain` only for a depth-split rung."""
+        fields = super().to_fields()
+        if self.chain is None:
+            del fields["chain"]
+        return fields
+
+
+@dataclass(frozen=True)
+class FlowFields(ContractFields):
+    """What the ODE over the ladder reads from any rung's contract (every rung states the same), and how the
+    export says it is run."""
+
+    cfg: Dict[str, Any]              # classifier-free guidance: {scheme, rate, uncond_zeroed, combine}
+    time: Dict[str, Any]             # the time sinusoid the host makes: {freq_dim, scale, freqs, mlp}
+    rope: Dict[str, Any]             # the RoPE tables the host makes: {heads, dim_head, rot_dim, inv_freq, rotated}
+    batch: int = 1                   # estimator batch: 1 (CFG as two calls per step) or 2 (both rows in one call)
+    mel_dim: int = MEL_DIM           # mel channels of x, mu, cond and the velocity
+    frame_rate_hz: int = FRAME_RATE_HZ  # mel frames per second
+    ode: Optional[Dict[str, Any]] = None  # the solver upstream runs: {solver, steps, schedule, t_span, noise}
+    padding: Optional[str] = None    # how a shorter sequence runs on a rung
 
 
 class FlowLengthError(ValueError):
@@ -80,8 +132,9 @@ class Chain:
     @staticmethod
     def _inputs(part, index: int) -> List[str]:
         contract = getattr(part, "contract", None)
-        if contract and "io" in contract:
-            return [entry["name"] for entry in contract["io"]["inputs"]]
+        io = RungFields.of(contract).io if contract is not None else None
+        if io:
+            return [entry["name"] for entry in io["inputs"]]
         return list(INPUT_NAMES) if index == 0 else list(CHAIN_INPUT_NAMES)
 
     def run(self, feeds: dict) -> dict:
@@ -101,23 +154,22 @@ class Chain:
 
 class FlowLadder:
     """`rungs` maps a compiled length S -> backend (`run(feeds) -> outputs`), or the list of a depth-split rung's
-    parts in chain order; `contract` is the engines' shared contract (any rung's): batch, cfg, time and rope
-    fields (see the family's export)."""
+    parts in chain order; `flow` is the engines' shared fields (any rung's): batch, cfg, time and rope."""
 
-    def __init__(self, rungs: Dict[int, object], contract: dict):
+    def __init__(self, rungs: Dict[int, object], flow: FlowFields):
         if not rungs:
             raise ValueError("a flow ladder needs at least one rung")
         self.rungs = dict(sorted((int(k), Chain(v) if isinstance(v, (list, tuple)) else v) for k, v in rungs.items()))
-        self.batch = int(contract.get("batch", 1))
+        self.batch = flow.batch
         if self.batch not in (1, 2):
             raise ValueError(f"estimator batch {self.batch}: the CFG scheme runs B=1 (two calls) or B=2 (one call)")
-        cfg, time, rope = contract["cfg"], contract["time"], contract["rope"]
+        cfg, time, rope = flow.cfg, flow.time, flow.rope
         self.cfg_rate = float(cfg["rate"])
         self.zeroed = list(cfg.get("uncond_zeroed", UNCONDITIONAL_ZEROED))
         self.freqs, self.time_scale = np.asarray(time["freqs"], dtype=np.float64), float(time["scale"])
         self.inv_freq = np.asarray(rope["inv_freq"], dtype=np.float64)
         self.heads, self.dim_head = int(rope["heads"]), int(rope["dim_head"])
-        self.mel_dim = int(contract.get("mel_dim", 80))
+        self.mel_dim = flow.mel_dim
         self._tables: Dict[int, tuple] = {}
 
     @classmethod
@@ -129,9 +181,8 @@ class FlowLadder:
         grouped: Dict[int, Dict[int, object]] = {}
         counts: Dict[int, int] = {}
         for engine in engines:
-            length = int(engine.contract["length"])
-            chain = engine.contract.get("chain") or {"part": 0, "parts": 1}
-            part, parts = int(chain["part"]), int(chain["parts"])
+            rung = RungFields.of(engine.contract)
+            length, part, parts = rung.length, rung.part, rung.parts
             if counts.setdefault(length, parts) != parts or part in grouped.setdefault(length, {}):
                 raise ValueError(f"two estimator engines for S={length} part {part} (or disagreeing part counts)")
             grouped[length][part] = engine
@@ -140,7 +191,7 @@ class FlowLadder:
             if sorted(parts) != list(range(counts[length])):
                 raise ValueError(f"the S={length} rung has parts {sorted(parts)} of {counts[length]}: incomplete chain")
             rungs[length] = parts[0] if counts[length] == 1 else [parts[i] for i in range(counts[length])]
-        return cls(rungs, engines[0].contract)
+        return cls(rungs, FlowFields.of(engines[0].contract))
 
     @property
     def largest(self) -> int:
@@ -217,7 +268,6 @@ def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     return {"mel": mel}
 
 
-def calls_per_solve(contract: dict, steps: int = DEFAULT_STEPS) -> int:
+def calls_per_solve(contract: EngineContract, steps: int = DEFAULT_STEPS) -> int:
     """Engine calls of one ODE: one per step at B=2, two at B=1; times the parts of a depth-split rung."""
-    parts = int((contract.get("chain") or {}).get("parts", 1))
-    return steps * (1 if int(contract.get("batch", 1)) == 2 else 2) * parts
+    return steps * (1 if FlowFields.of(contract).batch == 2 else 2) * RungFields.of(contract).parts

@@ -12,12 +12,13 @@ import hashlib
 import importlib
 import json
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.numeric import snr_db
-from rkaudio.board.shapes import check_set, set_contracts
+from rkaudio.board.shapes import check_set
 
 INDEX_NAME = "index.json"
 SCHEMA_VERSION = 1
@@ -33,10 +34,10 @@ class _Slot:
 class Engine:
     """One engine as a loop sees it: its file name, its contract (the manifest's / ONNX metadata's) and `run`.
     The backend is opened on first use by `open_backend()` (a pool may close it again to bound memory). An engine
-    compiled for several shape sets is one view per set (`rkaudio.board.shapes.set_contracts`), sharing one
-    backend: a view runs only the shapes of its own set."""
+    compiled for several shape sets is one view per set (`EngineContract.views`), sharing one backend: a view
+    runs only the shapes of its own set."""
 
-    def __init__(self, name: str, contract: dict, open_backend: Callable[[], object],
+    def __init__(self, name: str, contract: EngineContract, open_backend: Callable[[], object],
                  on_run: Optional[Callable[["Engine", dict, dict], None]] = None, slot: Optional[_Slot] = None):
         self.name, self.contract = name, contract
         self._slot, self._on_run = slot or _Slot(open_backend), on_run
@@ -85,16 +86,16 @@ class Engine:
 class EnginePool:
     """Engines of one package opened lazily, at most `max_open` at a time (least recently used closed first);
     `max_open=None` keeps every opened engine (a board runtime holds all its contexts). An engine of several shape
-    sets enters the pool as one view per set (`Engine`), opened once."""
+    sets enters the pool as one view per set (`Engine`), opened once. `entries`: (engine file name, its contract)."""
 
-    def __init__(self, entries: List[tuple], opener: Callable[[str], object], max_open: Optional[int] = None,
-                 on_run: Optional[Callable[[Engine, dict, dict], None]] = None):
+    def __init__(self, entries: List[Tuple[str, EngineContract]], opener: Callable[[str], object],
+                 max_open: Optional[int] = None, on_run: Optional[Callable[[Engine, dict, dict], None]] = None):
         self.max_open = max_open
         self._recent: List[Engine] = []
         self.engines = []
         for name, contract in entries:
             slot = _Slot(self._opener_for(name, opener))
-            self.engines += [Engine(name, view, slot.open_backend, on_run, slot) for view in set_contracts(contract)]
+            self.engines += [Engine(name, view, slot.open_backend, on_run, slot) for view in contract.views()]
 
     def _opener_for(self, name: str, opener: Callable[[str], object]) -> Callable[[], object]:
         def open_backend():
@@ -168,10 +169,10 @@ def run_loop(loop_name: str, engines: List[Engine], inputs: dict, params: dict) 
 
 
 def by_role(engines: List[Engine], role: str, component: Optional[str] = None) -> List[Engine]:
-    """The engines filling `role` (and `component`), in ladder order (their contracts' `ladder_key`)."""
-    chosen = [e for e in engines if e.contract.get("role") == role
-              and (component is None or e.contract.get("component") == component)]
-    return sorted(chosen, key=lambda e: e.contract.get("ladder_key", 0))
+    """The engines filling `role` (and `component`), in ladder order (`EngineContract.ladder_order`)."""
+    chosen = [e for e in engines
+              if e.contract.role == role and (component is None or e.contract.component == component)]
+    return sorted(chosen, key=lambda e: e.contract.ladder_order)
 
 
 def only_engine(engines: List[Engine]) -> Engine:

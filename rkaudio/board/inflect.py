@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.errors import SetupError
+from rkaudio.board.vits import VitsWindow
 
 DURATION_INPUTS = ("tokens", "lengths", "length_scale")
 DURATION_OUTPUTS = ("m_p_exp", "logs_p_exp", "y_mask")
@@ -21,6 +24,14 @@ DEFAULT_SAMPLE_RATE, DEFAULT_HOP = 24000, 256  # both official sizes; config.jso
 DEFAULT_VARIATION = 0.667  # prior noise scale, as VITS-family exports default noise_scale
 OFFICIAL_HINT = ("pass onnx/decode.onnx and onnx/duration.onnx of owensong/Inflect-Micro-v2-ONNX or "
                  "owensong/Inflect-Nano-v2-ONNX")
+
+
+@dataclass(frozen=True)
+class InflectWindow(VitsWindow):
+    """An Inflect decoder engine's window: the VITS window and the size of the graph it was folded into."""
+
+    nodes_before_fold: Optional[int] = None  # nodes of the rewritten slice before its shapes were pinned
+    nodes_after_fold: Optional[int] = None   # nodes of the engine graph
 
 
 @dataclass(frozen=True)
@@ -77,12 +88,14 @@ def noise_head(m_p: np.ndarray, logs_p: np.ndarray, variation: float, rng: np.ra
     return (m_p + np.exp(logs_p) * noise * variation).astype(np.float32)
 
 
-def check_engine_matches(contract: dict, model: InflectModel, engine_name: str) -> None:
+def check_engine_matches(contract: EngineContract, model: InflectModel, engine_name: str) -> None:
     """Refuse an engine compiled for another model (latent channels or hop differ)."""
+    window = InflectWindow.of(contract)
     wanted = {"latent_channels": model.channels, "hop": model.hop}
-    wrong = {k: contract.get(k) for k, v in wanted.items() if contract.get(k) != v}
+    found = {"latent_channels": window.latent_channels, "hop": window.hop}
+    wrong = {k: found[k] for k, v in wanted.items() if found[k] != v}
     if wrong:
-        command = contract.get("producer", {}).get("command", "convert inflect ...")
+        command = (contract.producer or {}).get("command", "convert inflect ...")
         raise SetupError(f"engine {engine_name} was compiled for {wrong} but the loaded model has "
                          f"{ {k: wanted[k] for k in wrong} }: it belongs to another Inflect model "
                          f"(Micro C=192, Nano C=128). Rebuild it for this model (it was made by: {command})")
@@ -93,15 +106,13 @@ class InflectSynth:
     file), the decoder engine (any backend with `run`) over the window walk. Without `duration` (None) it only
     decodes finished latents (`decode`; no onnxruntime needed)."""
 
-    def __init__(self, duration, backend, contract: dict, model: InflectModel, engine_name: str = "engine"):
-        from rkaudio.board.window_walk import WindowContract
-
+    def __init__(self, duration, backend, contract: EngineContract, model: InflectModel, engine_name: str = "engine"):
         check_engine_matches(contract, model, engine_name)
         if isinstance(duration, (str, Path)):
             raise SetupError(f"InflectSynth takes a backend of duration.onnx, not the path {duration}: open it with "
                              "rkaudio.host.backends.OnnxBackend")
         self.model = model
-        self.window = WindowContract.from_contract(contract)
+        self.window = InflectWindow.of(contract)
         self.backend = backend
         self.duration = duration
 
@@ -134,8 +145,10 @@ def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     from rkaudio.board.golden import only_engine
 
     engine = only_engine(engines)
+    window = InflectWindow.of(engine.contract)
     latent = np.asarray(inputs["latent"], dtype=np.float32)
-    model = InflectModel(int(latent.shape[1]), int(params.get("hop", engine.contract["hop"])),
-                         int(params.get("sample_rate", engine.contract.get("sample_rate", DEFAULT_SAMPLE_RATE))))
+    stated_rate = DEFAULT_SAMPLE_RATE if window.sample_rate is None else window.sample_rate
+    model = InflectModel(int(latent.shape[1]), int(params.get("hop", window.hop)),
+                         int(params.get("sample_rate", stated_rate)))
     synth = InflectSynth(None, engine, engine.contract, model, engine.name)
     return {"waveform": synth.decode(latent)}

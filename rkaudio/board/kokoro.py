@@ -17,12 +17,14 @@ window). Two parameters of the exec plan:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import List, Optional
 
 import numpy as np
 
+from rkaudio.board.contract import ContractFields, EngineContract
 from rkaudio.board.dsp import istft
 from rkaudio.board.golden import only_engine
-from rkaudio.board.window_walk import WindowSpan, plan_windows, read_contract
+from rkaudio.board.window_walk import WindowContract, WindowSpan, plan_windows
 
 NYQUIST_ROWS = 5  # top log-magnitude rows capped by `gain`
 
@@ -77,9 +79,38 @@ def spec_phase_to_audio(spec_phase: np.ndarray, n_fft: int, hop: int) -> np.ndar
     return istft(np.exp(values[:bins]), np.sin(values[bins:]), n_fft, hop)
 
 
+ROW_FIELDS = ("fine_rows", "fine_row_length", "row_samples_limit")  # KokoroFields a row-form engine alone has
+
+
+@dataclass(frozen=True)
+class KokoroFields(ContractFields):
+    """The generator engine's own contract fields, beside its window (`WindowContract`: window, context,
+    emitted, hop = fine columns per latent frame, the input and output names)."""
+
+    inputs: List[str]  # the engine's inputs, in their order (x, har, style, mask_coarse, mask_fine)
+    coarse_length: int  # coarse columns of one window (10 per latent frame)
+    fine_length: int  # fine samples of one window (60 per latent frame, and one)
+    sample_rate: int  # audio samples per second of the iSTFT head's output
+    n_fft: int  # FFT size of the iSTFT head (spec_phase holds n_fft/2 + 1 log-magnitude rows, then the phases)
+    istft_hop: int  # audio samples per fine column of the iSTFT head
+    sine_form: str  # the Snake sine in the graph (one of rkaudio.surgery.modules.snake.SINE_FORMS)
+    snake_fold: bool  # Snake's alpha folded into the AdaIN affine and the next conv
+    source: str  # where the generator's weights came from
+    fine_layout: str = "plain"  # the fine stage on one axis ("plain"; engines before the row form) or on "rows"
+    fine_rows: Optional[int] = None  # row form (rkaudio/families/kokoro/rows.py): rows of the fine axis
+    fine_row_length: Optional[int] = None  # row form: samples per row, zero past the window's 60W+1
+    row_samples_limit: Optional[int] = None  # row form: the most samples a row may take (its register field)
+
+    def to_fields(self) -> dict:
+        """The fields an exporter stores: the row form's only for a row-form engine."""
+        return {name: value for name, value in super().to_fields().items()
+                if value is not None or name not in ROW_FIELDS}
+
+
 @dataclass(frozen=True)
 class KokoroWindow(WindowSpan):
-    """The engine's window contract (from its ONNX metadata) and the exec-plan params."""
+    """How `walk` runs a generator engine: its window, the fine and coarse rates around it, the iSTFT head's FFT
+    size, its row form and the exec-plan params."""
 
     hop: int  # fine columns per latent frame (60)
     coarse_hop: int  # coarse columns per latent frame (10)
@@ -90,13 +121,14 @@ class KokoroWindow(WindowSpan):
     fine_row_length: int = 0  # [1, C, fine_rows, fine_row_length], zero past the window's 60W+1 samples
 
     @classmethod
-    def from_contract(cls, contract: dict, params: dict | None = None) -> "KokoroWindow":
-        """The window keys, the coarse rate (coarse_length per window) and the exec params (`params` over the
+    def from_contract(cls, contract: EngineContract, params: dict | None = None) -> "KokoroWindow":
+        """The engine's window and rates (`WindowContract`, `KokoroFields`) and its exec params (`params` over the
         contract's own); ValueError for an overlap the window cannot blend."""
-        params = {**contract.get("exec_params", {}), **(params or {})}
-        span = WindowSpan.from_contract(contract)
-        layout = read_contract(cls, contract, coarse_hop=int(contract["coarse_length"]) // span.window,
-                               overlap=int(params.get("overlap", 0)), gain=bool(params.get("gain", False)))
+        window, fields = WindowContract.of(contract), KokoroFields.of(contract)
+        params = {**(contract.exec_params or {}), **(params or {})}
+        layout = cls(window.window, window.context, window.emitted, window.hop, fields.coarse_length // window.window,
+                     fields.n_fft, int(params.get("overlap", 0)), bool(params.get("gain", False)),
+                     fields.fine_rows or 0, fields.fine_row_length or 0)
         widest = min(layout.context, layout.emitted - 1)
         if not 0 <= layout.overlap <= widest:
             raise ValueError(f"params.overlap must be an integer in [0, {widest}] for this engine (context "
@@ -215,5 +247,5 @@ def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     if layout.gain:
         raise ValueError("the kokoro golden runs with params.gain off: gain needs a full-length CPU decode")
     spec_phase = walk(engine, inputs["x"], inputs["har"], inputs["style"], layout)
-    audio = spec_phase_to_audio(spec_phase, layout.n_fft, int(engine.contract["istft_hop"]))
+    audio = spec_phase_to_audio(spec_phase, layout.n_fft, KokoroFields.of(engine.contract).istft_hop)
     return {"audio": audio.astype(np.float32)}

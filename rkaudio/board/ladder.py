@@ -3,10 +3,40 @@ dynamic-shape fallback (onnxruntime on the CPU) above the widest.
 
 Inputs are right-padded with zeros along one axis (the token axis) up to the chosen width; outputs are cut
 back to the chunk's length along the same axis. The fallback runs the chunk unpadded. Any backend with
-`run(feeds) -> outputs` works (onnxruntime, the toolkit simulator, rknnlite on a board)."""
+`run(feeds) -> outputs` works (onnxruntime, the toolkit simulator, rknnlite on a board).
+
+Also the contract fields a ladder's engines are told apart by: a rung's width (`RungWidth`) and its place in a rung
+split by depth (`DepthSplit`)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Dict, Optional
+
 import numpy as np
+
+from rkaudio.board.contract import ContractFields
+
+
+@dataclass(frozen=True)
+class RungWidth(ContractFields):
+    """The width of an engine of a width ladder (the Piper encoder's, the example's)."""
+
+    frames: int  # positions the engine is compiled for along the padded axis
+
+
+@dataclass(frozen=True)
+class DepthSplit(ContractFields):
+    """An engine's place in a rung split by depth into a chain of engines (CosyVoice3's flow estimator)."""
+
+    chain: Optional[Dict[str, int]] = None  # {"part": p, "parts": n}; None: the rung is one engine
+
+    @property
+    def part(self) -> int:
+        return int((self.chain or {}).get("part", 0))
+
+    @property
+    def parts(self) -> int:
+        return int((self.chain or {}).get("parts", 1))
 
 
 class WidthLadder:
@@ -50,9 +80,10 @@ class WidthLadder:
 
 def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     """End-to-end golden of a width ladder: chunk k's feeds are the inputs named `<input>@k`; each chunk runs
-    through the smallest engine that fits it (an engine's width is its contract's `params["width_key"]`, padding
-    along `params["axis"]`, default -1), and its outputs come back as `<output>@k`."""
-    ladder = WidthLadder({int(engine.contract[params["width_key"]]): engine for engine in engines},
+    through the smallest engine that fits it (an engine's width is its `RungWidth`, the field that the
+    `params["width_key"]` every package carries names: `frames`), padding along `params["axis"]` (default -1), and
+    its outputs come back as `<output>@k`."""
+    ladder = WidthLadder({RungWidth.of(engine.contract).frames: engine for engine in engines},
                          axis=int(params.get("axis", -1)))
     outputs = {}
     for chunk in sorted({name.rpartition("@")[2] for name in inputs}, key=int):

@@ -1,34 +1,48 @@
 """The windowed VITS (Piper) decoder of one voice over any backend (an engine file's contract is read on the host
-by rkaudio.host.piper.engine_contract).
+by rkaudio.core.manifest.engine_contract).
 
-A decoder engine is compiled for one latent window (rkaudio.board.window_walk); this walks it along a voice's latent
-with the speaker embedding `g` fed to every window, after checking the engine was built for this voice."""
+A decoder engine is compiled for one latent window (rkaudio.board.vits); this walks it along a voice's latent with
+the speaker embedding `g` fed to every window, after checking the engine was built for this voice."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.errors import SetupError
 from rkaudio.board.golden import by_role, only_engine
-from rkaudio.board.window_walk import WindowContract, walk
+from rkaudio.board.vits import VitsWindow
+from rkaudio.board.window_walk import walk
+
+
+@dataclass(frozen=True)
+class PiperWindow(VitsWindow):
+    """A Piper decoder engine's window: the VITS window and the voice it was compiled for."""
+
+    voice: Optional[str] = None          # the voice's file name without .onnx (said when a voice does not fit)
+    cond_input: Optional[str] = None     # the speaker-embedding input of a multi-speaker voice (None: one speaker)
+    cond_channels: Optional[int] = None  # that embedding's width (None: one speaker)
 
 
 class VoiceDecoder:
     """The windowed decoder for one voice over any backend; refuses an engine built for another voice."""
 
-    def __init__(self, backend, contract: dict, voice_channels: int):
-        self.window = WindowContract.from_contract(contract)
+    def __init__(self, backend, contract: EngineContract, voice_channels: int):
+        self.window = PiperWindow.of(contract)
         if self.window.latent_channels != voice_channels:
-            command = contract.get("producer", {}).get("command", "unknown")
+            command = (contract.producer or {}).get("command", "unknown")
             raise SetupError(
                 f"engine expects a {self.window.latent_channels}-channel latent but this voice has "
-                f"{voice_channels}: it was compiled for another voice ({contract.get('voice', '?')}; produced by: "
+                f"{voice_channels}: it was compiled for another voice ({self.window.voice or '?'}; produced by: "
                 f"{command}). Rebuild it for this voice with: convert piper --voice-onnx VOICE.onnx")
         self.backend = backend
-        self.cond_input = contract.get("cond_input")
 
     def decode(self, z: np.ndarray, g: np.ndarray | None = None):
         """The waveform of latent `z` [1, C, N] (a `walk` result: output plus the windows it ran)."""
-        return walk(self.backend, z, self.window, {self.cond_input: g} if self.cond_input else {})
+        cond = self.window.cond_input
+        return walk(self.backend, z, self.window, {cond: g} if cond else {})
 
 
 def golden_loop(engines: list, inputs: dict, params: dict) -> dict:

@@ -8,15 +8,17 @@ main engine. Every part of the decoder is causal, which gives two simple rules u
 - the window role decodes [left context + new] frames from a zeroed cache and drops the context audio,
   as the CPU streaming decoder does (a short window is right-padded the same way).
 
-Contracts (frames, cache_numel, samples_per_frame, window/context/emitted) come from the ONNX metadata;
-backends are anything with `run(feeds) -> outputs` (rkaudio.host.backends)."""
+Contracts (`StepContract`, `WindowRole`: frames, cache_numel, samples_per_frame, window/context/emitted) are the
+engine contract's fields; backends are anything with `run(feeds) -> outputs` (rkaudio.host.backends)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from rkaudio.board.window_walk import WindowSpan, read_contract
+from rkaudio.board.contract import ContractFields, EngineContract
+from rkaudio.board.window_walk import WindowSpan
 
 CODES, CACHE_IN, PCM, CACHE_OUT = "codes", "cache_in", "pcm", "cache_out"
 # Steps exported before the contract named `codes_dtype` take int64 code ids (published packages); later ones
@@ -25,19 +27,22 @@ CODES_DTYPE_BEFORE = "int64"
 
 
 @dataclass(frozen=True)
-class StepContract:
-    """A step engine's contract: `frames` code frames per run over a flat cache of `cache_numel` floats."""
+class StepContract(ContractFields):
+    """A step engine's contract fields: `frames` code frames per run over a flat cache of `cache_numel` floats. The
+    window role's contract holds them too (the same decoder, run from a zeroed cache) beside `WindowRole`'s."""
 
-    frames: int
-    cache_numel: int
-    samples_per_frame: int
-    num_quantizers: int
+    frames: int             # code frames per run (B; the window role: its context + new frames)
+    cache_numel: int        # floats in the flat fp32 cache (the same for every B of one decoder)
+    samples_per_frame: int  # pcm samples per code frame
+    num_quantizers: int     # code ids per frame: codes are [1, num_quantizers, frames]
+    head_dim: int           # the pre-transformer's attention head size
+    kv_len: int             # K/V history rows the cache holds per layer
+    kv_heads: int           # the pre-transformer's K/V heads
+    cache_layout: List[Dict[str, Any]]  # the flat cache's entries: {name, offset, shape, ...} in order
     codes_dtype: str = CODES_DTYPE_BEFORE  # the dtype the engine takes code ids in
-
-    @classmethod
-    def from_contract(cls, contract: dict) -> "StepContract":
-        """Read the keys written by the exporter (see `rkaudio.board.window_walk.read_contract`)."""
-        return read_contract(cls, contract)
+    row_samples_limit: Optional[int] = None  # the longest time axis, in samples, the graph holds (absent: older)
+    sine_degree: Optional[int] = None  # the round SnakeBeta sine's polynomial degree (absent: older)
+    sine_form: Optional[str] = None    # how the graph evaluates SnakeBeta's sine: exact, clip, floor or round
 
 
 def _padded(codes: np.ndarray, frames: int, dtype: str) -> np.ndarray:
@@ -53,10 +58,10 @@ class StatefulStream:
     The first group goes to `first` (when given: B=16 for a short time to first audio), later groups to
     `main` (B=64). `flush()` decodes what is left (right-padded) and ends the stream."""
 
-    def __init__(self, main, main_contract: dict, first=None, first_contract: dict | None = None):
-        self.main, self.main_step = main, StepContract.from_contract(main_contract)
+    def __init__(self, main, main_contract: EngineContract, first=None, first_contract: EngineContract | None = None):
+        self.main, self.main_step = main, StepContract.of(main_contract)
         self.first = first
-        self.first_step = StepContract.from_contract(first_contract) if first is not None else None
+        self.first_step = StepContract.of(first_contract) if first is not None else None
         if self.first_step is not None and (self.first_step.cache_numel, self.first_step.samples_per_frame) != (
                 self.main_step.cache_numel, self.main_step.samples_per_frame):
             raise ValueError(f"first engine cache {self.first_step.cache_numel} / {self.first_step.samples_per_frame} "
@@ -102,8 +107,8 @@ class StatefulStream:
         return pcm
 
 
-def stream_decode(codes: np.ndarray, main, main_contract: dict, first=None, first_contract: dict | None = None,
-                  event_frames: int = 1) -> tuple[np.ndarray, list[int]]:
+def stream_decode(codes: np.ndarray, main, main_contract: EngineContract, first=None,
+                  first_contract: EngineContract | None = None, event_frames: int = 1) -> tuple[np.ndarray, list[int]]:
     """Feed codes [K,T] `event_frames` at a time, as a talker would; returns (pcm, samples out after each
     event) so a caller can see when audio became available."""
     stream = StatefulStream(main, main_contract, first, first_contract)
@@ -115,7 +120,7 @@ def stream_decode(codes: np.ndarray, main, main_contract: dict, first=None, firs
     return np.concatenate(pieces), available
 
 
-def offline_decode(codes: np.ndarray, main, main_contract: dict) -> np.ndarray:
+def offline_decode(codes: np.ndarray, main, main_contract: EngineContract) -> np.ndarray:
     """All codes [K,T] through the main engine in consecutive groups."""
     stream = StatefulStream(main, main_contract)
     return np.concatenate([*stream.push(codes), stream.flush()])
@@ -123,16 +128,17 @@ def offline_decode(codes: np.ndarray, main, main_contract: dict) -> np.ndarray:
 
 @dataclass(frozen=True)
 class WindowRole(WindowSpan):
-    """The window role's contract: `window` = `context` frames on the left + `emitted` new ones."""
+    """The window role's contract fields: `window` = `context` frames on the left + `emitted` new ones
+    (`WindowSpan.left_context`)."""
 
-    samples_per_frame: int
-    codes_dtype: str = CODES_DTYPE_BEFORE
+    samples_per_frame: int  # pcm samples per code frame
+    codes_dtype: str = CODES_DTYPE_BEFORE  # the dtype the engine takes code ids in
 
 
-def window_decode(codes: np.ndarray, backend, contract: dict) -> np.ndarray:
+def window_decode(codes: np.ndarray, backend, contract: EngineContract) -> np.ndarray:
     """Events of `emitted` new frames, each a full decode of [up to `context` previous frames + new] from a
     zeroed cache with the context audio dropped: the CPU streaming decoder's output, one window per event."""
-    role = WindowRole.from_contract(contract)
+    role = WindowRole.of(contract)
     pieces = []
     for start in range(0, codes.shape[1], role.emitted):
         new = min(role.emitted, codes.shape[1] - start)
@@ -161,10 +167,10 @@ def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
     return {PCM: pcm}
 
 
-def golden_codes_length(contracts: list) -> int:
+def golden_codes_length(contracts: List[EngineContract]) -> int:
     """Code frames of the stream's end-to-end golden for engines of these contracts: one group on `first` (when
     there is one besides `main`), then two on `main`, so the cache is carried across both engines and main->main."""
-    steps = {c["role"]: int(c["frames"]) for c in contracts if c.get("role") in ("first", "main")}
+    steps = {step.role: StepContract.of(step).frames for step in contracts if step.role in ("first", "main")}
     if "main" not in steps:
         return 2 * steps["first"]
     return steps.get("first", 0) + 2 * steps["main"]

@@ -18,7 +18,8 @@ In order:
    without it; a report, not a gate).
 Gate: SNR against fp32 >= max(min(simulator SNR, 60 dB) - 6 dB, the recipe's floor); integer outputs (tokens)
 identical, or different only past a step whose fp32 top-2 logit margin is within the fp16 tie margin.
-The report (JSON, schema in HACKING.md) goes outside the package; a table is printed.
+The report (JSON; its model, rkaudio/release/report_model.py on the host, and its schema in HACKING.md) goes
+outside the package; a table is printed.
 Exit 0: every gate passed; 3: a gate failed; 2: a setup problem (files, versions, runtime)."""
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from typing import Callable, Dict, List, Optional  # noqa: E402
 import numpy as np  # noqa: E402
 
 from rkaudio.board import rknnlite as board  # noqa: E402
+from rkaudio.board.contract import EngineContract  # noqa: E402
 from rkaudio.board.files import KIT_DIR, SUMS_NAME, sha256_file  # noqa: E402
 from rkaudio.board.golden import ArrayReader, CallLog, EnginePool, digest, read_index, run_loop  # noqa: E402
 from rkaudio.board.numeric import json_safe, max_abs, snr_db  # noqa: E402
@@ -264,7 +266,7 @@ class SelfTest:
             if item["role"] == "call_output":
                 recorded.setdefault(item["call"], {})[item["tensor"]] = reader.get(item)
         log = CallLog()
-        contracts = [(name, self.manifests[name]["contract"]) for name in entry["engines"]]
+        contracts = [(name, EngineContract.from_json(self.manifests[name]["contract"])) for name in entry["engines"]]
         started = time.perf_counter()
         with EnginePool(contracts, lambda name: self.open(name, "AUTO"), self.opener_max_open(), log) as pool:
             outputs = run_loop(entry["loop"], pool.engines, inputs, entry.get("params", {}))

@@ -1,14 +1,15 @@
 """Engines compiled for several input shape sets (a dynamic ladder: `config(dynamic_input=...)`, the weights stored
 once). The contract of such an engine lists its sets under `shape_sets`, each with the input and output shapes and
 the contract fields that differ from set to set (role, ladder key, bucket, window); a loop sees one engine per set
-(`set_contracts`), and every backend takes a feed only at the shapes of one listed set (`matching_set`).
+(`EngineContract.views`), and every backend takes a feed only at the shapes of one listed set (`matching_set`).
 Shipped in the self-test kit: numpy and the stdlib only, Python 3.8 syntax."""
 from __future__ import annotations
 
 from typing import Dict, List
 
-SHAPE_SETS = "shape_sets"
-SET_KEY = "shape_set"  # the set a view of the engine stands for, in its contract and in the kit's index
+from rkaudio.board.contract import EngineContract
+
+SET_KEY = "shape_set"  # the set an engine entry of the kit's index stands for
 SUFFIX = "@"  # `<tensor>@<set>`: a tensor of one set, in self-check files and per-set figures
 
 
@@ -16,18 +17,9 @@ class ShapeRefused(ValueError):
     """A feed whose shapes match none of the engine's shape sets (the engine cannot run it)."""
 
 
-def shape_sets(contract: dict) -> List[dict]:
+def shape_sets(contract: EngineContract) -> List[dict]:
     """The engine's shape sets (empty for a fixed-shape engine)."""
-    return list(contract.get(SHAPE_SETS) or [])
-
-
-def set_contracts(contract: dict) -> List[dict]:
-    """One contract per shape set (the engine's, with that set's own fields and `shape_set`), or the contract
-    itself for a fixed-shape engine."""
-    sets = shape_sets(contract)
-    if not sets:
-        return [contract]
-    return [{**contract, **entry["contract"], SET_KEY: number} for number, entry in enumerate(sets)]
+    return list(contract.shape_sets or [])
 
 
 def keyed(name: str, number: int) -> str:
@@ -45,12 +37,12 @@ def of_set(arrays: Dict[str, object], number: int) -> Dict[str, object]:
     return {unkeyed(name)[0]: value for name, value in arrays.items() if unkeyed(name)[1] == number}
 
 
-def check_set(contract: dict, shapes: Dict[str, tuple], engine: str = "the engine") -> None:
+def check_set(contract: EngineContract, shapes: Dict[str, tuple], engine: str = "the engine") -> None:
     """ShapeRefused unless `shapes` are those of the set a view's `contract` stands for (a fixed-shape contract
     passes: its engine checks its own shapes)."""
-    if SET_KEY in contract and matching_set(shape_sets(contract), shapes, engine) != contract[SET_KEY]:
+    if contract.shape_set is not None and matching_set(shape_sets(contract), shapes, engine) != contract.shape_set:
         raise ShapeRefused(f"{engine}: fed the shapes of shape set {matching_set(shape_sets(contract), shapes)}, "
-                           f"through the view of set {contract[SET_KEY]}")
+                           f"through the view of set {contract.shape_set}")
 
 
 def matching_set(sets: List[dict], shapes: Dict[str, tuple], engine: str = "the engine") -> int:

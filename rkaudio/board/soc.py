@@ -33,11 +33,17 @@ TIME_FIELD_LIMIT = {"rk3576": 0x3FFF, "rk3566": 0x1FFF, "rk3568": 0x1FFF}
 ROW_SAMPLES_LIMIT = 8191
 
 
-def check_target(target: str) -> str:
-    """The target as every later step uses it (lower case); SetupError for a refused or unknown one."""
-    target = target.lower()
-    if target in REFUSED_TARGETS:
-        raise SetupError(f"target {target} refused: {REFUSED_TARGETS[target]}")
-    if target not in FP16_TARGETS:
-        raise SetupError(f"unknown target {target!r}; supported: {', '.join(FP16_TARGETS)}")
-    return target
+class Target(str):
+    """A target SoC as every step after its entry (a command's --target, a recipe, a Python API object) takes it:
+    lower case and supported. `Target(name)` is the one check (SetupError naming a refused or unknown one); a Target
+    passes through unchanged, so nothing downstream checks it again."""
+
+    def __new__(cls, name: str) -> "Target":
+        if isinstance(name, Target):
+            return name
+        target = str(name).lower()
+        if target in REFUSED_TARGETS:
+            raise SetupError(f"target {target} refused: {REFUSED_TARGETS[target]}")
+        if target not in FP16_TARGETS:
+            raise SetupError(f"unknown target {target!r}; supported: {', '.join(FP16_TARGETS)}")
+        return super().__new__(cls, target)

@@ -9,13 +9,14 @@ context), and a latent shorter than the window is one zero-padded window whose m
 padding (a padded slice marked 1 leaks its conv biases into the real slices).
 
 The walk knows nothing about models: it runs any backend with `run(feeds) -> outputs` and reads
-its window contract (window/context/emitted/hop/input names) from the ONNX metadata."""
+its window contract (window/context/emitted/hop/input names) from the engine contract's fields."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+
+from rkaudio.board.contract import ContractFields
 
 
 @dataclass(frozen=True)
@@ -33,33 +34,26 @@ class Window:
         return self.kind != "padded"
 
 
-def read_contract(cls, contract: dict, **given):
-    """The dataclass `cls` with each field not `given` read from the ONNX contract key of its name (int fields
-    as int, an absent optional field at its default): the one reader of every runtime's window keys."""
-    values = dict(given)
-    for field in dataclasses.fields(cls):
-        if field.name in values:
-            continue
-        if field.name not in contract:
-            if field.default is dataclasses.MISSING:
-                raise ValueError(f"ONNX contract has no window key {field.name!r}; was it exported with a window?")
-            continue
-        values[field.name] = int(contract[field.name]) if field.type in (int, "int") else contract[field.name]
-    return cls(**values)
-
-
 @dataclass(frozen=True)
-class WindowSpan:
-    """The latent frames one engine run decodes (`window`), keeps (`emitted`) and reads around them (`context`)."""
+class WindowSpan(ContractFields):
+    """The latent frames one engine run decodes (`window`), keeps (`emitted`) and reads around them (`context`).
+    What `emitted` is depends on the window's role: `two_sided` (a decoder window walked with context on both
+    sides: Piper, Inflect, Kokoro) or `left_context` (a causal step that reads only past frames: Qwen3's window
+    role). The contract stores `emitted` too, so a kit reads it without knowing the role."""
 
     window: int
     context: int
     emitted: int
 
     @classmethod
-    def from_contract(cls, contract: dict):
-        """Read the keys written by the exporter (see `read_contract`)."""
-        return read_contract(cls, contract)
+    def two_sided(cls, window: int, context: int, **rest):
+        """A window that keeps `window - 2*context` frames: `context` on each side is read, not kept."""
+        return cls(window=window, context=context, emitted=window - 2 * context, **rest)
+
+    @classmethod
+    def left_context(cls, window: int, context: int, **rest):
+        """A window that keeps `window - context` frames: only the first `context` are read, not kept."""
+        return cls(window=window, context=context, emitted=window - context, **rest)
 
 
 @dataclass(frozen=True)
@@ -77,8 +71,8 @@ class WindowContract(WindowSpan):
             raise ValueError(f"window {self.window} cannot hold {self.emitted} emitted slices with "
                              f"{self.context} context slices on each side")
 
-    def fields(self) -> dict:
-        """The contract keys an exporter stores (inverse of `from_contract`)."""
+    def to_fields(self) -> dict:
+        """The contract fields an exporter stores (inverse of `of`): mask_input and latent_channels only when set."""
         out = {"window": self.window, "context": self.context, "emitted": self.emitted, "hop": self.hop,
                "latent_input": self.latent_input, "output": self.output}
         if self.mask_input is not None:

@@ -13,7 +13,7 @@ from rkaudio.engine.build import BuildOptions, build_engine
 from rkaudio.cli.diagnose import diagnose
 from rkaudio.release.recipes import DIST_DIR, RECIPES_DIR
 from rkaudio.cli.families import declaration, register as register_families
-from rkaudio.cli.options import normalised_target, FailOnCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, Target, Toolkit
+from rkaudio.cli.options import normalised_target, FailOnCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, TargetOption, ToolkitOption
 from rkaudio.core.errors import SetupError
 from rkaudio.board.soc import FP16_TARGETS
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
@@ -21,9 +21,9 @@ from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 def build(
     onnx_path: Annotated[Path, typer.Argument(metavar="ONNX", help="Fixed-shape ONNX to compile (every input "
                                               "dimension a number; its rkaudio contract, if any, goes into the manifest).")],
-    target: Target,
+    target: TargetOption,
     out: OutDir = Path("."),
-    toolkit: Toolkit = DEFAULT_TOOLKIT,
+    toolkit: ToolkitOption = DEFAULT_TOOLKIT,
     max_regtask_lines: MaxRegtaskLines = BuildOptions.max_regtask_lines,
     fail_on_cpu_ops: FailOnCpuOps = BuildOptions.fail_on_cpu_ops,
     selfcheck: Annotated[Optional[Path], typer.Option(
@@ -83,7 +83,7 @@ def inspect(
 def engines(
     target: Annotated[Optional[str], typer.Option("--target", "-t", callback=normalised_target, help="SoC to build for; every recipe whose "
                       f"`targets` list it is built. One of: {', '.join(FP16_TARGETS)}. Required to build.")] = None,
-    toolkit: Toolkit = DEFAULT_TOOLKIT,
+    toolkit: ToolkitOption = DEFAULT_TOOLKIT,
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Build only this package (a recipe's "
                                                       "`package` name); repeat for several.")] = None,
     list_recipes: Annotated[bool, typer.Option("--list", help="List the recipes (package, family, targets, "

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from rkaudio.cli.options import FromOnnx, OutDir, SkipRknn, Target, Toolkit, gate_option
+from rkaudio.cli.options import FromOnnx, OutDir, SkipRknn, TargetOption, ToolkitOption, gate_option
 from rkaudio.core.errors import SetupError
 from rkaudio.core.paths import work_dir
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
@@ -140,7 +140,7 @@ def family_command(family):
             parameters.setdefault(name, _parameter(model, name))
     gates = family.gates_model(family.components[0])
     shared = {
-        "target": (Target, "rk3588"), "toolkit": (Toolkit, DEFAULT_TOOLKIT),
+        "target": (TargetOption, "rk3588"), "toolkit": (ToolkitOption, DEFAULT_TOOLKIT),
         "out": (OutDir, work_dir(family.name)), "skip_rknn": (SkipRknn, False), "onnx": (FromOnnx, None),
         **{name: (gate_option(name), gates.model_fields[name].default) for name in BuildGates.model_fields},
     }
@@ -187,7 +187,7 @@ def check_command(family, check):
                          f"{signature.parameters['engines'].annotation!r}: that name is the shared "
                          "rkaudio.release.check.EngineChoice (--backend, --target, --toolkit, --package); "
                          "annotate it so, or name the parameter otherwise")
-    shared = {"backend": (Backend, "onnx"), "target": (Target, "rk3588"), "toolkit": (Toolkit, DEFAULT_TOOLKIT),
+    shared = {"backend": (Backend, "onnx"), "target": (TargetOption, "rk3588"), "toolkit": (ToolkitOption, DEFAULT_TOOLKIT),
               "package": (Package, None)}
     own = [p for name, p in signature.parameters.items() if name != "engines"]
     taken = {p.name for p in own} & set(shared)

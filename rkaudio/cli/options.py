@@ -8,22 +8,29 @@ from typing import Annotated, Optional
 
 import typer
 
-from rkaudio.board.soc import FP16_TARGETS, check_target
+from rkaudio.board.soc import FP16_TARGETS, Target
+from rkaudio.toolkit.versions import Toolkit
 
 
-def normalised_target(value: str | None) -> str | None:
-    """The lower-case target, or a clean error (exit 2) naming the supported ones."""
-    return None if value is None else check_target(value)
+def normalised_target(value: str | None) -> Target | None:
+    """The typed target, or a clean error (exit 2) naming the supported ones."""
+    return None if value is None else Target(value)
 
 
-Target = Annotated[
+def checked_toolkit(value: str | None) -> Toolkit | None:
+    """The typed toolkit version, or a clean error (exit 2) naming the supported ones."""
+    return None if value is None else Toolkit(value)
+
+
+TargetOption = Annotated[
     str,
     typer.Option("--target", "-t", callback=normalised_target,
                  help=f"SoC the engine is compiled for: {', '.join(FP16_TARGETS)}. rv1106 is refused (no fp16 build)."),
 ]
-Toolkit = Annotated[
+ToolkitOption = Annotated[
     str,
-    typer.Option("--toolkit", help="rknn-toolkit2 version that compiles (its converter venv must exist). "
+    typer.Option("--toolkit", callback=checked_toolkit,
+                 help="rknn-toolkit2 version that compiles (its converter venv must exist). "
                  "The board's librknnrt must not be older than this.", envvar="RKAUDIO_TOOLKIT"),
 ]
 OutDir = Annotated[

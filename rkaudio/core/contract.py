@@ -15,6 +15,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.core.paths import REPO_ROOT
 
 KEY = "rkaudio"
@@ -38,41 +39,48 @@ def producer_info() -> dict:
     return {"rkaudio": version, "git": commit, "command": shlex.join(argv)}
 
 
-def make_contract(family: str, component: str, role: str, exec_plan_option: str, **fields) -> dict:
-    """The metadata every exported component carries. `fields` are the family's own contract
-    (window, context, hop, cache layout, ...); `exec_params` and `ladder_key` are optional keys the
-    packaging step reads."""
-    return {
-        "family": family,
-        "component": component,
-        "role": role,
-        "exec_plan_option": exec_plan_option,
-        "producer": producer_info(),
-        **fields,
-    }
+def make_contract(family: str, component: str, role: str, exec_plan_option: str, **fields) -> EngineContract:
+    """The contract of an exported component (`Job.contract` states its identity from the declaration). `fields`
+    are the family's own (window, context, hop, cache layout, ...) and optional shared ones (`exec_params`,
+    `ladder_key`, ...), sorted into the model by name."""
+    return EngineContract.from_json({"family": family, "component": component, "role": role,
+                                     "exec_plan_option": exec_plan_option, "producer": producer_info(), **fields})
 
 
-def fed_inputs(inputs: list[dict], contract: dict) -> list[dict]:
+def fed_inputs(inputs: list[dict], contract: EngineContract) -> list[dict]:
     """The engine's inputs as its caller feeds them: the ONNX's entries ({"name", "shape", "dtype"}), each with the
     dtype the contract's `feed_dtypes` names for it (a buffer the runtime holds in fp16: the engine holds every
     input in fp16 already, so rknnlite takes it without a CPU conversion), else the ONNX's own."""
-    feed = contract.get("feed_dtypes") or {}
+    feed = contract.feed_dtypes or {}
     return [{**entry, "dtype": feed.get(entry["name"], entry["dtype"])} for entry in inputs]
 
 
-def set_contract(model, contract: dict):
-    """A copy of `model` (onnx.ModelProto) storing `contract` (JSON-serialisable), replacing an earlier one."""
+def set_contract(model, contract: EngineContract | dict):
+    """A copy of `model` (onnx.ModelProto) storing `contract` (an EngineContract, or its JSON object as an exporter
+    assembles it), replacing an earlier one."""
     import onnx
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    kept = [p for p in out.metadata_props if p.key != KEY]
-    del out.metadata_props[:]
-    out.metadata_props.extend(kept)
-    entry = out.metadata_props.add()
+    store_contract(out, contract)
+    return out
+
+
+def store_contract(model, contract: EngineContract | dict) -> None:
+    """`set_contract` in place: for a model too large to copy (CosyVoice3's estimator, 1.3 GB at the real shape)."""
+    if isinstance(contract, EngineContract):
+        contract = contract.to_json()
+    kept = [p for p in model.metadata_props if p.key != KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    entry = model.metadata_props.add()
     entry.key = KEY
     entry.value = json.dumps(contract, sort_keys=True)
-    return out
+
+
+def contract_of(model) -> EngineContract:
+    """The stored contract of a ModelProto or an ONNX path (empty for an ONNX that rkaudio did not write)."""
+    return EngineContract.from_json(get_contract(model))
 
 
 def get_contract(model) -> dict:

@@ -1,7 +1,8 @@
 """The manifest written beside every engine, and the exec_plan fragment that selects it at runtime.
 
 Everything comes from the ONNX contract (rkaudio/core/contract.py) and the build's own measurements;
-nothing here is family-specific."""
+nothing here is family-specific. Every manifest written is checked against its model first
+(rkaudio/core/manifest_model.py)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +10,10 @@ from pathlib import Path
 
 from rkaudio.core.contract import producer_info
 from rkaudio.core.errors import SetupError
+from rkaudio.core.manifest_model import validate_manifest
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.files import MANIFEST_SUFFIX, sha256_file
 from rkaudio.board.numeric import json_safe
-from rkaudio.board.shapes import set_contracts
 
 
 def file_entry(path: Path, manifest_dir: Path) -> dict:
@@ -40,18 +42,17 @@ def engine_entry(rknn_path: Path, manifest_dir: Path, producer_git: str | None) 
     return {**entry, "normalized_sha256": normalized_sha256(rknn_path, producer_git)}
 
 
-def exec_plan_fragment(contract: dict, rknn_name: str) -> dict:
+def exec_plan_fragment(contract: EngineContract, rknn_name: str) -> dict:
     """`{option: {component: {"impl": "rknn", "artifacts": {role: rknn_name}, "params"?: ...}}}` for the
     consumer's session option; `{}` when the ONNX carries no rkaudio contract."""
-    option, component = contract.get("exec_plan_option"), contract.get("component")
-    if not option or not component:
+    if not contract.exec_plan_option or not contract.component:
         return {}
     # an engine of several shape sets fills each of its sets' roles (one ladder role: named once)
-    roles = dict.fromkeys(view.get("role", "main") for view in set_contracts(contract))
+    roles = dict.fromkeys(view.role or "main" for view in contract.views())
     entry = {"impl": "rknn", "artifacts": {role: rknn_name for role in roles}}
-    if contract.get("exec_params") is not None:
-        entry["params"] = contract["exec_params"]
-    return {option: {component: entry}}
+    if contract.exec_params is not None:
+        entry["params"] = contract.exec_params
+    return {contract.exec_plan_option: {contract.component: entry}}
 
 
 def shape_set_entry(entry: dict, inputs: list, outputs: list, regtask_report, table, predicted_board_ms) -> dict:
@@ -63,7 +64,7 @@ def shape_set_entry(entry: dict, inputs: list, outputs: list, regtask_report, ta
             "predicted_board_ms": predicted_board_ms}
 
 
-def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs, onnx_path: Path,
+def build_manifest(*, contract: EngineContract, target: str, toolkit: str, inputs, outputs, onnx_path: Path,
                    rknn_path: Path, build_log: Path, regtask_report, table, verdicts, simulator: dict,
                    build_stats: dict | None = None, predicted_board_ms: dict | None = None,
                    shape_sets: list | None = None) -> dict:
@@ -71,12 +72,12 @@ def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs
     gets ({"name", "shape", "dtype"}: `rkaudio.core.contract.fed_inputs`), `table` a LayerTable, `predicted_board_ms`
     rkaudio.gates.board_time.predict's figure (None: no constants for the target). An engine of several shape sets gives
     the figures of its largest set there and every set's in `shape_sets` (`shape_set_entry`)."""
-    producer = contract.get("producer") or producer_info()
+    producer = contract.producer or producer_info()
     rknn_name, manifest_dir = Path(rknn_path).name, Path(rknn_path).parent
     return json_safe({
-        "family": contract.get("family"),
-        "component": contract.get("component"),
-        "role": contract.get("role"),
+        "family": contract.family,
+        "component": contract.component,
+        "role": contract.role,
         "target": target,
         "toolkit_version": toolkit,
         "producer_version": producer.get("rkaudio"),
@@ -99,13 +100,19 @@ def build_manifest(*, contract: dict, target: str, toolkit: str, inputs, outputs
         "simulator": simulator,
         "gates": [verdict.to_json() for verdict in verdicts],
         "exec_plan": exec_plan_fragment(contract, rknn_name),
-        "contract": contract,
+        "contract": contract.to_json(),
         **({"shape_sets": shape_sets} if shape_sets else {}),
     })
 
 
+def manifest_text(data: dict) -> str:
+    """The file of the manifest `data`, once it validates (`rkaudio.core.manifest_model.validate_manifest`: a
+    manifest that does not is a bug of its writer, a ValueError naming each field); its keys in their order."""
+    return json.dumps(validate_manifest(data), indent=2, sort_keys=False) + "\n"
+
+
 def write_manifest(path: Path, data: dict) -> Path:
-    Path(path).write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    Path(path).write_text(manifest_text(data))
     return Path(path)
 
 
@@ -122,6 +129,31 @@ def read_manifest(engine_or_manifest: Path) -> dict:
     if not path.is_file():
         raise SetupError(f"no manifest at {path}: engines built by `convert build` have one beside the .rknn")
     return json.loads(path.read_text())
+
+
+def engine_contract(engine_path: Path) -> EngineContract:
+    """The contract of an engine file: an .onnx's own (its metadata), or a .rknn's from the manifest beside it;
+    refused in one line when the file or its manifest is missing or unreadable, or the ONNX carries none."""
+    from rkaudio.core.contract import contract_of
+    from rkaudio.core.onnx_graph import load_model  # onnx only when an ONNX is read
+
+    path = Path(engine_path)
+    if path.suffix == ".onnx":
+        contract = contract_of(load_model(path, "engine"))
+        if contract.empty:
+            raise SetupError(f"{path} carries no rkaudio contract: give an ONNX written by `convert <family> "
+                             "--skip-rknn`")
+        return contract
+    if not path.is_file():
+        raise SetupError(f"no engine at {path}")
+    manifest = manifest_path_for(path)
+    if not manifest.is_file():
+        raise SetupError(f"no manifest {manifest} beside {path}: the engine's contract is read from it")
+    try:
+        return EngineContract.from_json(json.loads(manifest.read_bytes().decode("utf-8"))["contract"])
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise SetupError(f"{manifest} is not an engine manifest with a contract ({type(error).__name__}: "
+                         f"{error}); rebuild the engine") from None
 
 
 def board_time_line(prediction: dict | None) -> str:
@@ -174,7 +206,7 @@ def summary_lines(data: dict) -> list[str]:
                            if len({tuple(i["shape"]) for s in data["shape_sets"] for i in s["inputs"]
                                    if i["name"] == t["name"]}) > 1)
         predicted = (entry.get("predicted_board_ms") or {}).get("ms")
-        lines.append(f"  shape set {number} (role {entry['contract'].get('role')}): {shapes}; "
+        lines.append(f"  shape set {number} (role {EngineContract.from_json(entry['contract']).role}): {shapes}; "
                      f"{entry['ops']['cpu']} CPU ops, {regtask_line(entry['regtask'], 'REGTASK lines')}, est. cycles "
                      f"{entry['est_cycles']:,}, internal {entry['internal_bytes']:,}"
                      + (f", predicted {predicted:,.1f} ms" if predicted else ""))

@@ -13,11 +13,12 @@ from pathlib import Path
 from rkaudio.engine.analysis import analyse_in_child, checked_feeds
 from rkaudio.core.errors import BuildError, GateFailure
 from rkaudio.core.paths import build_log_name, engine_name, manifest_name
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.shapes import keyed, matching_set, of_set, shape_sets
 from rkaudio.board.verdict import Verdict
 from rkaudio.toolkit.session import ConverterChild, graph_io, log_tail
-from rkaudio.board.soc import check_target
-from rkaudio.toolkit.versions import DEFAULT_TOOLKIT, check_toolkit
+from rkaudio.board.soc import Target
+from rkaudio.toolkit.versions import DEFAULT_TOOLKIT, Toolkit
 
 
 @dataclass
@@ -36,8 +37,8 @@ class BuildOptions:
     def __post_init__(self) -> None:
         # The API boundary of every build: the target is normalised here (and by the CLI and the recipe schema
         # before), so the manifest and the child see "rk3588" for "RK3588".
-        self.target = check_target(self.target)
-        self.toolkit = check_toolkit(self.toolkit)
+        self.target = Target(self.target)
+        self.toolkit = Toolkit(self.toolkit)
 
 
 @dataclass
@@ -119,6 +120,60 @@ def simulator_advice(verdicts: list[Verdict], figures: dict, min_snr_db: float, 
     return advice
 
 
+@dataclass
+class _Build:
+    """What the prepare stage hands the others: the engine graph and its contract, the self-check inputs with their
+    host figures, and the artifacts' paths."""
+
+    onnx_path: Path
+    out_dir: Path
+    options: BuildOptions
+    model: object  # onnx.ModelProto without its weights: the build reads names and I/O only (the child loads its own)
+    contract: EngineContract
+    sets: list[dict]  # the contract's shape sets: every figure per set (empty for a fixed-shape engine)
+    set_names: list[str]  # the suffix of each set's tensors ([""] for a fixed-shape engine)
+    constants: Verdict  # the fp16 constants gate, passed before the compile
+    feeds: list[dict] | None  # the self-check inputs of each set (None: no self-check, no simulator run)
+    reference: dict  # onnxruntime fp32 of the reference graph on `feeds`, by `<output><suffix>`
+    floor: dict  # the fp16 floor graph's outputs on `feeds`, by the same names
+    fp16_maths: bool  # the engine graph relies on fp16 arithmetic: it is judged against an fp32 twin
+    final_rknn: Path
+    final_manifest: Path
+    log_path: Path
+    partial_rknn: Path  # where the child writes the engine; renamed to `final_rknn` once every gate passed
+
+
+@dataclass
+class _Simulation:
+    """The simulator's run in the build's child (empty without a self-check): its outputs and gates."""
+
+    outputs: dict = field(default_factory=dict)  # on the self-check inputs, by `<output><suffix>`
+    golden_outputs: list = field(default_factory=list)  # one dict per `golden_feeds` run
+    figures: dict = field(default_factory=dict)  # per output: SNR and max|d| against fp32, the fp16 floor's
+    verdicts: list[Verdict] = field(default_factory=list)
+    advice: dict = field(default_factory=dict)  # verdict name -> what to do when it fails
+    layer_note: str = ""  # the layers adding the most noise, for a failing gate's message
+
+
+@dataclass
+class _Compiled:
+    """What the compile stage hands the judge and the record."""
+
+    inputs: list  # the engine's input and output TensorSpecs as the child built them (a dynamic engine's largest set)
+    outputs: list
+    build_stats: dict  # the child's memory figures
+    simulation: _Simulation
+
+
+@dataclass
+class _Judged:
+    """The build's verdicts (every one passed) and each shape set's part of the build log, parsed."""
+
+    verdicts: list[Verdict]
+    regtask_reports: list
+    tables: list
+
+
 def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, export_verdicts=(),
                  reference_onnx=None, golden_feeds=()) -> EngineResult:
     """Compile `onnx_path` for `options.target` in the converter child, gate it, write the artifacts.
@@ -126,122 +181,171 @@ def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, expo
     arithmetic (e.g. a native fp16 rounding) and so cannot be its own fp32 reference; default `onnx_path`.
     `golden_feeds`: more inputs to run in the same simulator session (the engine calls of an end-to-end golden),
     with the self-check; their outputs come back in `golden_simulator_outputs`."""
-    import numpy as np
+    build = _prepare(Path(onnx_path), Path(out_dir), options, selfcheck, reference_onnx)
+    try:
+        compiled = _compile(build, golden_feeds)
+        judged = _judge(build, compiled, export_verdicts)
+        data = _record(build, compiled, judged)
+    except BaseException:
+        for artifact in (build.partial_rknn, build.final_rknn, build.final_manifest):
+            artifact.unlink(missing_ok=True)
+        raise
+    return EngineResult(build.final_rknn, build.final_manifest, build.log_path, data, judged.verdicts,
+                        compiled.simulation.outputs, build.reference, compiled.simulation.golden_outputs)
 
-    from rkaudio.core.contract import fed_inputs, get_contract
-    from rkaudio.core import manifest
-    from rkaudio.gates import board_time, fp16_range, layer_table, regtask
+
+def _prepare(onnx_path: Path, out_dir: Path, options: BuildOptions, selfcheck, reference_onnx) -> _Build:
+    """Load the graph, clear its stale artifacts, gate its fp16 constants, read its contract and run the
+    self-check's host figures."""
+    from rkaudio.core.contract import contract_of
     from rkaudio.core.onnx_graph import load_model, weightless
-    onnx_path, out_dir = Path(onnx_path), Path(out_dir)
+    from rkaudio.gates import fp16_range
+
     model = load_model(onnx_path)  # missing, unreadable, truncated or NaN-carrying: one SetupError line
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = onnx_path.stem
     final_rknn, final_manifest = out_dir / engine_name(onnx_path), out_dir / manifest_name(onnx_path)
-    log_path = out_dir / build_log_name(onnx_path)
     partial_rknn = out_dir / f".{final_rknn.name}.partial"
     for stale in (final_rknn, final_manifest, partial_rknn):
         stale.unlink(missing_ok=True)
 
     constants = fp16_range.fp16_constants_verdict(model)
     if not constants.passed:  # fail before a compile that can take minutes
-        raise GateFailure([constants], advice=fp16_range.ADVICE, context=f"{stem} for {options.target}")
+        raise GateFailure([constants], advice=fp16_range.ADVICE, context=_failure_context(onnx_path, options))
 
-    contract = get_contract(model)
-    sets = shape_sets(contract)  # an engine of several shape sets (a dynamic ladder): every figure per set
-    set_names = [keyed("", number) for number in range(len(sets))] or [""]  # the suffix of each set's tensors
-    feeds, reference, floor = None, {}, {}
-    if selfcheck is not None:
-        with np.load(selfcheck) as data:
-            stored = {name: data[name] for name in data.files}
-        feeds = [checked_feeds(graph_io(model, entry)[0], of_set(stored, number) if sets else stored,
-                               f"self-check {selfcheck} (keys: the ONNX input names"
-                               + (f", @{number} for shape set {number})" if sets else ")"))
-                 for number, entry in enumerate(sets or [None])]
-        # The host figures first (fp32 reference and fp16 floor), so the child's session can stay open for a
-        # per-layer analysis when the simulator gates fail.
-        for suffix, set_feeds in zip(set_names, feeds):
-            set_reference, set_floor = host_references(model, Path(reference_onnx or onnx_path), set_feeds)
-            reference.update({name + suffix: value for name, value in set_reference.items()})
-            floor.update({name + suffix: value for name, value in set_floor.items()})
-    # From here on the build reads the graph's names and I/O only; the child loads its own copy of the weights.
-    model = weightless(model)
-    simulator_figures, sim_verdicts, sim_advice, layer_note = {}, [], {}, ""
+    contract = contract_of(model)
+    sets = shape_sets(contract)
+    set_names = [keyed("", number) for number in range(len(sets))] or [""]
+    feeds, reference, floor = _host_figures(model, sets, set_names, selfcheck, Path(reference_onnx or onnx_path))
+    return _Build(onnx_path, out_dir, options, weightless(model), contract, sets, set_names, constants, feeds,
+                  reference, floor, fp16_maths=reference_onnx is not None, final_rknn=final_rknn,
+                  final_manifest=final_manifest, log_path=out_dir / build_log_name(onnx_path),
+                  partial_rknn=partial_rknn)
+
+
+def _failure_context(onnx_path: Path, options: BuildOptions) -> str:
+    return f"{onnx_path.stem} for {options.target}"
+
+
+def _host_figures(model, sets: list[dict], set_names: list[str], selfcheck,
+                  reference_onnx: Path) -> tuple[list[dict] | None, dict, dict]:
+    """(the self-check's inputs of each set, their fp32 reference outputs, their fp16 floor outputs), the outputs
+    keyed `<output><suffix>`; (None, {}, {}) without a self-check. Run on the host first, so the child's session can
+    stay open for a per-layer analysis when the simulator gates fail."""
+    import numpy as np
+
+    if selfcheck is None:
+        return None, {}, {}
+    with np.load(selfcheck) as data:
+        stored = {name: data[name] for name in data.files}
+    feeds = [checked_feeds(graph_io(model, entry)[0], of_set(stored, number) if sets else stored,
+                           f"self-check {selfcheck} (keys: the ONNX input names"
+                           + (f", @{number} for shape set {number})" if sets else ")"))
+             for number, entry in enumerate(sets or [None])]
+    reference, floor = {}, {}
+    for suffix, set_feeds in zip(set_names, feeds):
+        set_reference, set_floor = host_references(model, reference_onnx, set_feeds)
+        reference.update({name + suffix: value for name, value in set_reference.items()})
+        floor.update({name + suffix: value for name, value in set_floor.items()})
+    return feeds, reference, floor
+
+
+def _compile(build: _Build, golden_feeds) -> _Compiled:
+    """Compile in the converter child, running the simulator on the self-check and the golden calls in its
+    session."""
+    options = build.options
+    child = ConverterChild(build.onnx_path, options.target, options.toolkit, build.log_path,
+                           rknn_path=build.partial_rknn, simulate=build.feeds is not None, timeout_s=options.timeout_s)
+    simulation = _Simulation()
+    with child:
+        child.wait_ready()
+        if build.feeds is not None:
+            simulation = _simulate(build, child, golden_feeds)
+        inputs, outputs = child.inputs, child.outputs
+    if not build.partial_rknn.is_file():
+        raise BuildError("export", "the child finished but wrote no engine", log_tail(build.log_path), build.log_path)
+    build_stats = {"peak_rss_bytes": child.peak_rss_bytes, "stage_peak_rss_bytes": child.stage_peak_rss_bytes,
+                   "reproducible": "byte-identical builds (MALLOC_PERTURB_ in the compiler child)"}
+    return _Compiled(inputs, outputs, build_stats, simulation)
+
+
+def _simulate(build: _Build, child, golden_feeds) -> _Simulation:
+    """The simulator's outputs on each set's self-check inputs and on the golden calls, gated against the host
+    figures; where a failing gate loses fidelity, from a per-layer analysis in the same session."""
+    options = build.options
+    outputs = {name + suffix: value for suffix, set_feeds in zip(build.set_names, build.feeds)
+               for name, value in child.run(set_feeds).items()}
+    golden_outputs = [child.run(checked_feeds(_set_inputs(build.model, build.sets, extra), extra,
+                                              "an end-to-end golden call"))
+                      for extra in golden_feeds]
+    verdicts, figures = simulator_verdicts(build.reference, outputs, options.min_simulator_snr_db, build.floor)
+    culprits, layer_note = [], ""
+    if options.layer_table_on_failure and any(not v.passed and not v.degenerate for v in verdicts):
+        culprits, layer_note = _layer_culprits(child, build.feeds[-1], build.model, build.contract.stages,
+                                               build.fp16_maths)
+    advice = simulator_advice(verdicts, figures, options.min_simulator_snr_db, culprits, build.contract.family)
+    return _Simulation(outputs, golden_outputs, figures, verdicts, advice, layer_note)
+
+
+def _judge(build: _Build, compiled: _Compiled, export_verdicts) -> _Judged:
+    """Every verdict in the manifest's order (export, fp16 constants, REGTASK and CPU ops per shape set,
+    reproducibility, simulator); a GateFailure with the failing ones' advice."""
+    from rkaudio.gates import layer_table, regtask
+
+    options = build.options
+    log_text = build.log_path.read_text(errors="replace")
     try:
-        child = ConverterChild(onnx_path, options.target, options.toolkit, log_path, rknn_path=partial_rknn,
-                               simulate=feeds is not None, timeout_s=options.timeout_s)
-        with child:
-            child.wait_ready()
-            if feeds is not None:
-                simulated = {name + suffix: value for suffix, set_feeds in zip(set_names, feeds)
-                             for name, value in child.run(set_feeds).items()}
-                golden_simulated = [child.run(checked_feeds(_set_inputs(model, sets, extra), extra,
-                                                            "an end-to-end golden call"))
-                                    for extra in golden_feeds]
-                sim_verdicts, simulator_figures = simulator_verdicts(reference, simulated, options.min_simulator_snr_db,
-                                                                     floor)
-                culprits = []
-                if options.layer_table_on_failure and any(not v.passed and not v.degenerate
-                                                          for v in sim_verdicts):  # where is it lost?
-                    culprits, layer_note = _layer_culprits(child, feeds[-1], model, reference_onnx is not None)
-                sim_advice = simulator_advice(sim_verdicts, simulator_figures, options.min_simulator_snr_db,
-                                              culprits, contract.get("family"))
-            inputs, outputs = child.inputs, child.outputs
-        if not partial_rknn.is_file():
-            raise BuildError("export", "the child finished but wrote no engine", log_tail(log_path), log_path)
-        build_stats = {"peak_rss_bytes": child.peak_rss_bytes, "stage_peak_rss_bytes": child.stage_peak_rss_bytes,
-                       "reproducible": "byte-identical builds (MALLOC_PERTURB_ in the compiler child)"}
+        parts = layer_table.shape_set_logs(log_text, build.sets) if build.sets else [log_text]
+        tables = [layer_table.parse_layer_table(part) for part in parts]
+    except ValueError as error:
+        raise BuildError("parse log", str(error), log_tail(build.log_path), build.log_path) from None
+    regtask_reports = [regtask.parse_regtask(part) for part in parts]
+    verdicts = [*export_verdicts, build.constants]
+    advice = {}
+    for suffix, report, table in zip(build.set_names, regtask_reports, tables):
+        verdicts.append(_for_set(regtask.regtask_verdict(report, options.max_regtask_lines), suffix))
+        advice[verdicts[-1].name] = regtask.ADVICE
+        if options.fail_on_cpu_ops:
+            verdicts.append(_for_set(layer_table.cpu_ops_verdict(table), suffix))
+            advice[verdicts[-1].name] = layer_table.ADVICE
+    if options.reproduce:
+        verdicts.append(reproduce_verdict(build.onnx_path, options, build.partial_rknn, build.out_dir))
+        advice[verdicts[-1].name] = REPRODUCE_ADVICE
+    simulation = compiled.simulation
+    verdicts += simulation.verdicts
+    advice.update(simulation.advice)
+    failed = [v for v in verdicts if not v.passed]
+    if failed:
+        hints = list(dict.fromkeys(advice[v.name] for v in failed if v.name in advice))
+        raise GateFailure(failed, advice="; ".join(hints) + simulation.layer_note,
+                          context=_failure_context(build.onnx_path, options), extra={"simulator": simulation.figures})
+    return _Judged(verdicts, regtask_reports, tables)
 
-        log_text = log_path.read_text(errors="replace")
-        try:
-            parts = layer_table.shape_set_logs(log_text, sets) if sets else [log_text]
-            tables = [layer_table.parse_layer_table(part) for part in parts]
-        except ValueError as error:
-            raise BuildError("parse log", str(error), log_tail(log_path), log_path) from None
-        regtask_reports = [regtask.parse_regtask(part) for part in parts]
-        verdicts = [*export_verdicts, constants]
-        advice = {}
-        for suffix, report, table in zip(set_names, regtask_reports, tables):  # REGTASK and CPU ops per shape set
-            verdicts.append(_for_set(regtask.regtask_verdict(report, options.max_regtask_lines), suffix))
-            advice[verdicts[-1].name] = regtask.ADVICE
-            if options.fail_on_cpu_ops:
-                verdicts.append(_for_set(layer_table.cpu_ops_verdict(table), suffix))
-                advice[verdicts[-1].name] = layer_table.ADVICE
-        if options.reproduce:
-            verdicts.append(reproduce_verdict(onnx_path, options, partial_rknn, out_dir))
-            advice[verdicts[-1].name] = REPRODUCE_ADVICE
-        verdicts += sim_verdicts
-        advice.update(sim_advice)
-        failed = [v for v in verdicts if not v.passed]
-        if failed:
-            hints = list(dict.fromkeys(advice[v.name] for v in failed if v.name in advice))
-            raise GateFailure(failed, advice="; ".join(hints) + layer_note, context=f"{stem} for {options.target}",
-                              extra={"simulator": simulator_figures})
 
-        os.replace(partial_rknn, final_rknn)
-        per_set = []
-        for entry, report, table in zip(sets or [None], regtask_reports, tables):
-            set_inputs, set_outputs = graph_io(model, entry) if entry else (inputs, outputs)
-            fed = fed_inputs([spec.to_json() for spec in set_inputs], contract)
-            returned = [spec.to_json() for spec in set_outputs]
-            per_set.append((fed, returned, report, table, board_time.predict(
-                board_time.CallFigures.from_table(table, fed, returned), options.target)))
-        fed, returned, regtask_report, table, predicted = per_set[-1]  # a dynamic engine's largest set
-        data = manifest.build_manifest(
-            contract=contract,
-            target=options.target, toolkit=options.toolkit, inputs=fed, outputs=returned,
-            onnx_path=onnx_path, rknn_path=final_rknn, build_log=log_path, regtask_report=regtask_report,
-            table=table, verdicts=verdicts, simulator=simulator_figures, build_stats=build_stats,
-            predicted_board_ms=predicted,
-            shape_sets=[manifest.shape_set_entry(entry, *figures) for entry, figures in zip(sets, per_set)])
-        manifest.write_manifest(final_manifest, data)
-    except BaseException:
-        partial_rknn.unlink(missing_ok=True)
-        final_rknn.unlink(missing_ok=True)
-        final_manifest.unlink(missing_ok=True)
-        raise
-    return EngineResult(final_rknn, final_manifest, log_path, data, verdicts,
-                        simulated if feeds is not None else {}, reference,
-                        golden_simulated if feeds is not None else [])
+def _record(build: _Build, compiled: _Compiled, judged: _Judged) -> dict:
+    """Move the engine into place and write its manifest (a dynamic engine's top figures are its largest set's,
+    every set's under `shape_sets`); the manifest's data."""
+    from rkaudio.core import manifest
+    from rkaudio.core.contract import fed_inputs
+    from rkaudio.gates import board_time
+
+    os.replace(build.partial_rknn, build.final_rknn)
+    per_set = []
+    for entry, report, table in zip(build.sets or [None], judged.regtask_reports, judged.tables):
+        set_inputs, set_outputs = graph_io(build.model, entry) if entry else (compiled.inputs, compiled.outputs)
+        fed = fed_inputs([spec.to_json() for spec in set_inputs], build.contract)
+        returned = [spec.to_json() for spec in set_outputs]
+        per_set.append((fed, returned, report, table, board_time.predict(
+            board_time.CallFigures.from_table(table, fed, returned), build.options.target)))
+    fed, returned, regtask_report, table, predicted = per_set[-1]
+    data = manifest.build_manifest(
+        contract=build.contract,
+        target=build.options.target, toolkit=build.options.toolkit, inputs=fed, outputs=returned,
+        onnx_path=build.onnx_path, rknn_path=build.final_rknn, build_log=build.log_path,
+        regtask_report=regtask_report, table=table, verdicts=judged.verdicts,
+        simulator=compiled.simulation.figures, build_stats=compiled.build_stats, predicted_board_ms=predicted,
+        shape_sets=[manifest.shape_set_entry(entry, *figures) for entry, figures in zip(build.sets, per_set)])
+    manifest.write_manifest(build.final_manifest, data)
+    return data
 
 
 def _for_set(verdict: Verdict, suffix: str) -> Verdict:
@@ -263,14 +367,14 @@ def _set_inputs(model, sets: list[dict], feeds: dict) -> list:
     return graph_io(model, sets[number])[0]
 
 
-def _layer_culprits(child, feeds: dict, model, fp16_maths: bool) -> tuple[list[str], str]:
+def _layer_culprits(child, feeds: dict, model, stages: dict | None, fp16_maths: bool) -> tuple[list[str], str]:
     """The top rows of the per-layer analysis (`convert diagnose`) in the build's own child session, as
-    (short names for the message, the printed table); an analysis that fails is said, never raised."""
-    from rkaudio.core.contract import get_contract
+    (short names for the message, the printed table), layers grouped by the contract's `stages`; an analysis that
+    fails is said, never raised."""
     from rkaudio.gates.layer_error import TOP_ROWS, culprits, format_rows, ranked
 
     try:
-        rows = analyse_in_child(child, feeds, model, get_contract(model).get("stages"))
+        rows = analyse_in_child(child, feeds, model, stages)
     except (BuildError, OSError, ValueError, KeyError) as error:
         return [], f"\n  (per-layer analysis unavailable: {str(error).splitlines()[0]})"
     table = "\n".join("    " + line for line in format_rows(ranked(rows, TOP_ROWS)))

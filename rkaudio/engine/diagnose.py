@@ -44,12 +44,12 @@ class Diagnosis:
 
 
 def _source_for(onnx_path: Path, manifest: dict | None = None, selfcheck: Path | None = None) -> EngineSource:
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
     from rkaudio.core.onnx_graph import load_model
     from rkaudio.core.paths import selfcheck_path
 
-    contract = get_contract(load_model(onnx_path, load_external_data=False))
-    twin = onnx_path.parent / contract["reference_onnx"] if contract.get("reference_onnx") else None
+    contract = contract_of(load_model(onnx_path, load_external_data=False))
+    twin = onnx_path.parent / contract.reference_onnx if contract.reference_onnx else None
     found = selfcheck if selfcheck is not None else selfcheck_path(onnx_path)
     return EngineSource(onnx_path, found if found.is_file() else None, twin, manifest)
 
@@ -125,7 +125,7 @@ def diagnose_source(source: EngineSource, target: str, toolkit: str, out_dir: Pa
 
     import numpy as np
 
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
     from rkaudio.core.onnx_graph import load_model
     from rkaudio.gates.layer_error import output_row, ranked
     from rkaudio.toolkit.session import ConverterChild, graph_io, random_feeds
@@ -138,7 +138,7 @@ def diagnose_source(source: EngineSource, target: str, toolkit: str, out_dir: Pa
     else:
         feeds = random_feeds(specs)
     feeds = checked_feeds(specs, feeds, f"self-check {source.selfcheck}")
-    stages = get_contract(model).get("stages")
+    stages = contract_of(model).stages
     with ConverterChild(source.onnx, target, toolkit, None, rknn_path=None, simulate=True,
                         timeout_s=timeout_s) as child:
         child.wait_ready()

@@ -17,6 +17,7 @@ import numpy as np
 
 from rkaudio.core.errors import PackageError
 from rkaudio.core.paths import end_to_end_inputs, engine_name
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.files import KIT_DIR
 from rkaudio.board.shapes import SET_KEY, of_set
 
@@ -40,7 +41,7 @@ def record_end_to_end(exported: list, say: Callable[[str], None] = print) -> lis
     """Run each end-to-end golden that the records declare over onnxruntime fp32 (on each engine's fp32 twin
     where it has one), recording every engine call. A golden whose engines are not all among `exported` (an
     `--onnx` build of one engine) is skipped with a line."""
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
     from rkaudio.host.backends import OnnxBackend
     from rkaudio.board.golden import CallLog, EnginePool, run_loop
 
@@ -55,7 +56,7 @@ def record_end_to_end(exported: list, say: Callable[[str], None] = print) -> lis
         with np.load(end_to_end_inputs(spec_path)) as data:
             inputs = {key: data[key] for key in data.files}
         log = CallLog()
-        entries = [(name, get_contract(by_name[name].onnx)) for name in spec["engines"]]
+        entries = [(name, contract_of(by_name[name].onnx)) for name in spec["engines"]]
 
         def fp32(name: str):
             record = by_name[name]
@@ -113,7 +114,7 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
         if unstored:
             raise PackageError(f"{record.selfcheck.name}: inputs {unstored} were not written by record_export in the "
                                "kit's storage form; export the ONNX again with this rkaudio")
-        contract = manifest["contract"]
+        contract = EngineContract.from_json(manifest["contract"])
         for number, entry in enumerate(manifest.get("shape_sets") or [manifest]):  # a dynamic engine: per set
             def own(arrays: dict) -> dict:
                 return of_set(arrays, number) if "shape_sets" in manifest else arrays
@@ -126,7 +127,7 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
             index["engines"].append({
                 "engine": Path(result.rknn).name, "manifest": Path(result.manifest).name, "arrays": arrays,
                 **({SET_KEY: number} if "shape_sets" in manifest else {}),
-                "reference": f"onnxruntime fp32 on {contract.get('reference_onnx') or manifest['onnx']['path']}",
+                "reference": f"onnxruntime fp32 on {contract.reference_onnx or manifest['onnx']['path']}",
                 "simulator": own(manifest["simulator"]), "min_snr_db": min_snr_db,
                 # the board-time model's figure, reported beside the measured latency: the first board run checks it
                 "predicted_ms": (entry.get("predicted_board_ms") or {}).get("ms")})
@@ -147,7 +148,8 @@ def write_goldens(out_dir: Path, exported: list, results: list, recordings: list
                                        manifests[name]["inputs"],
                                        [t["name"] for t in manifests[name]["outputs"]])
                    for name in spec["engines"]}
-        with EnginePool([(name, manifests[name]["contract"]) for name in spec["engines"]], replays.__getitem__) as pool:
+        contracts = [(name, EngineContract.from_json(manifests[name]["contract"])) for name in spec["engines"]]
+        with EnginePool(contracts, replays.__getitem__) as pool:
             sim_outputs = run_loop(spec["loop"], pool.engines, recording.inputs, spec["params"])
         figures = {tensor: {"snr_db": snr_db(value, sim_outputs[tensor]), "max_abs": max_abs(value, sim_outputs[tensor]),
                             "method": "the loop replayed over the simulator outputs of its fp32-fed calls"}

@@ -1,25 +1,33 @@
 """`convert example`: a tiny built-in conv graph (Conv1d -> ReLU -> Conv1d, random weights from a seed).
 
 It needs no checkpoint, so it proves export -> build -> gates -> manifest -> package on a fresh machine,
-and it is the template of a family: one `export` writes the ONNX and returns its `Exported` records, and
-`FAMILY` declares the rest (source, options, the component's export), from which the `convert example` command and
-the recipe adapter are made."""
+and it is the template of a family: one `export` writes the ONNX (its contract made by `job.contract` from the
+family's own typed fields, `ConvFields`) and returns its `Exported` records, and `FAMILY` declares the rest
+(source, options, the component's export), from which the `convert example` command and the recipe adapter are
+made."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from rkaudio.pipeline.declaration import Component, Family, Table, option
+from rkaudio.board.ladder import RungWidth
 
-NAME = "example"
-COMPONENT = "conv"
-EXEC_PLAN_OPTION = "example.exec_plan"
 # fp32 torch against fp32 onnxruntime: only rounding-order noise (~140 dB); less means the export changed the graph.
 MIN_EXPORT_SNR_DB = 100.0
 
 
 class Source(Table):
     seed: int = option(0, "Seed of the random weights and of the self-check input.")
+
+
+@dataclass(frozen=True)
+class ConvFields(RungWidth):
+    """The engine's own contract fields: its rung of the ladder (`frames`, what the ladder loop reads) and its
+    channels."""
+
+    channels: int  # channels of both convolutions (the input's and the output's)
 
 
 class Options(Table):
@@ -39,21 +47,23 @@ def _model(channels: int, seed: int):
     ).eval()
 
 
-def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | None = None) -> list:
-    """Write `example_c<C>_t<T>.onnx` (fixed [1, C, T], contract in its metadata) and its self-check inputs;
-    its export verdicts are torch vs onnxruntime SNR and the problem-op scan for `target`."""
+def export(job, frames: int) -> list:
+    """Write `example_c<C>_t<T>.onnx` (fixed [1, C, T] at T = `frames`, C = `job.options.channels`, the weights from
+    `job.source.seed`, its contract in the metadata) into `job.out` with its self-check inputs; its export verdicts
+    are torch vs onnxruntime SNR and the problem-op scan for `job.target`."""
     import numpy as np
     import onnx
     import torch
 
     from rkaudio.pipeline.pipeline import record_export
-    from rkaudio.core.contract import make_contract, set_contract
+    from rkaudio.core.contract import set_contract
     from rkaudio.gates import opscan
     from rkaudio.gates.snr import snr_verdict
     from rkaudio.host.backends import OnnxBackend
     from rkaudio.surgery.graph.fold import fold_fixed
 
-    out_dir = Path(out_dir)
+    channels, seed = job.options.channels, job.source.seed
+    out_dir = Path(job.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / f"example_c{channels}_t{frames}.onnx"
     model = _model(channels, seed)
@@ -63,15 +73,14 @@ def export(out_dir: Path, channels: int, frames: int, seed: int, target: str | N
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(model, (torch.from_numpy(x),), str(onnx_path), input_names=["x"], output_names=["y"],
                           opset_version=17, dynamo=False)
-    contract = make_contract(NAME, COMPONENT, "main", EXEC_PLAN_OPTION, ladder_key=frames,
-                             frames=frames, channels=channels)
+    contract = job.contract("main", ladder_key=frames, **ConvFields(frames=frames, channels=channels).to_fields())
     exported = set_contract(fold_fixed(onnx.load(str(onnx_path))), contract)
     onnx.save(exported, str(onnx_path))
 
     with torch.no_grad():
         reference = model(torch.from_numpy(x)).numpy()
     got = OnnxBackend(onnx_path).run({"x": x})["y"]
-    problems = opscan.scan(exported, target)
+    problems = opscan.scan(exported, job.target)
     opscan.warn(problems)
     verdicts = [snr_verdict("export_snr", reference, got, MIN_EXPORT_SNR_DB, "onnxruntime vs torch fp32"),
                 opscan.verdict(problems)]
@@ -83,10 +92,10 @@ def with_end_to_end(exported: list, channels: int, seed: int) -> list:
     import numpy as np
 
     from rkaudio.pipeline import pipeline
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
 
     rng = np.random.default_rng(seed + 1)
-    widths = sorted(int(get_contract(record.onnx)["frames"]) for record in exported)
+    widths = sorted(RungWidth.of(contract_of(record.onnx)).frames for record in exported)
     inputs = {f"x@{k}": rng.standard_normal((1, channels, width - width // 4)).astype(np.float32)
               for k, width in enumerate(widths)}
     return pipeline.record_end_to_end("example_ladder", "rkaudio.board.ladder:golden_loop", exported, inputs,
@@ -96,19 +105,19 @@ def with_end_to_end(exported: list, channels: int, seed: int) -> list:
 
 def export_ladder(job) -> list:
     """One engine per `frames` entry (a ladder ordered by frames), the weights from `source.seed`."""
-    channels, seed = job.options.channels, job.source.seed
     exported = []
     for frames in job.options.frames:
-        print(f"  export example c{channels} t{frames}, build for {job.target}", flush=True)
-        exported += export(job.out, channels, frames, seed, job.target)
-    return with_end_to_end(exported, channels, seed)
+        print(f"  export example c{job.options.channels} t{frames}, build for {job.target}", flush=True)
+        exported += export(job, frames)
+    return with_end_to_end(exported, job.options.channels, job.source.seed)
 
 
 FAMILY = Family(
-    name=NAME,
+    name="example",
     help="Export the built-in example conv graph and compile it: the smoke test of the whole path.",
     source=Source,
-    components=(Component(COMPONENT, export_ladder, Options, context="example export", ladder=("main",)),),
+    components=(Component("conv", export_ladder, "example.exec_plan", Options, context="example export",
+                          ladder=("main",)),),
     sources=lambda job: [],  # no checkpoint: the weights come from `source.seed`, part of the recipe itself
     loops=("rkaudio.board.ladder:golden_loop",),
 )

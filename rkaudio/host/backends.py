@@ -74,7 +74,7 @@ class SimulatorBackend:
     invisible to it). Use as a context manager so the child always exits."""
 
     def __init__(self, onnx_path, target: str, toolkit: str = DEFAULT_TOOLKIT, timeout_s: float | None = None):
-        from rkaudio.core.contract import fed_inputs, get_contract
+        from rkaudio.core.contract import contract_of, fed_inputs
         from rkaudio.toolkit.session import ConverterChild
 
         self._child = ConverterChild(Path(onnx_path), target, toolkit, log_path=None, rknn_path=None, simulate=True,
@@ -88,7 +88,7 @@ class SimulatorBackend:
         self.output_names = [s.name for s in self._child.outputs]
         # the simulator stands for the engine, so it is fed as the engine is (it takes fp16 or fp32 alike)
         self.input_dtypes = {entry["name"]: np.dtype(entry["dtype"]) for entry in
-                             fed_inputs([s.to_json() for s in self._child.inputs], get_contract(Path(onnx_path)))}
+                             fed_inputs([s.to_json() for s in self._child.inputs], contract_of(Path(onnx_path)))}
 
     def run(self, feeds: dict) -> dict:
         return self._child.run({name: feeds[name] for name in self.input_names})

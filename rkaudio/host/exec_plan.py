@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Tuple
 
+from rkaudio.board.contract import EngineContract
+
 FIELDS = ("impl", "backend", "artifacts", "params")
 RETAIN = "default"  # `impl=default` (or an empty object) keeps a component's existing selection
 
@@ -152,7 +154,9 @@ def shared_file_problems(plan, manifests: Dict[str, dict]) -> List[str]:
                 if manifest is None:
                     continue
                 sets = manifest.get("shape_sets") or []
-                listed = {entry_set["contract"].get("role", manifest.get("role")) for entry_set in sets}
+                # a set's contract names its role; the engine's own role stands for a set that does not
+                listed = {EngineContract.from_json(entry_set["contract"]).role or manifest.get("role")
+                          for entry_set in sets}
                 if not sets and len(roles) > 1:
                     problems.append(f"{option} component {name!r}: {file_name} fills roles {roles} but is compiled for "
                                     "one shape set")

@@ -2,12 +2,10 @@
 I/O, the model's latent width), and an engine file opened with its contract."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from rkaudio.core.contract import get_contract
 from rkaudio.core.errors import SetupError
-from rkaudio.core.paths import manifest_name
+from rkaudio.core.manifest import engine_contract
 from rkaudio.board.inflect import (DURATION_INPUTS, DURATION_OUTPUTS, OFFICIAL_HINT, InflectModel,
                                    config_values)
 
@@ -65,39 +63,15 @@ def runtime_model(duration_path: Path, config_path: Path | None = None) -> Infle
     return InflectModel(channels, hop, rate)
 
 
-def slice_contract(path: Path) -> dict:
-    """The contract in a decoder slice .onnx's metadata, refused in one line when the file is not a readable
-    ONNX or carries none."""
-    from rkaudio.core.onnx_graph import load_model
-
-    path = Path(path)
-    if not path.is_file():
-        raise SetupError(f"no engine at {path}")
-    contract = get_contract(load_model(path, "decoder slice"))
-    if not contract:
-        raise SetupError(f"{path} carries no rkaudio contract: give the slice written by `convert inflect`")
-    return contract
-
-
 def load_engine(path: Path):
-    """(backend, contract) for a decoder engine: a slice .onnx runs in onnxruntime (contract in its
-    metadata); a .rknn runs with rknn-toolkit-lite2 (contract in the manifest beside it)."""
+    """(backend, contract) for a decoder engine: a slice .onnx runs in onnxruntime (contract in its metadata); a
+    .rknn runs with rknn-toolkit-lite2 (contract in the manifest beside it: rkaudio.core.manifest.engine_contract)."""
     path = Path(path)
+    contract = engine_contract(path)
     if path.suffix == ".onnx":
         from rkaudio.host.backends import OnnxBackend
 
-        contract = slice_contract(path)
         return OnnxBackend(path), contract
-    if not path.is_file():
-        raise SetupError(f"no engine at {path}")
     from rkaudio.board.rknnlite import RknnLiteBackend
 
-    manifest = path.with_name(manifest_name(path))
-    if not manifest.is_file():
-        raise SetupError(f"no manifest {manifest} beside {path}: the engine's window contract is read from it")
-    try:
-        contract = json.loads(manifest.read_bytes().decode("utf-8"))["contract"]
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
-        raise SetupError(f"{manifest} is not an engine manifest with a contract ({type(error).__name__}: "
-                         f"{error}); rebuild the engine") from None
     return RknnLiteBackend(path), contract

@@ -16,7 +16,11 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
+from rkaudio.board.contract import EngineContract
+from rkaudio.board.soc import Target
+from rkaudio.core.contract import make_contract
 from rkaudio.engine.build import BuildOptions
+from rkaudio.toolkit.versions import Toolkit
 
 
 class Table(BaseModel):
@@ -114,15 +118,25 @@ class Job:
     source: BaseModel
     options: BaseModel
     gates: BaseModel
-    target: str
+    target: Target
     out: Path
-    toolkit: str = _BUILD_DEFAULTS["toolkit"]
+    toolkit: Toolkit = _BUILD_DEFAULTS["toolkit"]
     recipe: dict | None = None
 
     @property
     def context(self) -> str:
         """What a failed export gate is reported against: the package, or the component's own label."""
         return self.recipe["package"] if self.recipe else self.component.context or f"{self.family.name} export"
+
+    def contract(self, role: str, *, component: str | None = None, **fields) -> EngineContract:
+        """The contract of an engine this job exports: its identity from the declaration (the family's contract
+        name, the component or one of its `contract_components`, the component's exec_plan option) and `fields`
+        (the family's own, and shared ones such as `ladder_key` or `exec_params`)."""
+        named = component or self.component.name
+        if named not in (self.component.name, *self.component.contract_components):
+            raise ValueError(f"{self.family.name}: component {self.component.name!r} declares no contract component "
+                             f"{named!r} (contract_components: {self.component.contract_components})")
+        return make_contract(self.family.contract_name, named, role, self.component.exec_plan_option, **fields)
 
 
 @dataclass(frozen=True)
@@ -135,12 +149,14 @@ class Component:
 
     name: str
     export: Callable[[Job], list]
+    exec_plan_option: str  # the consumer's exec_plan option that switches the component
     options: type[BaseModel] = NoTable
     gates: type[BaseModel] = NoTable
     advice: str = ""
     context: str = ""
     switch: tuple[str, str] | None = None  # (flag, help)
     ladder: tuple[str, ...] = ()  # the roles whose engines form a ladder (`<n>`: digits): `ladder` option
+    contract_components: tuple[str, ...] = ()  # the exec_plan components its engines name, where not `name`
 
 
 @dataclass(frozen=True)
@@ -181,11 +197,25 @@ class Family:
     def command_name(self) -> str:
         return self.command or self.name.replace("_", "-")
 
+    @property
+    def contract_name(self) -> str:
+        """What the engine contracts (and so manifests and exec_plans) name the family by: its command name."""
+        return self.command_name
+
     def component(self, name: str | None) -> Component:
         """The component `name` (the first when None); KeyError for an undeclared one (the schema refuses it)."""
         if name is None:
             return self.components[0]
         return next(c for c in self.components if c.name == name)
+
+    def job(self, component: str | None = None, *, target: str, out: Path,
+            toolkit: str = _BUILD_DEFAULTS["toolkit"], source: dict | None = None, options: dict | None = None,
+            gates: dict | None = None) -> Job:
+        """A job of `component` (the first when None) outside a command or a recipe (a check's own export, a test, a
+        bench script): each table validated, at the declaration's defaults where not given."""
+        part = self.component(component)
+        return Job(self, part, self.source(**(source or {})), self.options_model(part)(**(options or {})),
+                   self.gates_model(part)(**(gates or {})), Target(target), Path(out), Toolkit(toolkit))
 
     def options_model(self, component: Component) -> type[BaseModel]:
         """The component's whole options table: its own (its validators too), plus the shared `ladder` choice when

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of
 from rkaudio.core.errors import SetupError
 from rkaudio.core.paths import end_to_end_inputs, end_to_end_spec, engine_name, reference_path, selfcheck_path
 from rkaudio.board.verdict import Verdict
@@ -28,21 +28,22 @@ class Exported:
     @classmethod
     def from_onnx(cls, onnx_path: Path, family: str | None = None) -> "Exported":
         """The record of an ONNX exported earlier (by `convert <family> --skip-rknn`): everything is read from
-        its contract and the files beside it; `family` refuses an ONNX another family wrote."""
+        its contract and the files beside it; `family` (the family as contracts and commands name it,
+        `Family.contract_name`) refuses an ONNX another family wrote."""
         from rkaudio.core.onnx_graph import load_model
 
         onnx_path = Path(onnx_path)
-        contract = get_contract(load_model(onnx_path))
-        command = f"convert {family.replace('_', '-')}" if family else "convert <family>"
-        if family is not None and contract.get("family") != family:
+        contract = contract_of(load_model(onnx_path))
+        command = f"convert {family or '<family>'}"
+        if family is not None and contract.family != family:
             raise SetupError(f"{onnx_path} was not written by `{command}` (its contract names family "
-                             f"{contract.get('family')!r}); export it first with `{command} --skip-rknn`")
+                             f"{contract.family!r}); export it first with `{command} --skip-rknn`")
         selfcheck = selfcheck_path(onnx_path)
-        reference = onnx_path.parent / contract["reference_onnx"] if contract.get("reference_onnx") else None
+        reference = onnx_path.parent / contract.reference_onnx if contract.reference_onnx else None
         for needed, what in ((selfcheck, "self-check inputs"), (reference, "exact fp32 twin")):
             if needed is not None and not needed.is_file():
                 raise SetupError(f"no {what} {needed} beside {onnx_path}; export it with `{command} --skip-rknn`")
-        verdicts = tuple(Verdict.from_json(v) for v in contract.get("export_verdicts", []))
+        verdicts = tuple(Verdict.from_json(v) for v in contract.export_verdicts or [])
         spec = next((path for path in sorted(onnx_path.parent.glob("*.e2e.json"))
                      if onnx_path.name in json.loads(path.read_text())["onnx"]), None)
         return cls(onnx_path, selfcheck, reference, verdicts, spec)
@@ -62,10 +63,9 @@ def record_export(onnx_path: Path, verdicts, *, feeds: dict | None = None, refer
     if reference is not None and Path(reference) != reference_path(onnx_path):
         raise ValueError(f"the fp32 twin of {onnx_path.name} must be {reference_path(onnx_path).name}")
     model = onnx.load(str(onnx_path))
-    contract = dict(get_contract(model))
-    contract["export_verdicts"] = [v.to_json() for v in verdicts]
+    contract = contract_of(model).replace(export_verdicts=[v.to_json() for v in verdicts])
     if reference is not None:
-        contract["reference_onnx"] = Path(reference).name
+        contract = contract.replace(reference_onnx=Path(reference).name)
     onnx.save(set_contract(model, contract), str(onnx_path))
     if feeds is not None:  # in the kit's storage form: the golden's fp32 outputs are then those of the board's inputs
         np.savez(selfcheck_path(onnx_path), **{name: as_stored(value) for name, value in feeds.items()})

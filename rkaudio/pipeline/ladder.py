@@ -16,15 +16,17 @@ from pathlib import Path
 from typing import Callable
 
 from rkaudio.pipeline.exported import Exported, record_export
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of
 from rkaudio.core.errors import SetupError
 from rkaudio.core.paths import engine_name, reference_path
-from rkaudio.board.shapes import SHAPE_SETS, keyed
+from rkaudio.board.contract import EngineContract
+from rkaudio.board.ladder import DepthSplit
+from rkaudio.board.shapes import keyed
 from rkaudio.board.verdict import Verdict, at_most
 from rkaudio.host.exec_plan import role_matches
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
-# What every rung's contract carries on its own and the merged engine does not take from one rung.
+# The contract fields every rung carries on its own and the merged engine does not take from one rung.
 NOT_PER_SET = ("producer", "export_verdicts", "reference_onnx")
 LEAN_MIN_ELEMENTS = 1 << 16  # an initializer this large is a weight or a table, never a shape: set aside to merge
 EXACT_LIMIT = 1e-6  # max|d| / max|reference| of the merged graph against each rung's own graph
@@ -72,6 +74,17 @@ def _lean_rungs(paths: list[Path]) -> tuple[list, dict]:
         weights_back(graph, {name: tensor for name, tensor in back.items()
                              if any(value.name == name for value in graph.graph.input)})
     return graphs, {name: tensor for name, tensor in first.items() if name not in differing}
+
+
+def _set_fields(contracts: list[EngineContract]) -> list[dict]:
+    """Each rung's contract fields that differ between the rungs, as its shape set's `contract`: the JSON a view of
+    the merged engine lays over the engine's own contract (`EngineContract.views`)."""
+    rungs = [contract.to_json() for contract in contracts]
+    keys = {key for rung in rungs for key in rung if key not in NOT_PER_SET}
+    # the role always: it is what the exec_plan and the runtime's loops pick a set by
+    differing = sorted({"role"} | {key for key in keys
+                                   if len({json.dumps(rung.get(key), sort_keys=True) for rung in rungs}) > 1})
+    return [{key: rung.get(key) for key in differing} for rung in rungs]
 
 
 def _with_weights(graph, weights: dict):
@@ -130,7 +143,7 @@ def merge_rungs(rungs: list[Exported], say: Callable[[str], None] = print, toolk
     models, weights = _lean_rungs([r.onnx for r in rungs])
     if toolkit in DYNAMIC_MEANS_ON_CPU:
         models = [mean_as_matmul(model) for model in models]
-    contracts = [get_contract(m) for m in models]
+    contracts = [contract_of(m) for m in models]
     out_dir = rungs[0].onnx.parent
     onnx_path = out_dir / f"{_merged_stem([r.onnx.stem for r in rungs])}.onnx"
     try:
@@ -142,17 +155,12 @@ def merge_rungs(rungs: list[Exported], say: Callable[[str], None] = print, toolk
     except NotOneGraph as error:
         raise SetupError(f"--ladder dynamic: the rungs {[r.onnx.name for r in rungs]} are not one graph at several "
                          f"shapes: {error}") from None
-    keys = {key for contract in contracts for key in contract if key not in NOT_PER_SET}
-    # the role always: it is what the exec_plan and the runtime's loops pick a set by
-    differing = sorted({"role"} | {key for key in keys
-                                   if len({json.dumps(c.get(key), sort_keys=True) for c in contracts}) > 1})
     sets = []
-    for model, contract in zip(models, contracts):
+    for model, fields in zip(models, _set_fields(contracts)):
         inputs, outputs = _shapes(model, weights)
-        sets.append({"inputs": inputs, "outputs": outputs, "contract": {key: contract.get(key) for key in differing}})
-    contract = {**contracts[-1], SHAPE_SETS: sets, "ladder": "dynamic"}
-    contract.pop("reference_onnx", None)
-    contract.pop("export_verdicts", None)
+        sets.append({"inputs": inputs, "outputs": outputs, "contract": fields})
+    # the last rung's contract (the largest), without what only a rung's own export says
+    contract = contracts[-1].replace(shape_sets=sets, ladder="dynamic", reference_onnx=None, export_verdicts=None)
     onnx.save(weights_back(set_contract(generic, contract), weights), str(onnx_path))
     feeds = {}
     for number, record in enumerate(rungs):
@@ -192,10 +200,9 @@ def dynamic_ladder(exported: list[Exported], roles: tuple[str, ...], say: Callab
     The other records are kept as they are. `toolkit` is the one that will compile the merged graph."""
     groups: dict = {}
     for position, record in enumerate(exported):
-        contract = get_contract(record.onnx)
-        if any(role_matches(pattern, contract.get("role")) for pattern in roles):
-            part = (contract.get("chain") or {}).get("part", 0)
-            groups.setdefault(part, []).append((contract.get("ladder_key", 0), position, record))
+        contract = contract_of(record.onnx)
+        if any(role_matches(pattern, contract.role) for pattern in roles):
+            groups.setdefault(DepthSplit.of(contract).part, []).append((contract.ladder_order, position, record))
     if not groups:
         raise SetupError(f"--ladder dynamic: no exported engine fills the ladder roles {list(roles)}")
     merged_at, merged = {}, {}

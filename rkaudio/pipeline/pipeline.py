@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Callable
 
 from rkaudio.pipeline.exported import Exported, record_end_to_end, record_export  # noqa: F401 (the families' API)
-from rkaudio.core.errors import SetupError
 from rkaudio.core.paths import engine_name
 from rkaudio.gates.verdict import require
 
@@ -58,41 +57,21 @@ def run(job, *, skip_rknn: bool = False, from_onnx: Path | None = None, reproduc
     ladder merged into one engine with `ladder = "dynamic"`, rkaudio.pipeline.ladder), then
     `build` them into `job.out` with the job's gates (no engine with --skip-rknn), then the family's after-build."""
     from rkaudio.pipeline.declaration import build_options
-    from rkaudio.toolkit.versions import check_toolkit
 
-    options = None if skip_rknn else build_options(job.gates, job.target, check_toolkit(job.toolkit), reproduce)
+    options = None if skip_rknn else build_options(job.gates, job.target, job.toolkit, reproduce)
     if from_onnx is not None:
         exported = (job.family.from_onnx(job, Path(from_onnx)) if job.family.from_onnx is not None
-                    else [Exported.from_onnx(from_onnx, job.family.name)])
+                    else [Exported.from_onnx(from_onnx, job.family.contract_name)])
     else:
         exported = job.component.export(job)
         if getattr(job.options, "ladder", "static") == "dynamic":
             from rkaudio.pipeline.ladder import dynamic_ladder
 
-            exported = dynamic_ladder(exported, job.component.ladder, say, check_toolkit(job.toolkit))
+            exported = dynamic_ladder(exported, job.component.ladder, say, job.toolkit)
     results = build(exported, job.out, options, context=job.context, advice=job.component.advice, say=say)
     if job.family.after_build is not None:
         job.family.after_build(job, results)
     return results
-
-
-def recipe_snapshot(source: dict, resolve: Callable[[str], object], repo_id: str) -> str:
-    """The first of a recipe's `source.dir` (environment variables expanded; an unset one skips it) and
-    `source.repo` (a huggingface_hub cache id) that `resolve` accepts; MissingSource saying why none did."""
-    import os
-
-    from rkaudio.core.errors import MissingSource
-
-    expanded = os.path.expandvars(source.get("dir") or "")
-    errors = []
-    for candidate in (c for c in (expanded if "$" not in expanded else "", source.get("repo")) if c):
-        try:
-            resolve(candidate)
-            return candidate
-        except SetupError as error:
-            errors.append(str(error))
-    raise MissingSource(f"no {repo_id} snapshot ({'; '.join(errors) or 'recipe names no source'}); set "
-                        "RKAUDIO_MODELS to a folder holding it or put it in the huggingface_hub cache")
 
 
 def say_engines(job, results: list, say: Callable[[str], None] = print) -> None:

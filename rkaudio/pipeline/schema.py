@@ -152,7 +152,7 @@ def load_recipe_table(recipe: dict, where: str, family_for) -> dict:
     every problem as one SetupError, one line each. Returns the recipe with its tables defaulted, its targets
     normalised (and each component's), and `per_target`: the keys of its option and gate tables that hold one
     value per target (what `resolve` picks from)."""
-    from rkaudio.board.soc import check_target
+    from rkaudio.board.soc import Target
 
     model = _recipe_models()
     lines = _problems_of(model, recipe, f"{where}: ")
@@ -164,7 +164,7 @@ def load_recipe_table(recipe: dict, where: str, family_for) -> dict:
     targets = []
     for name in recipe["targets"]:
         try:
-            targets.append(check_target(name))
+            targets.append(Target(name))
         except SetupError as error:
             lines.append(f"{where}: targets: {error}")
     recipe["targets"] = targets
@@ -196,12 +196,12 @@ def load_recipe_table(recipe: dict, where: str, family_for) -> dict:
 def _refusals(refused: dict, built: list[str], where: str, within: list[str] | None = None) -> tuple[dict, list[str]]:
     """A `refused` table with its targets normalised, and one line per problem: an unknown target, one that is also
     built, one outside `within` (a component can only be refused on a target of its recipe), an empty reason."""
-    from rkaudio.board.soc import check_target
+    from rkaudio.board.soc import Target
 
     normalised, lines = {}, []
     for name, reason in refused.items():
         try:
-            target = check_target(name)
+            target = Target(name)
         except SetupError as error:
             lines.append(f"{where}{name}: {error}")
             continue

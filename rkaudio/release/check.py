@@ -17,6 +17,7 @@ from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.core.errors import SetupError
 
 BACKENDS = ("onnx", "simulator")
@@ -69,23 +70,23 @@ class EngineChoice:
     def package_onnx(self, component: str | None = None) -> list[Path]:
         """The ONNX of each engine of --package (of `component`, when given), in the manifests' ladder order."""
         package = Path(self.package)
-        family = self.family_for(self.family).command_name  # what contracts name a family by (qwen3-vocoder)
+        family = self.family_for(self.family).contract_name
         found = []
         for manifest_path in sorted(package.glob("*.manifest.json")):
             manifest = json.loads(manifest_path.read_text())
-            contract = manifest.get("contract", {})
-            if contract.get("family") != family:
-                raise SetupError(f"{package} holds {contract.get('family')!r} engines, not {family}")
-            if component is not None and contract.get("component", component) != component:
+            contract = EngineContract.from_json(manifest.get("contract"))
+            if contract.family != family:
+                raise SetupError(f"{package} holds {contract.family!r} engines, not {family}")
+            if component is not None and contract.component not in (None, component):
                 continue
             path = package / manifest["onnx"]["path"]
             if not path.is_file():
                 raise SetupError(f"no ONNX for {manifest_path.name} at {path}: `convert engines` keeps it in the "
                                  "work directory the manifest names (work/dist/...); rebuild the package")
-            found.append((contract.get("ladder_key", 0), path))
+            found.append((contract.ladder_order, path))
         if not found:
             raise SetupError(f"{package} has no {self.family} {component or ''} engine manifest".replace("  ", " "))
-        return [path for _, path in sorted(found, key=lambda item: (item[0] is None, item[0] or 0))]
+        return [path for _, path in sorted(found, key=lambda item: item[0])]
 
     def chosen_onnx(self, given: Path | None, component: str, spelt: str) -> Path | None:
         """The engine ONNX the check renders: `given` (the check's own engine argument, spelt `spelt` on the

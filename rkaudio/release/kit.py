@@ -16,6 +16,7 @@ from typing import Callable
 from rkaudio.engine.goldens import tree_bytes
 from rkaudio.core.errors import PackageError, SetupError
 from rkaudio.core.paths import PACKAGE_ROOT, REPO_ROOT, manifest_name
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.files import KIT_DIR, SUMS_NAME
 
 KIT_SCRIPT = "selftest.py"
@@ -234,8 +235,9 @@ class HostOpener:
         if not path.is_file():
             raise SetupProblem(f"no ONNX for {engine} at {path}: `convert engines` keeps it in the work directory "
                                "the manifest names; pass --onnx-dir where it is now")
-        if self.name == "onnx" and manifest["contract"].get("reference_onnx"):
-            path = path.parent / manifest["contract"]["reference_onnx"]
+        reference = EngineContract.from_json(manifest["contract"]).reference_onnx
+        if self.name == "onnx" and reference:
+            path = path.parent / reference
         return path
 
     def open(self, engine: str, core_mask: str):

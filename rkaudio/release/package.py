@@ -17,10 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.release import kit
 from rkaudio.release.card import CARD_NAME, model_card
 from rkaudio.release.kit import write_file
 from rkaudio.core.errors import PackageError
+from rkaudio.core.manifest import manifest_text
 
 
 KEY_NAME = "build-key.json"  # what determined the package (rkaudio.release.recipes.package_key)
@@ -36,33 +38,30 @@ def onnx_dir(dist_dir: Path, target: str, name: str) -> Path:
     return Path(dist_dir).resolve().parent / "work" / Path(dist_dir).name / target / name
 
 
-def merge_exec_plan(engines: list[tuple[str, dict]]) -> dict:
+def merge_exec_plan(engines: list[tuple[str, EngineContract]]) -> dict:
     """The consumer's session options selecting every engine: `{option: {component: {impl, artifacts, params}}}`.
 
     `engines` are (file name in the package, contract). Engines sharing a component and role form a ladder:
     a comma-separated `main` (or other role) in `ladder_key` order, as the runtime expects. An engine of several
     shape sets fills the role of each of its sets, and a ladder role it fills alone names it once."""
-    from rkaudio.board.shapes import set_contracts
-
-    slots: dict[tuple[str, str, str], list[tuple[object, str]]] = {}
+    slots: dict[tuple[str, str, str], list[tuple[EngineContract, str]]] = {}
     params: dict[tuple[str, str], dict] = {}
-    for file_name, engine_contract in engines:
-        for contract in set_contracts(engine_contract):
-            option, component, role = contract["exec_plan_option"], contract["component"], contract["role"]
-            slots.setdefault((option, component, role), []).append((contract.get("ladder_key"), file_name))
-        if "exec_params" in contract:
-            known = params.setdefault((option, component), contract["exec_params"])
-            if known != contract["exec_params"]:
+    for file_name, contract in engines:
+        for view in contract.views():
+            slots.setdefault((view.exec_plan_option, view.component, view.role), []).append((view, file_name))
+        option, component = contract.exec_plan_option, contract.component
+        if contract.exec_params is not None:
+            known = params.setdefault((option, component), contract.exec_params)
+            if known != contract.exec_params:
                 raise PackageError(f"engines of {option} component '{component}' disagree on exec_params: "
-                                   f"{known} vs {contract['exec_params']} ({file_name})")
+                                   f"{known} vs {contract.exec_params} ({file_name})")
     plan: dict = {}
     for (option, component, role), members in sorted(slots.items()):
-        if len(members) > 1 and any(key is None for key, _ in members):
+        if len(members) > 1 and any(view.ladder_key is None for view, _ in members):
             raise PackageError(f"{len(members)} engines fill {option} '{component}' role '{role}' "
                                f"({', '.join(name for _, name in members)}) but not all carry a ladder_key "
                                "to order them")
-        ordered = [name for _, name in sorted(members, key=lambda m: m[0])] if len(members) > 1 else [members[0][1]]
-        ordered = list(dict.fromkeys(ordered))
+        ordered = list(dict.fromkeys(name for _, name in sorted(members, key=lambda m: m[0].ladder_order)))
         entry = plan.setdefault(option, {}).setdefault(component, {"impl": "rknn", "artifacts": {}})
         entry["artifacts"][role] = ",".join(ordered)
         if (option, component) in params:
@@ -128,13 +127,13 @@ def assemble(results: list, package_dir: Path, work_dir: Path | None = None,
             onnx_folder, final_dir = onnx_home
             manifest = {**manifest, "onnx": {**manifest["onnx"], "path": os.path.relpath(
                 Path(onnx_folder) / built_onnx.name, final_dir)}}
-            write_file(package_dir / Path(result.manifest).name, text=json.dumps(manifest, indent=2) + "\n")
+            write_file(package_dir / Path(result.manifest).name, text=manifest_text(manifest))
         manifests.append(manifest)
-        contract = manifest["contract"]
+        contract = EngineContract.from_json(manifest["contract"])
         engines.append((Path(result.rknn).name, contract))
         # Files the runtime needs beside the engines (a plan, a CPU-side table), named by the contract
         # relative to the ONNX they were exported with; shared by many engines, copied once.
-        for name in contract.get("package_files", []):
+        for name in contract.package_files or []:
             if name not in seen:
                 source = built_onnx.parent / name
                 if not source.is_file():

@@ -36,8 +36,8 @@ from rkaudio.release.package import KEY_NAME, assemble, onnx_dir, package_name, 
 from rkaudio.release.scheduler import available_memory, build_parallel, dist_lock, expected_peak_rss
 from rkaudio.core.errors import BuildError, GateFailure, MissingSource, PackageError, SetupError
 from rkaudio.core.paths import PACKAGE_ROOT, REPO_ROOT
-from rkaudio.board.soc import check_target
-from rkaudio.toolkit.versions import DEFAULT_TOOLKIT, check_toolkit
+from rkaudio.board.soc import Target
+from rkaudio.toolkit.versions import DEFAULT_TOOLKIT, Toolkit
 
 # The declaration of a family by name (rkaudio.cli.families.declaration: the families sit above this room).
 FamilyFor = Callable[[str], object]
@@ -276,8 +276,9 @@ def build_components(recipe: dict, target: str, toolkit: str, work_dir: Path, fa
     return results
 
 
-def build_all(target: str, family_for: FamilyFor, toolkit: str = DEFAULT_TOOLKIT, recipes_dir: Path = RECIPES_DIR,
-              dist_dir: Path = DIST_DIR, only: list[str] | None = None, say: Callable[[str], None] = print,
+def build_all(target: Target, family_for: FamilyFor, toolkit: Toolkit = Toolkit(DEFAULT_TOOLKIT),
+              recipes_dir: Path = RECIPES_DIR, dist_dir: Path = DIST_DIR, only: list[str] | None = None,
+              say: Callable[[str], None] = print,
               reproduce: bool = False, jobs: int = 1, force: bool = False) -> list[dict]:
     """Build every recipe listing `target` (restricted to `only` packages); one summary row per recipe, in
     recipe order. `family_for(name)` is that family's declaration (the CLI looks the families up: they sit above).
@@ -285,7 +286,6 @@ def build_all(target: str, family_for: FamilyFor, toolkit: str = DEFAULT_TOOLKIT
     (`rkaudio.release.scheduler.build_parallel`). A package whose key (`package_key`: recipe, checkpoint files,
     code, toolkit, target) matches the one in dist is not rebuilt, unless `force`; `reproduce` compiles every
     engine twice and fails the package unless both compiles are byte-identical."""
-    target, toolkit = check_target(target), check_toolkit(toolkit)
     recipes = load_recipes(recipes_dir, family_for)
     unknown = sorted(set(only or ()) - {r["package"] for r in recipes})
     if unknown:

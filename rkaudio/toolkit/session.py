@@ -18,12 +18,13 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkaudio.core.contract import get_contract
+from rkaudio.board.contract import EngineContract
+from rkaudio.core.contract import contract_of
 from rkaudio.core.errors import BuildError, SetupError
 from rkaudio.core.paths import REPO_ROOT
 from rkaudio.board.shapes import matching_set, output_shapes, shape_sets
-from rkaudio.board.soc import check_target
-from rkaudio.toolkit.versions import check_toolkit, converter_python
+from rkaudio.board.soc import Target
+from rkaudio.toolkit.versions import Toolkit, converter_python
 
 # Newest ONNX IR version / default-domain opset each toolkit's bundled onnx can read
 # (2.3.2 runs with onnx 1.16.1, 2.5.0 with onnx 1.18.0).
@@ -85,7 +86,7 @@ def _tensor_specs(values, kind: str, fixed: dict | None = None) -> list[TensorSp
 def graph_io(model, shape_set: dict | None = None) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """Graph inputs (initializers excluded) and outputs with their fixed shapes; for an engine of several shape
     sets, those of `shape_set` (an entry of the contract's `shape_sets`; default: the last, the largest rung)."""
-    sets = shape_sets(get_contract(model))
+    sets = shape_sets(contract_of(model))
     chosen = shape_set or (sets[-1] if sets else {"inputs": {}, "outputs": {}})
     initializers = {init.name for init in model.graph.initializer}
     inputs = [value for value in model.graph.input if value.name not in initializers]
@@ -96,7 +97,7 @@ def graph_io(model, shape_set: dict | None = None) -> tuple[list[TensorSpec], li
 def dynamic_input(model, inputs: list[TensorSpec]) -> list | None:
     """`config(dynamic_input=...)` of an engine of several shape sets (each set's input shapes in `inputs` order),
     None for a fixed-shape one."""
-    sets = shape_sets(get_contract(model))
+    sets = shape_sets(contract_of(model))
     if not sets:
         return None
     return [[list(entry["inputs"][spec.name]) for spec in inputs] for entry in sets]
@@ -123,17 +124,18 @@ def toolkit_readable(model, toolkit: str):
     return lowered
 
 
-def custom_string(contract: dict) -> str:
+def custom_string(contract: EngineContract) -> str:
     """Compact JSON of the contract essentials, embedded in the engine (at most 1024 bytes):
-    keys are added in priority order while they fit."""
-    producer = contract.get("producer", {})
+    keys are added in priority order while they fit. Its bytes are the engine's: the order and the values (nested
+    dicts in the order the contract was loaded) must not change, or every engine's `normalized_sha256` does."""
+    producer = contract.producer or {}
     candidates = [
-        ("family", contract.get("family")), ("component", contract.get("component")),
-        ("role", contract.get("role")), ("exec_plan_option", contract.get("exec_plan_option")),
+        ("family", contract.family), ("component", contract.component),
+        ("role", contract.role), ("exec_plan_option", contract.exec_plan_option),
         ("rkaudio", producer.get("rkaudio")), ("git", producer.get("git")),
-        ("ladder_key", contract.get("ladder_key")), ("exec_params", contract.get("exec_params")),
+        ("ladder_key", contract.ladder_key), ("exec_params", contract.exec_params),
         # an engine of several shape sets: each set's inputs that vary, so a board can ask the engine itself
-        ("shape_sets", _varying_inputs(contract.get("shape_sets"))),
+        ("shape_sets", _varying_inputs(contract.shape_sets)),
     ]
     essentials: dict = {}
     for key, value in candidates:
@@ -151,7 +153,7 @@ def _varying_inputs(sets: list | None) -> dict | None:
     if not sets:
         return None
     varying = next(name for name in sets[0]["inputs"] if len({tuple(s["inputs"][name]) for s in sets}) > 1)
-    return {"by": varying, "sets": [[s["contract"].get("role"), s["inputs"][varying]] for s in sets]}
+    return {"by": varying, "sets": [[EngineContract.from_json(s["contract"]).role, s["inputs"][varying]] for s in sets]}
 
 
 # ---------------------------------------------------------------- the child
@@ -219,12 +221,11 @@ class ConverterChild:
     simulator requests until closed. Its fds 1/2 go to `log_path`; JSON events come back on a pipe.
     Used by `build_engine` (export + one self-check run) and `rkaudio.host.backends.SimulatorBackend` (serve)."""
 
-    def __init__(self, onnx_path: Path, target: str, toolkit: str, log_path: Path | None, *,
+    def __init__(self, onnx_path: Path, target: Target, toolkit: Toolkit, log_path: Path | None, *,
                  rknn_path: Path | None, simulate: bool, timeout_s: float | None = None):
         import onnx
 
-        self.target = check_target(target)
-        self.toolkit = check_toolkit(toolkit)
+        self.target, self.toolkit = target, toolkit
         python = converter_python(self.toolkit)
         self._venv_dir = python.parent.parent
         remove_stale_work_dirs()
@@ -238,8 +239,9 @@ class ConverterChild:
         self.stage_peak_rss_bytes = {}  # and each stage's (import, config, load, build, export, init_runtime, ...)
         try:
             model = onnx.load(str(onnx_path))
+            contract = contract_of(model)
             self.inputs, self.outputs = graph_io(model)
-            self.shape_sets = shape_sets(get_contract(model))
+            self.shape_sets = shape_sets(contract)
             readable = toolkit_readable(model, self.toolkit)
             if readable is not model:
                 onnx_path = self.work_dir / "model.onnx"
@@ -248,7 +250,7 @@ class ConverterChild:
                 "onnx": str(Path(onnx_path).resolve()), "target": self.target,
                 "inputs": [s.name for s in self.inputs], "input_shapes": [list(s.shape) for s in self.inputs],
                 "outputs": [s.name for s in self.outputs],
-                "custom_string": custom_string(get_contract(model)),
+                "custom_string": custom_string(contract),
                 "dynamic_input": dynamic_input(model, self.inputs),
                 "disable_rules": list(DYNAMIC_DISABLED_RULES[self.toolkit]) if self.shape_sets else [],
                 # Absolute: the child runs in its own work dir, where a relative --out would point nowhere.

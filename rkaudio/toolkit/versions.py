@@ -12,15 +12,20 @@ DEFAULT_TOOLKIT = "2.3.2"
 SUPPORTED_TOOLKITS = ("2.3.2", "2.5.0")
 
 
-def check_toolkit(version: str) -> str:
-    if version not in SUPPORTED_TOOLKITS:
-        raise SetupError(f"unknown rknn-toolkit2 version {version!r}; supported: {', '.join(SUPPORTED_TOOLKITS)}")
-    return version
+class Toolkit(str):
+    """An rknn-toolkit2 version as every step after its entry (a command's --toolkit, a Python API object) takes it:
+    a supported one. `Toolkit(version)` is the one check; a Toolkit passes through unchanged."""
+
+    def __new__(cls, version: str) -> "Toolkit":
+        if isinstance(version, Toolkit):
+            return version
+        if version not in SUPPORTED_TOOLKITS:
+            raise SetupError(f"unknown rknn-toolkit2 version {version!r}; supported: {', '.join(SUPPORTED_TOOLKITS)}")
+        return super().__new__(cls, version)
 
 
-def converter_python(version: str = DEFAULT_TOOLKIT) -> Path:
+def converter_python(version: Toolkit = Toolkit(DEFAULT_TOOLKIT)) -> Path:
     """The interpreter of the converter venv for `version`; a clear error if it was never created."""
-    check_toolkit(version)
     python = venv_root() / f"convert-{version}" / "bin" / "python"
     if not python.exists():
         raise SetupError(

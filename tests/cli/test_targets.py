@@ -1,6 +1,7 @@
-"""The target is normalised once, where it comes in (the CLI option, the recipe schema, BuildOptions): `RK3588` on
-the command line or in a recipe is rk3588 in every manifest, and a family's export sees the normalised name (Piper's
-per-target polyphase form for rk3576 included)."""
+"""The target and the toolkit are typed values (`rkaudio.board.soc.Target`, `rkaudio.toolkit.versions.Toolkit`),
+checked once where they come in (the CLI options, the recipe schema, BuildOptions, `Family.job`): `RK3588` on the
+command line or in a recipe is rk3588 in every manifest, a family's export sees the normalised name (Piper's
+per-target polyphase form for rk3576 included), and an unknown toolkit stops the command before any export."""
 import json
 import shutil
 import sys
@@ -8,8 +9,11 @@ import sys
 import onnx
 import pytest
 
+from rkaudio.board.soc import Target
 from rkaudio.core.contract import get_contract
+from rkaudio.core.errors import SetupError
 from rkaudio.core.paths import REPO_ROOT
+from rkaudio.toolkit.versions import Toolkit
 
 
 def _convert(monkeypatch, capsys, *args) -> int:
@@ -21,6 +25,30 @@ def _convert(monkeypatch, capsys, *args) -> int:
     output = capsys.readouterr()
     assert exited.value.code == 0, output.err[-3000:]
     return exited.value.code
+
+
+def test_a_typed_value_is_checked_once_and_passes_through():
+    target = Target("RK3566")
+    assert target == "rk3566" and Target(target) is target and isinstance(target, str)
+    assert Toolkit(Toolkit("2.5.0")) == "2.5.0"
+    with pytest.raises(SetupError, match="unknown target 'rk9999'; supported: rk3588"):
+        Target("RK9999")
+    with pytest.raises(SetupError, match="target rv1106 refused"):
+        Target("rv1106")
+    with pytest.raises(SetupError, match=r"unknown rknn-toolkit2 version '9\.9'; supported: 2\.3\.2, 2\.5\.0"):
+        Toolkit("9.9")
+
+
+def test_an_unknown_toolkit_stops_the_command_before_the_export(tmp_path, monkeypatch, capsys):
+    from rkaudio import cli
+
+    monkeypatch.setattr(sys, "argv", ["convert", "example", "--frames", "32", "--skip-rknn", "--toolkit", "9.9",
+                                      "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 2
+    assert "unknown rknn-toolkit2 version '9.9'" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
 
 
 def _targets(directory) -> set:

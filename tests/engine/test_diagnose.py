@@ -108,9 +108,9 @@ def test_piper_decoder_default_engine(tmp_path, require_converter):
     """Acceptance: the default joe decoder engine (w109/c32, rk3588): the table and the PNG, and the graph
     output's row within 0.5 dB of the manifest's simulator SNR."""
     require_converter()
-    from rkaudio.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW, decoder
+    from rkaudio.families.piper import FAMILY, decoder
 
-    [record] = decoder.export(None, tmp_path, DEFAULT_WINDOW, DEFAULT_CONTEXT, False, "rk3588")[:1]
+    [record] = decoder.export(FAMILY.job("decoder", target="rk3588", out=tmp_path))[:1]
     result = build_engine(record.onnx, tmp_path, BuildOptions("rk3588"), selfcheck=record.selfcheck,
                           export_verdicts=record.verdicts, reference_onnx=record.reference)
     stdout = run_diagnose(tmp_path, "--target", "rk3588", "--out", tmp_path / "diag").stdout

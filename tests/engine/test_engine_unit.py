@@ -12,10 +12,11 @@ import numpy as np
 import onnx
 import pytest
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.toolkit.session import CUSTOM_STRING_MAX_BYTES, custom_string, graph_io, kill_stray_adb, random_feeds, toolkit_readable
 from rkaudio.engine.build import BuildOptions, build_engine
 from rkaudio.core.errors import SetupError
-from rkaudio.core.manifest import exec_plan_fragment, write_manifest
+from rkaudio.core.manifest import exec_plan_fragment
 
 
 def test_symbolic_input_is_a_setup_error_naming_input_and_dimension(graph, tmp_path):
@@ -58,22 +59,23 @@ def test_ir_version_lowered_for_old_toolkit_onnx(graph):
 
 
 def test_custom_string_fits_the_toolkit_limit():
-    contract = {"family": "piper", "component": "decoder", "role": "main", "exec_plan_option": "piper_tts.exec_plan",
-                "producer": {"rkaudio": "0.1.0", "git": "abc"}, "exec_params": {"table": list(range(1000))}}
+    contract = EngineContract.from_json({
+        "family": "piper", "component": "decoder", "role": "main", "exec_plan_option": "piper_tts.exec_plan",
+        "producer": {"rkaudio": "0.1.0", "git": "abc"}, "exec_params": {"table": list(range(1000))}})
     text = custom_string(contract)
     assert len(text.encode()) <= CUSTOM_STRING_MAX_BYTES
     kept = json.loads(text)
     assert kept["family"] == "piper" and kept["git"] == "abc" and "exec_params" not in kept
-    small = json.loads(custom_string({**contract, "exec_params": {"overlap": 0}}))
+    small = json.loads(custom_string(contract.replace(exec_params={"overlap": 0})))
     assert small["exec_params"] == {"overlap": 0}
 
 
 def test_exec_plan_fragment_from_contract():
-    contract = {"exec_plan_option": "kokoro_tts.exec_plan", "component": "generator", "role": "main",
-                "exec_params": {"overlap": 0, "gain": False}}
+    contract = EngineContract.from_json({"exec_plan_option": "kokoro_tts.exec_plan", "component": "generator",
+                                         "role": "main", "exec_params": {"overlap": 0, "gain": False}})
     assert exec_plan_fragment(contract, "gen_w128.rknn") == {"kokoro_tts.exec_plan": {"generator": {
         "impl": "rknn", "artifacts": {"main": "gen_w128.rknn"}, "params": {"overlap": 0, "gain": False}}}}
-    assert exec_plan_fragment({}, "x.rknn") == {}
+    assert exec_plan_fragment(EngineContract.from_json({}), "x.rknn") == {}
 
 
 def test_random_feeds_deterministic_and_typed(graph):
@@ -140,7 +142,7 @@ def fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype: str, lengths: tuple = (
 
     engine = tmp_path / "e.rknn"
     engine.write_bytes(b"fake")
-    write_manifest(tmp_path / "e.manifest.json", {
+    (tmp_path / "e.manifest.json").write_text(json.dumps({  # the fields RknnLiteBackend reads, no whole manifest
         "toolkit_version": "2.3.2",
         "inputs": [{"name": "a", "shape": [1, 2, 3], "dtype": "float32"},
                    {"name": "b", "shape": [1, 2, 3], "dtype": b_dtype}],
@@ -148,7 +150,7 @@ def fake_rknnlite_engine(tmp_path, monkeypatch, b_dtype: str, lengths: tuple = (
         **({"shape_sets": [{"inputs": [{"name": name, "shape": [1, 2, length], "dtype": "float32"} for name in "ab"],
                             "outputs": [{"name": "y", "shape": [1, 2, length], "dtype": "float32"}],
                             "contract": {"role": "main", "ladder_key": length}} for length in lengths]}
-           if lengths else {})})
+           if lengths else {})}))
     return RknnLiteBackend, engine
 
 

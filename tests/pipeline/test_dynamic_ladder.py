@@ -86,6 +86,7 @@ def test_the_package_names_the_engine_once_and_its_kit_replays_every_set(package
 
 def test_a_shape_outside_the_engine_list_is_refused_by_name(packages):
     from rkaudio.release.kit import HostOpener
+    from rkaudio.board.contract import EngineContract
     from rkaudio.board.golden import EnginePool
     from rkaudio.board.shapes import ShapeRefused
     from rkaudio.host.backends import SimulatorBackend
@@ -96,7 +97,8 @@ def test_a_shape_outside_the_engine_list_is_refused_by_name(packages):
         with pytest.raises(ShapeRefused, match=r"fed x \[1, 16, 96\].*x \[1, 16, 64\]; x \[1, 16, 128\]"):
             simulator.run({"x": np.ones((1, 16, 96), np.float32)})
         manifest = _manifest(packages["dynamic"], "example_c16_ladder")
-        with EnginePool([("example_c16_ladder.rknn", manifest["contract"])], lambda name: simulator) as pool:
+        contract = EngineContract.from_json(manifest["contract"])
+        with EnginePool([("example_c16_ladder.rknn", contract)], lambda name: simulator) as pool:
             small, large = pool.engines  # one view per shape set, one backend
             with pytest.raises(ShapeRefused, match="through the view of set 0"):
                 small.run({"x": np.ones((1, 16, 128), np.float32)})
@@ -143,7 +145,7 @@ def test_one_rung_cannot_be_a_dynamic_ladder(tmp_path):
     from rkaudio.pipeline.ladder import dynamic_ladder
     from rkaudio.core.errors import SetupError
 
-    records = example.export(tmp_path, channels=4, frames=16, seed=0)
+    records = example.export(example.FAMILY.job(target="rk3588", out=tmp_path, options={"channels": 4}), 16)
     with pytest.raises(SetupError, match="at least two rungs"):
         dynamic_ladder(records, ("main",), say=lambda line: None)
     with pytest.raises(SetupError, match="no exported engine fills the ladder roles"):
@@ -154,7 +156,7 @@ def test_a_symbolic_dimension_builds_only_with_its_shape_sets(packages):
     """`convert build` compiles the merged ONNX from the sets its contract lists, and refuses the same graph
     without them (what a shape-generic ONNX from elsewhere is), naming the dimension and the fix."""
     from rkaudio.release.kit import HostOpener
-    from rkaudio.core.contract import get_contract, set_contract
+    from rkaudio.core.contract import contract_of, set_contract
     from rkaudio.core.errors import SetupError
     from rkaudio.core.onnx_graph import load_model
     from rkaudio.toolkit.session import graph_io
@@ -162,7 +164,7 @@ def test_a_symbolic_dimension_builds_only_with_its_shape_sets(packages):
     model = load_model(HostOpener(packages["dynamic"], "simulator").onnx_path("example_c16_ladder.rknn"))
     inputs, _ = graph_io(model)
     assert [list(spec.shape) for spec in inputs] == [[1, 16, 128]]  # the largest set: what the manifest's top shows
-    contract = {key: value for key, value in get_contract(model).items() if key != "shape_sets"}
+    contract = contract_of(model).replace(shape_sets=None)
     with pytest.raises(SetupError, match="input 'x' has a symbolic dimension 's0' at axis 2.*shape_sets"):
         graph_io(set_contract(model, contract))
 
@@ -176,7 +178,8 @@ def test_the_exactness_gate_fails_on_a_merge_that_changed_the_maths(tmp_path):
     from rkaudio.pipeline.ladder import _lean_rungs, exactness_verdict
     from rkaudio.surgery.graph.shape_generic import shape_generic
 
-    records = [record for frames in (16, 32) for record in example.export(tmp_path, channels=4, frames=frames, seed=0)]
+    job = example.FAMILY.job(target="rk3588", out=tmp_path, options={"channels": 4})
+    records = [record for frames in (16, 32) for record in example.export(job, frames)]
     graphs, weights = _lean_rungs([record.onnx for record in records])
     generic = shape_generic(graphs)
     for name, tensor in weights.items():  # the merged graph as the merge writes it

@@ -1,17 +1,17 @@
 """The host side of the kit: the package layout and budget, `convert verify` naming what is wrong, the host
-replay (`convert selftest --backend simulator|onnx`), and the report schema written in HACKING.md."""
+replay (`convert selftest --backend simulator|onnx`), and the report's model (rkaudio/release/report_model.py)."""
 from __future__ import annotations
 
 import importlib
 import json
-import re
 
 import pytest
 from typer.testing import CliRunner
 
 from rkaudio import cli
+from rkaudio.core.manifest_model import Manifest, schema_problems
 from rkaudio.release.kit import kit_budget, verify
-from rkaudio.core.paths import REPO_ROOT
+from rkaudio.release.report_model import SelftestReport
 
 
 def convert(*args: str):
@@ -36,6 +36,8 @@ def test_the_package_carries_goldens_sums_and_the_kit_within_budget(package):
     assert not any(name.startswith(("core/", "gates/", "rkaudio/board/selftest.py")) for name in listed)  # the folder only
     assert kit_size(package) <= kit_budget(tree_bytes(package))
     assert verify(package) == []
+    for manifest in package.glob("*.manifest.json"):  # as the build wrote them, the ONNX path rewritten
+        assert schema_problems(Manifest, json.loads(manifest.read_text())) == [], manifest.name
 
 
 def test_kit_budget():
@@ -97,52 +99,23 @@ def test_host_replay_finds_the_onnx_elsewhere_with_onnx_dir(package, tmp_path):
     assert result.exit_code == 2 and "no ONNX for" in result.output
 
 
-def _schema() -> dict:
-    text = (REPO_ROOT / "HACKING.md").read_text()
-    block = re.search(r"follows this schema.*?```json\n(.*?)```", text, re.S)
-    return json.loads(block.group(1))
-
-
-def _validate(value, schema: dict, where: str = "report") -> list[str]:
-    """The subset of JSON Schema the documented schema uses: type, enum, required, properties, items."""
-    kinds = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
-             "integer": int, "number": (int, float)}
-    problems = []
-    if "enum" in schema and value not in schema["enum"]:
-        return [f"{where}: {value!r} not in {schema['enum']}"]
-    if "type" in schema:
-        allowed = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        ok = any(isinstance(value, kinds[k]) and not (k in ("integer", "number") and isinstance(value, bool))
-                 for k in allowed)
-        if not ok:
-            return [f"{where}: {type(value).__name__} is not {allowed}"]
-    if isinstance(value, dict):
-        problems += [f"{where}: lacks {key}" for key in schema.get("required", []) if key not in value]
-        for key, sub in schema.get("properties", {}).items():
-            if key in value:
-                problems += _validate(value[key], sub, f"{where}.{key}")
-    if isinstance(value, list) and "items" in schema:
-        for number, item in enumerate(value):
-            problems += _validate(item, schema["items"], f"{where}[{number}]")
-    return problems
-
-
-def test_a_board_report_follows_the_documented_schema(package, run_kit):
+def test_a_board_report_follows_the_report_model(package, run_kit):
     result = run_kit(package, "--runs", "2", "--core-masks", "0,1")
     assert result.returncode == 0, result.stdout
     report = json.loads(result.report.read_text())
-    assert _validate(report, _schema()) == []
-    # The validator itself must catch a wrong report.
+    assert schema_problems(SelftestReport, report) == []
+    # The model must catch a wrong report, naming each wrong field.
     broken = dict(report, exit_code=1)
     broken["engines"] = [dict(report["engines"][0], passed="yes")]
-    assert len(_validate(broken, _schema())) == 2
+    assert [problem.split(":")[0] for problem in schema_problems(SelftestReport, broken)] == [
+        "engines.0.passed", "exit_code"]
 
 
 @pytest.mark.parametrize("mode", ["refuse_init"])
-def test_a_setup_failure_report_follows_the_schema(package, run_kit, mode):
+def test_a_setup_failure_report_follows_the_report_model(package, run_kit, mode):
     result = run_kit(package, mode=mode)
     assert result.returncode == 2
-    assert _validate(json.loads(result.report.read_text()), _schema()) == []
+    assert schema_problems(SelftestReport, json.loads(result.report.read_text())) == []
 
 
 # The names older packages give their loop, and the folder their kit ships: before rkaudio/ (runtime/board/), and

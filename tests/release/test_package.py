@@ -1,13 +1,14 @@
 """Packaging: the merged exec_plan (ladders in ladder_key order), the atomic package dir, the summary row."""
 import pytest
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.core.errors import PackageError
 from rkaudio.release.package import format_table, merge_exec_plan, staged_package, summary_row
 from rkaudio.gates.fp16_floor import GAP_UNIT
 
 
-def _contract(component="decoder", role="main", option="piper_tts.exec_plan", **extra):
-    return {"family": "piper", "component": component, "role": role, "exec_plan_option": option, **extra}
+def _contract(component="decoder", role="main", option="piper_tts.exec_plan", **shared):
+    return EngineContract(family="piper", component=component, role=role, exec_plan_option=option, **shared)
 
 
 def test_engines_of_one_role_form_a_ladder_in_ladder_key_order():

@@ -21,6 +21,7 @@ from rkaudio.cli.families import declaration
 from rkaudio.engine.build import EngineResult
 from rkaudio.pipeline.declaration import Component, Family, Table, option
 from rkaudio.core.errors import GateFailure, MissingSource, SetupError
+from rkaudio.core.manifest import write_manifest
 from rkaudio.board.verdict import at_least
 
 
@@ -39,12 +40,15 @@ def _fake_engine(work_dir: Path, stem: str, snr: float, component: str = "decode
     log.write_text("build log\n")
     verdict = at_least("simulator_snr[y]", snr, 35.0, "dB")
     contract = {"family": "fake", "component": component, "role": "main", "exec_plan_option": "piper_tts.exec_plan"}
-    data = {"contract": {**contract, **({"ladder_key": ladder_key} if ladder_key is not None else {})},
-            "gates": [verdict.to_json()], "rknn": {"bytes": 100, "path": f"{stem}.rknn",
-                                                  "sha256": hashlib.sha256(b"\0" * 100).hexdigest()}, "ops": {"cpu": 0},
-            "regtask": {"lines": 0}, "toolkit_version": "2.3.2",
-            "inputs": [], "outputs": [], "simulator": {}, "onnx": {"path": f"{stem}.onnx"}}
-    manifest.write_text(json.dumps(data))
+    digest = hashlib.sha256(b"\0" * 100).hexdigest()
+    data = {"family": "fake", "component": component, "role": "main", "target": "rk3588", "toolkit_version": "2.3.2",
+            "producer": {}, "inputs": [], "outputs": [], "onnx": {"path": f"{stem}.onnx", "sha256": "", "bytes": 0},
+            "rknn": {"path": f"{stem}.rknn", "sha256": digest, "bytes": 100, "normalized_sha256": digest},
+            "build": {}, "build_log": log.name, "regtask": {"lines": 0, "worst_ratio": 0.0, "fields": []},
+            "ops": {"npu": 0, "cpu": 0, "cpu_boundary": 0, "layers": 0, "cpu_ops": []}, "est_cycles": 0, "rw_kb": 0.0,
+            "weight_bytes": 0, "internal_bytes": 0, "simulator": {}, "gates": [verdict.to_json()], "exec_plan": {},
+            "contract": {**contract, **({"ladder_key": ladder_key} if ladder_key is not None else {})}}
+    write_manifest(manifest, data)
     result = EngineResult(rknn, manifest, log, data, [verdict], dict(outputs or {}), dict(outputs or {}))
     # What pipeline.build leaves beside the engines: the self-test goldens (none to record for a fake graph).
     selfcheck = work_dir / f"{stem}.selfcheck.npz"
@@ -74,7 +78,7 @@ def _family(monkeypatch, name: str, build_recipe, sources=None) -> None:
     """A fake family: a declaration (two components, like a voice) whose recipe parts `build_recipe(recipe, target,
     toolkit, work_dir)` turns into engine results without compiling anything."""
     module = types.ModuleType(f"rkaudio.families.{name}")
-    module.FAMILY = Family(name, "A fake family.", tuple(Component(c, None, FakeOptions, FakeGates)
+    module.FAMILY = Family(name, "A fake family.", tuple(Component(c, None, f"{name}.exec_plan", FakeOptions, FakeGates)
                                                         for c in ("decoder", "duration_encoder")),
                            source=FakeSource, sources=sources)
     monkeypatch.setitem(sys.modules, module.__name__, module)

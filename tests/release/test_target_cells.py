@@ -63,8 +63,8 @@ def test_audio8_random_source_replaces_the_recipe_snapshot(tmp_path, monkeypatch
     seen = {}
     monkeypatch.setattr(family, "load_model", lambda model_dir, random_weights: seen.setdefault(
         "model", (model_dir, random_weights)))
-    monkeypatch.setattr(export, "export", lambda model, out, buckets, shards, stress, target: seen.update(
-        buckets=buckets, stress=stress) or [])
+    monkeypatch.setattr(export, "export", lambda job, model, stress: seen.update(
+        buckets=job.options.kv_buckets, stress=stress) or [])
     part = _part(HOOKED["audio8"])
     source = family.FAMILY.random_source(tmp_path, "small", part)
     job = recipe_job(family.FAMILY, part, "rk3566", tmp_path, "2.3.2", source)

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from rkaudio.board.contract import EngineContract
+from rkaudio.board.vits import VitsWindow
 from rkaudio.host.backends import OnnxBackend
 from rkaudio.surgery.graph import polyphase_levels as pl
 from rkaudio.surgery.graph.mask import level_strides, mask_decoder
@@ -117,10 +119,12 @@ def test_overflowing_levels_per_target():
 
 
 def test_lacks_phases_of_an_export_for_a_wider_field():
-    contract = {"window": 256, "strides": [8, 8, 2, 2], "polyphase": None}
+    window = VitsWindow.two_sided(256, 32, hop=256, latent_input="z", output="audio", strides=[8, 8, 2, 2])
+    contract = EngineContract(family="inflect").with_fields(**window.to_fields())
     assert not pl.lacks_phases(contract, "rk3588") and pl.lacks_phases(contract, "rk3566")
-    assert not pl.lacks_phases({**contract, "polyphase": 32}, "rk3566")
-    assert pl.lacks_phases({**contract, "polyphase": 4}, "rk3576")  # two levels where three overflow
+    assert not pl.lacks_phases(contract.with_fields(polyphase=32), "rk3566")
+    assert pl.lacks_phases(contract.with_fields(polyphase=4), "rk3576")  # two levels where three overflow
+    assert not pl.lacks_phases(EngineContract(), "rk3566")  # no VITS window: a foreign ONNX's contract
 
 
 def test_interleave_stages_keep_the_widest_last_and_within_bounds():

@@ -8,7 +8,6 @@ contract and engine. `FAMILY` declares the rest: the `convert audio8` command an
 it."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -18,7 +17,7 @@ from pydantic import AfterValidator
 from rkaudio.families.audio8.checks import ADVICE
 from rkaudio.pipeline.declaration import Component, Family, Table, option
 from rkaudio.release.check import EngineChoice
-from rkaudio.core.errors import MissingSource, SetupError
+from rkaudio.core.errors import SetupError
 
 NAME = "audio8"
 KV_BUCKETS = (128, 256, 512)
@@ -67,24 +66,21 @@ def load_model(model_dir: Path | None, random_weights: str | None):
     return M.load_snapshot(model_dir)
 
 
+def graphs_job(out: Path, kv_buckets=KV_BUCKETS, head_shards: int = HEAD_SHARDS, target: str = "rk3588"):
+    """The job `convert audio8 --kv-buckets ... --head-shards ... --target ... --out OUT` makes: what a bench or a
+    test exports the graphs with (`export.export_all`, `export.export`) outside a command or a recipe."""
+    from rkaudio.pipeline.declaration import Job
+
+    component = FAMILY.component(None)
+    options = FAMILY.options_model(component)(kv_buckets=list(kv_buckets), head_shards=head_shards)
+    return Job(FAMILY, component, Source(), options, FAMILY.gates_model(component)(), target, Path(out))
+
+
 def _snapshot_dir(source: dict) -> Path:
     """The snapshot a recipe names: `source.dir`, or the huggingface_hub cache of `source.repo` (never downloaded)."""
-    candidates = []
-    if source.get("dir"):
-        candidates.append(Path(os.path.expanduser(os.path.expandvars(source["dir"]))))
-    if source.get("repo"):
-        try:
-            from huggingface_hub import snapshot_download
+    from rkaudio.pipeline.checkpoint import recipe_checkpoint
 
-            candidates.append(Path(snapshot_download(source["repo"], local_files_only=True)))
-        except Exception:  # no cache entry (or no huggingface_hub): the candidate simply is not there
-            pass
-    for root in candidates:
-        if (root / "config.json").is_file():
-            return root
-    raise MissingSource(f"no Audio8-ASR snapshot (config.json, weights, modeling files) in "
-                        f"{source.get('dir') or '-'} or the huggingface_hub cache of {source.get('repo') or '-'}; "
-                        f"copy a snapshot of {SNAPSHOT_REPO} there")
+    return recipe_checkpoint(source, ("config.json",), f"Audio8-ASR snapshot of {SNAPSHOT_REPO}")
 
 
 def export_graphs(job) -> list:
@@ -100,7 +96,7 @@ def export_graphs(job) -> list:
     else:
         model = load_model(model_dir, random_weights)
     stress = not getattr(job.options, "no_stress", False)  # a command-only switch: a recipe's options lack it
-    return export(model, job.out, job.options.kv_buckets, job.options.head_shards, stress, job.target)
+    return export(job, model, stress)
 
 
 def source_files(job) -> list[Path]:
@@ -117,9 +113,11 @@ def random_source(directory: Path, shape: str, recipe: dict) -> dict:
 
 def after_build(job, results: list) -> None:
     """The plan names the engines as built (one step engine for every bucket with `--ladder dynamic`)."""
+    from rkaudio.board.contract import EngineContract
     from rkaudio.families.audio8.export import name_built_engines
 
-    name_built_engines(job.out, [(result.rknn.name, result.manifest_data["contract"]) for result in results])
+    name_built_engines(job.out, [(result.rknn.name, EngineContract.from_json(result.manifest_data["contract"]))
+                                 for result in results])
 
 
 def check_audio8(
@@ -145,7 +143,8 @@ FAMILY = Family(
     help="Export Audio8-ASR's encoder, adapter, prefill, one decoder step per K/V bucket and LM head shards,\n"
          "gate greedy tokens against the torch FP32 model, and compile every graph.",
     source=Source,
-    components=(Component("asr", export_graphs, Options, advice=ADVICE, context="audio8 graphs",
+    components=(Component("asr", export_graphs, "audio8_asr.exec_plan", Options, advice=ADVICE,
+                          contract_components=("encoder", "adapter", "prefill", "decoder"), context="audio8 graphs",
                           ladder=("step_<n>",)),),
     sources=source_files,
     random_source=random_source,

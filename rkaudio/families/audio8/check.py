@@ -49,10 +49,10 @@ def decode_check(plan_dir: Path | None, wav: Path, max_new_tokens: int, engines)
     directory, artifact, onnx_of = graph_files(plan_dir, engines)
     audio, rate = read_wav(wav)
     with Audio8Runtime(directory, backend_for=lambda path: engines.fp32(onnx_of(path)), artifact=artifact) as fp32:
-        contract = fp32.contract
-        if rate != contract["sample_rate"]:
-            raise SetupError(f"{wav} is {rate} Hz; resample it to {contract['sample_rate']} Hz")
-        features = log_mel(audio, contract["mel_bins"])
+        fields = fp32.fields
+        if rate != fields.sample_rate:
+            raise SetupError(f"{wav} is {rate} Hz; resample it to {fields.sample_rate} Hz")
+        features = log_mel(audio, fields.mel_bins)
         reference = fp32.transcribe(features, audio.size, max_new_tokens, keep_logits=True)
     print(f"{wav}: {audio.size / rate:.2f} s, decoded through the fp32 graphs and through {engines.label}")
     with ExitStack() as opened, Audio8Runtime(

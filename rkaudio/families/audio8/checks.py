@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rkaudio.board.audio8 import Audio8Fields
 from rkaudio.board.verdict import Verdict, at_most, judged, nothing_to_judge
 
 # The export gates compare onnxruntime fp32 graphs with torch fp32: their floor is fp32 rounding. Measured: torch
@@ -162,9 +163,9 @@ def clip_name(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _padded(features: np.ndarray, contract: dict) -> np.ndarray:
+def _padded(features: np.ndarray, fields: Audio8Fields) -> np.ndarray:
     """Features zero-padded to the encoder's fixed frame count, as the runtime feeds them."""
-    padded = np.zeros((contract["mel_bins"], contract["max_frames"]), np.float32)
+    padded = np.zeros((fields.mel_bins, fields.max_frames), np.float32)
     padded[:, : features.shape[1]] = features
     return padded
 
@@ -188,20 +189,20 @@ def graph_verdicts(model, plan_dir: Path, backend_for=None, max_new_tokens: int 
 
     verdicts = []
     with (runtime_class or Audio8Runtime)(plan_dir, backend_for=backend_for or OnnxBackend) as runtime:
-        contract = runtime.contract
+        fields = runtime.fields
         for seconds in PROBE_SECONDS if clips is None else clips:
             name = clip_name(seconds)
             audio = probe_clip(seconds)
-            features = log_mel(audio, contract["mel_bins"])
+            features = log_mel(audio, fields.mel_bins)
             placeholders = runtime.check_audio(audio.size)
-            padded = torch.from_numpy(_padded(features, contract))
+            padded = torch.from_numpy(_padded(features, fields))
             with torch.no_grad():
                 reference_audio = model.adapter(model.encoder(padded), placeholders).numpy()
             reference, chosen_from = model.greedy(model.prompt_embeddings(padded, placeholders), max_new_tokens,
                                                   with_logits=True)
             timings = Timings()
             embeds = runtime.prompt_embeddings(features, placeholders, timings)
-            slots = np.array(runtime.prompt_ids(placeholders)) == contract["prompt"]["audio_token_id"]
+            slots = np.array(runtime.prompt_ids(placeholders)) == fields.prompt.audio_token_id
             decoded = runtime.decode(embeds, max_new_tokens, keep_logits=True, timings=timings)
             # torch on the graphs' own embeddings (the fp16 table's rows) and tokens: the prefill row, then one
             # row per decode step; the greedy gate above compares with the fp32 model end to end
@@ -213,14 +214,14 @@ def graph_verdicts(model, plan_dir: Path, backend_for=None, max_new_tokens: int 
                                f"adapter graph (pooled to {placeholders}) vs torch adaptive pooling", logits=False),
                 rel_l2_verdict(f"prefill_logits_rel_l2[{name}]", forced[0], decoded.step_logits[0],
                                MAX_PREFILL_REL_L2, f"prefill graph (S{embeds.shape[1]} right-padded to "
-                               f"{contract['prompt_length']}) vs torch on the same embeddings"),
+                               f"{fields.prompt_length}) vs torch on the same embeddings"),
             ]
             if len(decoded.tokens) > 1:
                 verdicts.append(step_logits_verdict(
                     f"step_logits_rel_l2[{name}]", forced[1:], np.stack(decoded.step_logits[1:]),
-                    decode_positions(embeds.shape[1], len(decoded.tokens) - 1), contract["kv_buckets"]))
+                    decode_positions(embeds.shape[1], len(decoded.tokens) - 1), fields.kv_buckets))
             say(f"{name}: {placeholders} placeholders, S{embeds.shape[1]}, {len(decoded.tokens)} tokens, ends with "
-                f"EOS: {decoded.tokens[-1] == contract['prompt']['eos_token_id']}, buckets {decoded.buckets}")
+                f"EOS: {decoded.tokens[-1] == fields.prompt.eos_token_id}, buckets {decoded.buckets}")
         if stress:
             verdicts += stress_verdicts(model, runtime, say)
     return verdicts
@@ -253,12 +254,12 @@ def stress_run(model, runtime) -> StressRun:
     from rkaudio.board.audio8 import Timings
     from rkaudio.board.mel import log_mel
 
-    contract = runtime.contract
-    tokens = contract["max_placeholders"]
-    features = log_mel(probe_audio(tokens, contract["hop"]), contract["mel_bins"])
+    fields = runtime.fields
+    tokens = fields.max_placeholders
+    features = log_mel(probe_audio(tokens, fields.hop), fields.mel_bins)
     embeds = runtime.prompt_embeddings(features, tokens, Timings())
     length = embeds.shape[1]
-    count = max(contract["kv_buckets"]) - length + 1  # the last token is never fed back, so needs no position
+    count = max(fields.kv_buckets) - length + 1  # the last token is never fed back, so needs no position
     decoded = runtime.decode(embeds, count, ignore_eos=True, keep_logits=True)
     # torch feeds back the rows the runtime feeds (the fp16 table's): the random small model's stress run has steps
     # with a top-1 margin below fp16 resolution (0.0106 at logit 18 at token 247), where the fp32 table's rows
@@ -276,7 +277,7 @@ def stress_verdicts(model, runtime, say=print) -> list[Verdict]:
     run = stress_run(model, runtime)
     say(f"stress: {len(run.decoded.tokens)} tokens from a {run.length}-token prompt, buckets {run.decoded.buckets}, "
         f"migrations {[(m['from'], m['to'], round(m['ms'], 2)) for m in run.decoded.timings.migrations]}")
-    return run_verdicts(run, runtime.contract["kv_buckets"])
+    return run_verdicts(run, runtime.fields.kv_buckets)
 
 
 def run_verdicts(run: StressRun, kv_buckets: list[int]) -> list[Verdict]:

@@ -18,12 +18,12 @@ import numpy as np
 from rkaudio.pipeline.pipeline import Exported, record_export
 from rkaudio.core.paths import engine_name, selfcheck_path
 from rkaudio.gates.verdict import require
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.verdict import Verdict, at_most
-from rkaudio.board.audio8 import PLAN_FILE, graph_key, mel_chunks, padded_pooling, placeholder_count, rope_tables
-from rkaudio.board.shapes import set_contracts
+from rkaudio.board.audio8 import (PLAN_FILE, Audio8AdapterFields, Audio8Fields, Audio8HeadFields, Audio8PrefillFields,
+                                  Audio8StepFields, Prompt, graph_key, mel_chunks, padded_pooling, placeholder_count,
+                                  rope_tables)
 
-FAMILY = "audio8"
-EXEC_PLAN_OPTION = "audio8_asr.exec_plan"
 EMBED_FILE = "embed_tokens.npy"
 OPSET = 17
 E2E_NAME = "audio8_probe"
@@ -69,7 +69,8 @@ def cache_free_verdict(model, name: str) -> Verdict:
     return at_most(f"cache_free[{name}]", len(found), 0, "nodes", ", ".join(found[:8]))
 
 
-def _export(module, args: tuple, input_names: list[str], output_names: list[str], contract: dict, path: Path):
+def _export(module, args: tuple, input_names: list[str], output_names: list[str], contract: EngineContract,
+            path: Path):
     import onnx
     import torch
 
@@ -87,16 +88,16 @@ def _export(module, args: tuple, input_names: list[str], output_names: list[str]
     return model
 
 
-def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, seed: int = 0) -> dict:
-    """Write every graph, its self-check inputs, the embedding table and the plan (no token gate: `export`)."""
+def export_all(job, model, seed: int = 0) -> dict:
+    """Write every graph of `job` (its K/V buckets and head shards, into its `out`), its self-check inputs, the
+    embedding table and the plan (no token gate: `export`)."""
     import torch
 
-    from rkaudio.core.contract import make_contract
     from rkaudio.families.audio8 import graphs
     from rkaudio.core.errors import SetupError
     from rkaudio.board.golden import as_stored  # self-check inputs in the board kit's storage form
 
-    out_dir = Path(out_dir)
+    out_dir, head_shards = Path(job.out), job.options.head_shards
     out_dir.mkdir(parents=True, exist_ok=True)
     decoder_config = model.decoder.config
     heads = decoder_config.num_attention_heads
@@ -112,12 +113,12 @@ def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, se
     # the longest clip the encoder takes gives the most placeholders: the adapter's rows, the prefill's S
     max_placeholders = placeholder_count(encoder_config.max_frames * hop, hop)
     prompt_length = max_placeholders + prompt_extra
-    kv_buckets = sorted(kv_buckets)
+    kv_buckets = sorted(job.options.kv_buckets)
     if max_placeholders > audio_tokens:
         raise SetupError(f"{max_placeholders} placeholders exceed the encoder's {audio_tokens} tokens")
     if prompt_length >= kv_buckets[-1]:
         raise SetupError(f"largest prompt ({prompt_length}) does not fit the largest K/V bucket {kv_buckets[-1]}")
-    shared = dict(
+    fields = dict(  # every graph's (`Audio8Fields`)
         sample_rate=16000, mel_bins=encoder_config.num_mel_bins, n_fft=400, hop=hop,
         max_frames=encoder_config.max_frames, chunk_frames=encoder_config.chunk_frames, audio_tokens=audio_tokens,
         max_placeholders=max_placeholders,
@@ -125,40 +126,41 @@ def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, se
         layers=decoder_config.num_hidden_layers, heads=heads, head_dim=head_dim, hidden=hidden, vocab=vocab,
         rope_theta=float(decoder_config.rope_theta),
         mask_value=graphs.MASKED, kv_layout="heads,Smax,head_dim",
-        # the board runtime reads the plan (graph roles, buckets) and the fp16 embedding table beside the engines
-        package_files=[PLAN_FILE, EMBED_FILE],
-        prompt={"prefix_ids": list(model.prompt.prefix_ids), "audio_token_id": model.prompt.audio_token_id,
-                "suffix_ids": list(model.prompt.suffix_ids), "eos_token_id": model.prompt.eos_token_id},
+        prompt=Prompt(list(model.prompt.prefix_ids), model.prompt.audio_token_id, list(model.prompt.suffix_ids),
+                      model.prompt.eos_token_id),
     )
     rng = np.random.default_rng(seed)
     entries, verdicts = [], []
 
     def emit(stem: str, module, feeds: dict[str, np.ndarray], outputs: list[str], component: str, role: str,
-             cache_free: bool = False, **fields):
-        contract = make_contract(FAMILY, component, role, EXEC_PLAN_OPTION, **shared, **fields)
+             graph_fields: Audio8Fields, cache_free: bool = False, **shared):
+        # the board runtime reads the plan (graph roles, buckets) and the fp16 embedding table beside the engines
+        contract = job.contract(role, component=component, package_files=[PLAN_FILE, EMBED_FILE], **shared,
+                                **graph_fields.to_fields())
         path = out_dir / f"{stem}.onnx"
         args = tuple(torch.from_numpy(value) for value in feeds.values())
         onnx_model = _export(module, args, list(feeds), outputs, contract, path)
-        fed = contract.get("feed_dtypes") or {}  # the self-check holds each input as the runtime feeds it
+        fed = contract.feed_dtypes or {}  # the self-check holds each input as the runtime feeds it
         np.savez(selfcheck_path(path), **{name: as_stored(value.astype(fed.get(name, value.dtype)))
                                           for name, value in feeds.items()})
         if cache_free:
             verdicts.append(cache_free_verdict(onnx_model, stem))
         entries.append({"onnx": path.name, "selfcheck": selfcheck_path(path).name, "rknn": engine_name(path),
-                        "contract": contract})
+                        "contract": contract.to_json()})
 
     def normal(*shape, scale=1.0):
         return (scale * rng.standard_normal(shape)).astype(np.float32)
 
     features = normal(encoder_config.num_mel_bins, encoder_config.max_frames)
     emit("encoder", graphs.EncoderGraph(model.encoder),
-         {"mel_chunks": mel_chunks(features, encoder_config.chunk_frames)}, ["audio_hidden"], "encoder", "main")
+         {"mel_chunks": mel_chunks(features, encoder_config.chunk_frames)}, ["audio_hidden"], "encoder", "main",
+         Audio8Fields(**fields))
     with torch.no_grad():
         audio_hidden = model.encoder(torch.from_numpy(features)).numpy()
     example_n = (3 * max_placeholders) // 8  # the self-check feeds: a clip of about 3 s, rows past it zero
     emit("adapter", graphs.AdapterGraph(model.adapter),
          {"audio_hidden": audio_hidden, "pool": padded_pooling(audio_tokens, example_n, max_placeholders)[None]},
-         ["audio_embeddings"], "adapter", "main", rows=max_placeholders)
+         ["audio_embeddings"], "adapter", "main", Audio8AdapterFields(**fields, rows=max_placeholders))
     layers = decoder_config.num_hidden_layers
     cache_names = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
     cos, sin = rope_tables(np.arange(prompt_length), head_dim, decoder_config.rope_theta)
@@ -166,7 +168,8 @@ def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, se
     select[0, example_n + prompt_extra - 1] = 1.0
     emit("prefill", graphs.PrefillGraph(model.decoder, prompt_length),
          {"inputs_embeds": normal(1, prompt_length, hidden), "cos": cos, "sin": sin, "select": select},
-         ["last_hidden", *cache_names], "prefill", "main", cache_free=True, length=prompt_length)
+         ["last_hidden", *cache_names], "prefill", "main", Audio8PrefillFields(**fields, length=prompt_length),
+         cache_free=True)
     cos, sin = rope_tables(np.array([7]), head_dim, decoder_config.rope_theta)
     token_hidden = normal(1, 1, hidden)
     step_inputs, step_outputs = graphs.step_input_names(layers), graphs.step_output_names(layers)
@@ -177,14 +180,16 @@ def export_all(model, out_dir: Path, kv_buckets: list[int], head_shards: int, se
         caches = [normal(heads, bucket, head_dim) for _ in range(2 * layers)]
         emit(f"step_s{bucket}", graphs.StepGraph(model.decoder),
              dict(zip(step_inputs, [token_hidden, cos, sin, mask, *caches])), step_outputs, "decoder",
-             f"step_{bucket}", cache_free=True, bucket=bucket, feed_dtypes=step_feed_dtypes)
+             f"step_{bucket}", Audio8StepFields(**fields, bucket=bucket), cache_free=True,
+             feed_dtypes=step_feed_dtypes)
     for shard, (start, stop) in enumerate(graphs.shard_ranges(vocab, head_shards)):
         emit(f"head_{shard}", graphs.HeadShardGraph(model.decoder, start, stop), {"hidden": token_hidden},
-             ["logits"], "decoder", "head", cache_free=True, ladder_key=shard, shard=shard, rows=[start, stop])
+             ["logits"], "decoder", "head", Audio8HeadFields(**fields, shard=shard, rows=[start, stop]),
+             cache_free=True, ladder_key=shard)
     # fp16 halves the table (Audio8-ASR-0.1B: 311 MB fp32); the runtime widens the rows it reads to fp32
     table = model.decoder.get_input_embeddings().weight.detach().numpy().astype(np.float16)
     np.save(out_dir / EMBED_FILE, table)
-    plan = {"family": FAMILY, "embed_table": EMBED_FILE, "graphs": entries,
+    plan = {"family": job.family.contract_name, "embed_table": EMBED_FILE, "graphs": entries,
             "verdicts": [v.to_json() for v in verdicts]}
     _write_plan(out_dir, plan)
     require(verdicts, advice="keep the K/V cache outside the graph: rank-3 buffers the CPU writes in place",
@@ -196,35 +201,35 @@ def _write_plan(out_dir: Path, plan: dict) -> None:
     (Path(out_dir) / PLAN_FILE).write_text(json.dumps(plan, indent=1))
 
 
-def name_built_engines(out_dir: Path, engines: list[tuple[str, dict]]) -> None:
+def name_built_engines(out_dir: Path, engines: list[tuple[str, EngineContract]]) -> None:
     """Point each graph of the plan at the engine built for it: `engines` are (file name, contract) of the build.
     An engine compiled for several shape sets (`--ladder dynamic`: the step buckets) runs the graph of each of its
     sets, whose own fixed-shape engine was never built; the board runtime opens its engines by the plan."""
     plan_path = Path(out_dir) / PLAN_FILE
     if not plan_path.is_file():  # `--onnx` of one graph into another directory: no plan there to point
         return
-    built = {graph_key(view): name for name, contract in engines for view in set_contracts(contract)}
+    built = {graph_key(view): name for name, contract in engines for view in contract.views()}
     plan = json.loads(plan_path.read_text())
     for entry in plan["graphs"]:
-        entry["rknn"] = built.get(graph_key(entry["contract"]), entry["rknn"])
+        entry["rknn"] = built.get(graph_key(EngineContract.from_json(entry["contract"])), entry["rknn"])
     _write_plan(out_dir, plan)
 
 
-def export(model, out_dir: Path, kv_buckets, head_shards: int, stress: bool = True, target: str | None = None,
-           say=print, clips=None) -> list[Exported]:
-    """Export every graph, warn of problem ops, run the token gates through the graphs and record their verdicts
-    on each one: one `Exported` per graph, all sharing the verdicts (`pipeline.build` gates them once). `clips`:
-the probe clip lengths in seconds the token gates decode (default `checks.PROBE_SECONDS`)."""
+def export(job, model, stress: bool = True, say=print, clips=None) -> list[Exported]:
+    """Export every graph of `job`, warn of problem ops (for its target), run the token gates through the graphs
+    and record their verdicts on each one: one `Exported` per graph, all sharing the verdicts (`pipeline.build`
+    gates them once). `clips`: the probe clip lengths in seconds the token gates decode (default
+    `checks.PROBE_SECONDS`)."""
     from rkaudio.families.audio8.checks import graph_verdicts
     from rkaudio.gates.verdict import refuse_degenerate
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
     from rkaudio.gates import opscan
 
-    out_dir = Path(out_dir)
-    plan = export_all(model, out_dir, list(kv_buckets), head_shards)
+    out_dir = Path(job.out)
+    plan = export_all(job, model)
     say(f"exported {len(plan['graphs'])} graphs to {out_dir}")
     for entry in plan["graphs"]:
-        problems = opscan.scan(out_dir / entry["onnx"], target)
+        problems = opscan.scan(out_dir / entry["onnx"], job.target)
         if problems:
             say(f"{entry['onnx']}:")
             opscan.warn(problems)
@@ -232,7 +237,7 @@ the probe clip lengths in seconds the token gates decode (default `checks.PROBE_
     records = [record_export(out_dir / entry["onnx"], verdicts) for entry in plan["graphs"]]
     # the plan carries each graph's contract as the graph does, export verdicts included
     for entry in plan["graphs"]:
-        entry["contract"] = get_contract(out_dir / entry["onnx"])
+        entry["contract"] = contract_of(out_dir / entry["onnx"]).to_json()
     _write_plan(out_dir, plan)
     return with_end_to_end(records, out_dir, say=say)
 
@@ -259,10 +264,10 @@ def with_end_to_end(records: list[Exported], out_dir: Path, tokens: int = E2E_TO
         return OnnxBackend(path)
 
     with Audio8Runtime(out_dir, backend_for=backend_for) as runtime:
-        contract = runtime.contract
+        fields = runtime.fields
         placeholders = E2E_PLACEHOLDERS
-        audio = as_stored(probe_audio(placeholders, contract["hop"]))  # the clip as the kit stores it
-        decoded = runtime.transcribe(log_mel(audio, contract["mel_bins"]), audio.size, tokens, ignore_eos=True,
+        audio = as_stored(probe_audio(placeholders, fields.hop))  # the clip as the kit stores it
+        decoded = runtime.transcribe(log_mel(audio, fields.mel_bins), audio.size, tokens, ignore_eos=True,
                                      keep_logits=True)
         ids = np.array(sorted(set(runtime.prompt_ids(placeholders)) | set(decoded.tokens[:-1])), dtype=np.int64)
     table = np.load(out_dir / EMBED_FILE, mmap_mode="r")
@@ -271,7 +276,7 @@ def with_end_to_end(records: list[Exported], out_dir: Path, tokens: int = E2E_TO
     golden = [record for record in records if record.onnx.name in opened]
     declared = pipeline.record_end_to_end(
         E2E_NAME, E2E_LOOP, golden, inputs, params,
-        f"the probe clip ({audio.size / contract['sample_rate']:g} s, chirp in noise, {placeholders} placeholders) "
+        f"the probe clip ({audio.size / fields.sample_rate:g} s, chirp in noise, {placeholders} placeholders) "
         f"-> {tokens} greedy tokens, EOS ignored, K/V buckets {' -> '.join(map(str, decoded.buckets))}")
     say(f"end-to-end golden {E2E_NAME}: {len(golden)} of {len(records)} graphs, {tokens} tokens, "
         f"tie margin {params['tie_margin']:.4g}")

@@ -23,7 +23,7 @@ from typing import Annotated, Literal, Optional, Union
 import typer
 from pydantic import field_validator
 
-from rkaudio.pipeline.declaration import Component, Family, Table, option
+from rkaudio.pipeline.declaration import Component, Family, Job, Table, option
 from rkaudio.release.check import EngineChoice
 from rkaudio.families.cosyvoice3.snapshot import RANDOM_CONFIGS
 from rkaudio.core import paths
@@ -31,6 +31,7 @@ from rkaudio.core.errors import SetupError
 from rkaudio.board.cosyvoice3 import DEFAULT_STEPS
 
 NAME = "cosyvoice3"
+COMPONENT = "flow"
 DEFAULT_LENGTHS = "110,200,250,400,500"
 MIN_SIMULATOR_SNR_DB = 40.0
 ADVICE = ("the exported estimator disagrees with the reference DiT or the padding is not exact (see the figures "
@@ -76,17 +77,6 @@ def load_model(model_dir: str | None, random_weights: str | None, seed: int):
         return snapshot.random_estimator(snapshot.RANDOM_CONFIGS[random_weights], seed), dict(snapshot.DEFAULT_CFM)
     model, source = snapshot.load_estimator(model_dir)
     return model, source.cfm
-
-
-def export_rungs(model_dir: str | None, random_weights: str | None, lengths: list[int], out: Path, target: str | None,
-           batch: int = 1, ln_form: str = "plain", seed: int = 0, parts=1) -> list:
-    """The ladder of `lengths` of a snapshot's estimator or of random weights, exported into `out` (the values
-    are the declaration's, validated already)."""
-    from rkaudio.families.cosyvoice3 import export as E
-
-    parts = parse_parts(parts)
-    model, cfm = load_model(model_dir, random_weights, seed)
-    return E.export(model, cfm, lengths, Path(out), target, batch=batch, ln_form=ln_form, seed=seed, parts=parts)
 
 
 class Source(Table):
@@ -156,15 +146,17 @@ def check_onnx(model_dir: str | None, random_weights: str | None, onnx: list[Pat
     if onnx:
         return [Path(path) for path in onnx]
     if engines.package is not None:
-        return engines.package_onnx("flow")
+        return engines.package_onnx(COMPONENT)
     rungs = (parse_lengths(lengths) if lengths else
-             engines.recipe_option("flow", "lengths", parse_lengths(DEFAULT_LENGTHS)))
-    shape = {key: engines.recipe_option("flow", key, default) for key, default in
+             engines.recipe_option(COMPONENT, "lengths", parse_lengths(DEFAULT_LENGTHS)))
+    shape = {key: engines.recipe_option(COMPONENT, key, default) for key, default in
              (("batch", 1), ("ln_form", "plain"), ("parts", 1))}
     print(f"exporting the flow estimator at rungs {rungs} for {engines.target} ...")
-    records = export_rungs(model_dir, random_weights, rungs, out.parent / f"{out.stem}_engine", engines.target,
-                           seed=seed, **shape)
-    return [record.onnx for record in records]
+    component = FAMILY.component(COMPONENT)
+    job = Job(FAMILY, component, Source(model_dir=model_dir, random_weights=random_weights),
+              FAMILY.options_model(component)(lengths=rungs, seed=seed, **shape), FAMILY.gates_model(component)(),
+              engines.target, out.parent / f"{out.stem}_engine", engines.toolkit)
+    return [record.onnx for record in export_ladder(job)]
 
 
 def check_cosyvoice3(
@@ -196,24 +188,24 @@ def check_cosyvoice3(
 
     if random_weights is not None and random_weights not in RANDOM_CONFIGS:
         raise SetupError(f"--random-weights {random_weights!r}: expected one of {', '.join(RANDOM_CONFIGS)}")
-    render_check(check_onnx(model_dir, random_weights, onnx or [], lengths, seed, out, engines), frames=frames,
-                 steps=steps, seed=seed, out=out, engines=engines)
+    render_check(check_onnx(model_dir, random_weights, onnx or [], lengths, seed, out, engines), FAMILY.contract_name,
+                 frames=frames, steps=steps, seed=seed, out=out, engines=engines)
 
 
 def export_ladder(job) -> list:
     """The command's ladder from --model-dir or --random-weights, or a recipe's from its snapshot (MissingSource
-    without one), into `job.out`."""
-    options = job.options
+    without one), into `job.out` (`rkaudio.families.cosyvoice3.export.export`)."""
+    from rkaudio.families.cosyvoice3 import export as E
+
     # A recipe's source lacks the command's fields, unless `random_source`'s replaced it (build_cell)
     model_dir, random_weights = getattr(job.source, "model_dir", None), getattr(job.source, "random_weights", None)
     if job.recipe is not None and model_dir is None and random_weights is None:
-        from rkaudio.pipeline import pipeline
+        from rkaudio.pipeline.checkpoint import recipe_checkpoint
         from rkaudio.families.cosyvoice3 import snapshot
 
-        model_dir = str(snapshot.resolve(pipeline.recipe_snapshot(job.source.model_dump(), snapshot.resolve,
-                                                                  snapshot.REPO_ID)))
-    return export_rungs(model_dir, random_weights, options.lengths, job.out, job.target, options.batch,
-                        options.ln_form, options.seed, options.parts)
+        model_dir = str(recipe_checkpoint(job.source.model_dump(), snapshot.FILES, snapshot.SNAPSHOT_NAME))
+    model, cfm = load_model(model_dir, random_weights, job.options.seed)
+    return E.export(job, model, cfm)
 
 
 def from_onnx(job, onnx_path: Path) -> list:
@@ -223,17 +215,16 @@ def from_onnx(job, onnx_path: Path) -> list:
     if job.recipe is None and (job.source.model_dir is not None or job.source.random_weights is not None):
         raise SetupError("--onnx compiles an earlier export and takes its contract from the graph: drop "
                          "--model-dir/--random-weights")
-    return [Exported.from_onnx(onnx_path, NAME)]
+    return [Exported.from_onnx(onnx_path, FAMILY.contract_name)]
 
 
 def recipe_sources(job) -> list[Path]:
     """Every file of the recipe's snapshot (cosyvoice3.yaml, flow.pt, ...); MissingSource when there is none."""
-    from rkaudio.pipeline import pipeline
+    from rkaudio.pipeline.checkpoint import recipe_checkpoint
     from rkaudio.families.cosyvoice3 import snapshot
     from rkaudio.core.paths import snapshot_files
 
-    return snapshot_files(Path(snapshot.resolve(pipeline.recipe_snapshot(job.source.model_dump(), snapshot.resolve,
-                                                                         snapshot.REPO_ID))))
+    return snapshot_files(recipe_checkpoint(job.source.model_dump(), snapshot.FILES, snapshot.SNAPSHOT_NAME))
 
 
 def random_source(directory: Path, shape: str, recipe: dict) -> dict:
@@ -286,7 +277,7 @@ FAMILY = Family(
     name=NAME,
     help="CosyVoice3 flow estimator: one fixed-length engine per rung (a ladder), gated against the reference DiT.",
     source=Source,
-    components=(Component("flow", export_ladder, Options, advice=ADVICE, context="cosyvoice3 export",
+    components=(Component(COMPONENT, export_ladder, "cosyvoice3.exec_plan", Options, advice=ADVICE, context="cosyvoice3 export",
                           ladder=("main",)),),
     build_defaults={"min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
     sources=recipe_sources,

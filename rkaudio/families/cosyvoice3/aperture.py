@@ -36,6 +36,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from rkaudio.board.contract import EngineContract
+from rkaudio.board.cosyvoice3 import RungFields
 from rkaudio.core.errors import SetupError
 
 MIB = 1 << 20
@@ -121,21 +123,26 @@ class Rung:
                    for p in self.parts) / GB
 
 
+def rung_of(manifest: dict, name: str = "a manifest") -> RungFields:
+    """The rung fields of one engine's manifest (SetupError naming `name` for an engine without a rung)."""
+    try:
+        return RungFields.of(EngineContract.from_json(manifest.get("contract")))
+    except ValueError:
+        raise SetupError(f"{name}: its contract has no rung length (not a cosyvoice3 flow engine)") from None
+
+
 def rung_part(manifest: dict, engine: str | None = None) -> tuple:
     """(length, heads, part index, parts, Part) of one engine's manifest."""
-    contract = manifest.get("contract") or {}
     name = engine or (manifest.get("rknn") or {}).get("path") or "a manifest"
-    if "length" not in contract:
-        raise SetupError(f"{name}: its contract has no rung length (not a cosyvoice3 flow engine)")
+    rung = rung_of(manifest, name)
     for key in ("weight_bytes", "internal_bytes"):
         if not isinstance(manifest.get(key), int) or manifest[key] < 0:
             raise SetupError(f"{name}: no {key} in the manifest (the build log's memory report)")
-    shape = contract.get("estimator") or CALIBRATION_SHAPE
-    chain = contract.get("chain") or {"part": 0, "parts": 1, "blocks": [0, int(shape["depth"])]}
-    blocks = int(chain["blocks"][1]) - int(chain["blocks"][0])
-    return (int(contract["length"]), int(shape["heads"]), int(chain["part"]), int(chain["parts"]),
+    shape = rung.estimator or CALIBRATION_SHAPE
+    start, stop = rung.chain["blocks"] if rung.chain else (0, shape["depth"])
+    return (rung.length, int(shape["heads"]), rung.part, rung.parts,
             Part(name, int(manifest["rknn"]["bytes"]), int(manifest["weight_bytes"]), int(manifest["internal_bytes"]),
-                 blocks))
+                 int(stop) - int(start)))
 
 
 def rung_from_manifest(manifest: dict, engine: str | None = None) -> Rung:
@@ -177,8 +184,12 @@ def flow_manifests(directory: Path) -> list[tuple[str, dict]]:
         manifest = json.loads(path.read_text())
         if manifest.get("family") == "cosyvoice3" and manifest.get("component") == "flow":
             found.extend((Path(manifest["rknn"]["path"]).name, entry) for entry in set_manifests(manifest))
-    return sorted(found, key=lambda item: (int(item[1]["contract"]["length"]),
-                                           int((item[1]["contract"].get("chain") or {}).get("part", 0))))
+
+    def ladder_order(item: tuple) -> tuple:
+        rung = rung_of(item[1], item[0])
+        return rung.length, rung.part
+
+    return sorted(found, key=ladder_order)
 
 
 def read_rungs(package_dir: Path) -> list[Rung]:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rkaudio.board.contract import EngineContract
+from rkaudio.board.cosyvoice3 import FlowFields, RungFields
 from rkaudio.core.errors import SetupError
 
 
@@ -25,39 +27,40 @@ class EstimatorOnnx:
     depth-split rung chained) and chooses among, before any backend is opened."""
 
     path: Path
-    contract: dict
+    contract: EngineContract
 
 
-def estimator_ladder(paths: list[Path]):
-    """FlowLadder over EstimatorOnnx records (no backend): the rungs the ONNX make, for choosing one."""
-    from rkaudio.families.cosyvoice3.export import FAMILY
-    from rkaudio.core.contract import get_contract
+def estimator_ladder(paths: list[Path], family: str):
+    """FlowLadder over EstimatorOnnx records (no backend): the rungs the ONNX make, for choosing one; each must be
+    `family`'s (as contracts name it)."""
+    from rkaudio.core.contract import contract_of
     from rkaudio.board.cosyvoice3 import FlowLadder
 
-    records = [EstimatorOnnx(Path(path), get_contract(path)) for path in paths]
+    records = [EstimatorOnnx(Path(path), contract_of(path)) for path in paths]
     for record in records:
-        if record.contract.get("family") != FAMILY:
+        if record.contract.family != family:
             raise SetupError(f"{record.path} is not a flow estimator written by `convert cosyvoice3` (its contract "
-                             f"names family {record.contract.get('family')!r})")
+                             f"names family {record.contract.family!r})")
     try:
         return FlowLadder.from_engines(records)
     except ValueError as error:
         raise SetupError(f"the estimator ONNX do not make a ladder: {error}") from None
 
 
-def render_check(onnx: list[Path], frames: int | None, steps: int, seed: int, out: Path, engines) -> dict:
+def render_check(onnx: list[Path], family: str, frames: int | None, steps: int, seed: int, out: Path,
+                 engines) -> dict:
     """Write `out` (the engine's mel, .npy), `<stem>.fp32.npy` (the same ODE through fp32) and `<stem>.png`; print
     the engine's SNR against fp32 on the prompt and generated frames, overall and after each ODE step. `onnx` are
-    the ladder's estimator ONNX; `frames` (default: the end-to-end golden's, on the smallest rung) picks the rung,
-    the smallest that holds them, and only that rung is opened (a simulator compile per rung, or per part of a
-    split one). Returns the figures."""
+    the ladder's estimator ONNX (their contracts naming `family`); `frames` (default: the end-to-end golden's, on
+    the smallest rung) picks the rung, the smallest that holds them, and only that rung is opened (a simulator
+    compile per rung, or per part of a split one). Returns the figures."""
     from rkaudio.families.cosyvoice3.export import ode_inputs, padded_frames, prompt_frames
     from rkaudio.board.cosyvoice3 import Chain, FlowLadder, FlowLengthError
     from rkaudio.board.numeric import snr_db
     from rkaudio.host.hearing import Render, Span, compare
 
     out = Path(out)
-    choice = estimator_ladder(onnx)
+    choice = estimator_ladder(onnx, family)
     frames = frames or padded_frames(min(choice.rungs))
     try:
         rung = choice.rung_for(frames)
@@ -65,12 +68,12 @@ def render_check(onnx: list[Path], frames: int | None, steps: int, seed: int, ou
         raise SetupError(str(error)) from None
     chosen = choice.rungs[rung]
     parts = chosen.parts if isinstance(chosen, Chain) else [chosen]
-    contract = parts[0].contract
-    spk = next(entry["shape"][-1] for entry in contract["io"]["inputs"] if entry["name"] == "spks")
-    inputs = ode_inputs(contract["mel_dim"], spk, frames, seed)
+    flow = FlowFields.of(parts[0].contract)
+    spk = next(entry["shape"][-1] for entry in RungFields.of(parts[0].contract).io["inputs"] if entry["name"] == "spks")
+    inputs = ode_inputs(flow.mel_dim, spk, frames, seed)
 
     def render(backends: list, trajectory: list) -> np.ndarray:
-        ladder = FlowLadder({rung: backends}, contract)
+        ladder = FlowLadder({rung: backends}, flow)
         return ladder.solve(inputs["noise"], inputs["mu"], inputs["spks"], inputs["cond"], steps=steps,
                             trajectory=trajectory)[0]
 
@@ -83,7 +86,7 @@ def render_check(onnx: list[Path], frames: int | None, steps: int, seed: int, ou
     split = f" in {len(parts)} parts" if len(parts) > 1 else ""
     title = (f"cosyvoice3 flow mel, {frames} frames on the S={rung} rung{split}, {steps}-step ODE "
              f"({engines.label})")
-    rate = float(contract.get("frame_rate_hz", 50))
+    rate = float(flow.frame_rate_hz)
     figures = compare(out, Render(fp32, rate), Render(engine, rate), spans, title=title)
     figures["steps_snr_db"] = [snr_db(a, b) for a, b in zip(fp32_steps, engine_steps)]
     print("engine x vs fp32 x after each ODE step: "

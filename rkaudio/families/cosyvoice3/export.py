@@ -19,12 +19,9 @@ from typing import Callable
 
 import numpy as np
 
+from rkaudio.board.cosyvoice3 import FlowFields, RungFields
 from rkaudio.pipeline import pipeline
 
-FAMILY = "cosyvoice3"
-COMPONENT = "flow"
-ROLE = "main"
-EXEC_PLAN_OPTION = "cosyvoice3.exec_plan"
 MIN_EXPORT_SNR_DB = 100.0
 MIN_PADDING_SNR_DB = 100.0
 MIN_ODE_SNR_DB = 80.0
@@ -46,47 +43,51 @@ def time_freqs(freq_dim: int = 256) -> np.ndarray:
     return torch.exp(torch.arange(half).float() * -(math.log(10000) / (half - 1))).numpy()
 
 
-def contract_fields(model, cfm: dict, length: int, batch: int, ln_form: str, blocks: tuple | None = None,
-                    part: int = 0, parts: int = 1) -> dict:
-    from rkaudio.families.cosyvoice3.aperture import APERTURE_NAME
-    from rkaudio.families.cosyvoice3.dit import FREQ_EMBED_DIM, TIME_SCALE, parameter_count
-    from rkaudio.board.cosyvoice3 import (CHAIN_INPUT_NAMES, DEFAULT_STEPS, HIDDEN_NAME, INPUT_NAMES, OUTPUT_NAME,
-                                     UNCONDITIONAL_ZEROED)
+def rung_fields(model, length: int, batch: int, ln_form: str, blocks: tuple | None = None, part: int = 0,
+                parts: int = 1) -> RungFields:
+    """The contract fields of the engine of rung `length` (or of its part `part` of `parts`, blocks `blocks`)."""
+    from rkaudio.families.cosyvoice3.dit import FREQ_EMBED_DIM, parameter_count
+    from rkaudio.board.cosyvoice3 import CHAIN_INPUT_NAMES, HIDDEN_NAME, INPUT_NAMES, OUTPUT_NAME
 
     mel, heads, dim_head = model.mel_dim, model.heads, model.dim_head
-    inv_freq = model.rotary_embed.inv_freq.detach().float().numpy()
     shapes = {"x": [batch, mel, length], "mask": [batch, 1, length], "mu": [batch, mel, length],
               "t_freq": [batch, FREQ_EMBED_DIM], "spks": [batch, model.input_embed.spk_dim], "cond": [batch, mel, length],
               "rope_cos": [heads, length, dim_head], "rope_sin": [heads, length, dim_head]}
-    scheme = "one B=2 call per step (row 1 unconditional)" if batch == 2 else "two B=1 calls per step"
     inputs, outputs = [{"name": name, "shape": shapes[name]} for name in INPUT_NAMES], \
         [{"name": OUTPUT_NAME, "shape": [batch, mel, length]}]
-    chain = {}
+    chain = None
     if parts > 1:
         hidden = {"name": HIDDEN_NAME, "shape": [batch, length, model.dim]}
         if part > 0:
             inputs = [hidden] + [{"name": name, "shape": shapes[name]} for name in CHAIN_INPUT_NAMES[1:]]
         if part < parts - 1:
             outputs = [hidden]
-        chain = {"chain": {"part": part, "parts": parts, "blocks": list(blocks),
-                           "carries": f"{HIDDEN_NAME} [B, S, dim] from part {part} to part {part + 1}"
-                           if part < parts - 1 else "the velocity"}}
-    return {**chain,
-        "length": length, "batch": batch, "mel_dim": mel, "frame_rate_hz": 50,
-        "io": {"inputs": inputs, "outputs": outputs},
-        "padding": "right-pad to the rung with mask 0 and crop: pad frames' outputs are not zero",
-        "cfg": {"scheme": scheme, "rate": float(cfm["inference_cfg_rate"]), "uncond_zeroed": UNCONDITIONAL_ZEROED,
-                "combine": "(1 + rate) * cond_out - rate * uncond_out"},
-        "ode": {"solver": "euler", "steps": DEFAULT_STEPS, "schedule": cfm["t_scheduler"],
-                "t_span": "1 - cos(linspace(0, 1, steps + 1) * pi / 2)", "noise": "an input (upstream: seeded torch)"},
-        "time": {"freq_dim": FREQ_EMBED_DIM, "scale": TIME_SCALE, "freqs": [float(v) for v in time_freqs(FREQ_EMBED_DIM)],
-                 "mlp": "in the engine (t_freq is the host's float32 sinusoid)"},
-        "rope": {"heads": heads, "dim_head": dim_head, "rot_dim": int(2 * inv_freq.size),
-                 "inv_freq": [float(v) for v in inv_freq], "rotated": "the first rot_dim channels of q/k (head 0)"},
-        "ln_form": ln_form, "parameters": parameter_count(model),
-        "package_files": [APERTURE_NAME],  # per-rung NPU address-space estimates, written once the rungs are built
-        "estimator": {"dim": model.dim, "depth": model.depth, "heads": heads, "dim_head": dim_head},
-    }
+        chain = {"part": part, "parts": parts, "blocks": list(blocks),
+                 "carries": f"{HIDDEN_NAME} [B, S, dim] from part {part} to part {part + 1}"
+                 if part < parts - 1 else "the velocity"}
+    return RungFields(length=length, chain=chain,
+                      estimator={"dim": model.dim, "depth": model.depth, "heads": heads, "dim_head": dim_head},
+                      io={"inputs": inputs, "outputs": outputs}, ln_form=ln_form, parameters=parameter_count(model))
+
+
+def flow_fields(model, cfm: dict, batch: int) -> FlowFields:
+    """The contract fields every rung of the ladder states: how the ODE runs the estimator at `batch`."""
+    from rkaudio.families.cosyvoice3.dit import FREQ_EMBED_DIM, TIME_SCALE
+    from rkaudio.board.cosyvoice3 import DEFAULT_STEPS, FRAME_RATE_HZ, UNCONDITIONAL_ZEROED
+
+    inv_freq = model.rotary_embed.inv_freq.detach().float().numpy()
+    scheme = "one B=2 call per step (row 1 unconditional)" if batch == 2 else "two B=1 calls per step"
+    return FlowFields(
+        batch=batch, mel_dim=model.mel_dim, frame_rate_hz=FRAME_RATE_HZ,
+        padding="right-pad to the rung with mask 0 and crop: pad frames' outputs are not zero",
+        cfg={"scheme": scheme, "rate": float(cfm["inference_cfg_rate"]), "uncond_zeroed": UNCONDITIONAL_ZEROED,
+             "combine": "(1 + rate) * cond_out - rate * uncond_out"},
+        ode={"solver": "euler", "steps": DEFAULT_STEPS, "schedule": cfm["t_scheduler"],
+             "t_span": "1 - cos(linspace(0, 1, steps + 1) * pi / 2)", "noise": "an input (upstream: seeded torch)"},
+        time={"freq_dim": FREQ_EMBED_DIM, "scale": TIME_SCALE, "freqs": [float(v) for v in time_freqs(FREQ_EMBED_DIM)],
+              "mlp": "in the engine (t_freq is the host's float32 sinusoid)"},
+        rope={"heads": model.heads, "dim_head": model.dim_head, "rot_dim": int(2 * inv_freq.size),
+              "inv_freq": [float(v) for v in inv_freq], "rotated": "the first rot_dim channels of q/k (head 0)"})
 
 
 def prompt_frames(frames: int) -> int:
@@ -249,35 +250,22 @@ def reference_ode(model64, inputs: dict, steps: int, cfg_rate: float) -> np.ndar
                        steps=steps, cfg_rate=cfg_rate).numpy()
 
 
-def ode_verdict(onnx_paths: dict, contract: dict, model64, inputs: dict, steps: int = 10,
+def ode_verdict(onnx_paths: dict, flow: FlowFields, model64, inputs: dict, steps: int = 10,
                 cfg_rate: float | None = None):
-    """The ladder runtime's ODE over onnxruntime (its CFG from `contract`) vs upstream's solver over the float64
-    reference (CFG rate `cfg_rate`, default the contract's)."""
+    """The ladder runtime's ODE over onnxruntime (its CFG from the contract's `flow` fields) vs upstream's solver
+    over the float64 reference (CFG rate `cfg_rate`, default the contract's)."""
     from rkaudio.gates.snr import snr_verdict
     from rkaudio.host.backends import OnnxBackend
     from rkaudio.board.cosyvoice3 import FlowLadder
 
     ladder = FlowLadder({length: OnnxBackend(path) if isinstance(path, (str, Path)) else path
-                         for length, path in onnx_paths.items()}, contract)
+                         for length, path in onnx_paths.items()}, flow)
     got = ladder.solve(inputs["noise"], inputs["mu"], inputs["spks"], inputs["cond"], steps=steps)
     frames = inputs["noise"].shape[-1]
-    reference = reference_ode(model64, inputs, steps, contract["cfg"]["rate"] if cfg_rate is None else cfg_rate)
+    reference = reference_ode(model64, inputs, steps, flow.cfg["rate"] if cfg_rate is None else cfg_rate)
     return snr_verdict("ode_snr", reference, got, MIN_ODE_SNR_DB,
                        f"{steps}-step CFG ODE, {frames} frames on the S={ladder.rung_for(frames)} rung (onnxruntime) "
                        "vs upstream's solver in float64", full_scale=None)
-
-
-def _store_contract(model, contract: dict) -> None:
-    """`rkaudio.core.contract.set_contract` without its copy of the model (1.3 GB at the real shape)."""
-    import json
-
-    from rkaudio.core.contract import KEY
-
-    kept = [p for p in model.metadata_props if p.key != KEY]
-    del model.metadata_props[:]
-    model.metadata_props.extend(kept)
-    entry = model.metadata_props.add()
-    entry.key, entry.value = KEY, json.dumps(contract, sort_keys=True)
 
 
 def parts_for(parts, lengths: list[int]) -> dict:
@@ -288,25 +276,30 @@ def parts_for(parts, lengths: list[int]) -> dict:
     return {length: int(parts) for length in lengths}
 
 
-def export(model, cfm: dict, lengths: list[int], out_dir: Path, target: str | None = None, batch: int = 1,
-           ln_form: str = "plain", seed: int = 0, say: Callable[[str], None] = print, parts=1) -> list:
-    """Export one rung per length (ascending), each whole or split by depth into `parts` (an int, or S -> parts)
-    chained through `hidden`; gate each rung (a chain as one estimator), gate the ODE at the smallest rung,
-    declare the end-to-end golden (the same ODE) and return the records."""
+def export(job, model, cfm: dict, say: Callable[[str], None] = print) -> list:
+    """Export `job`'s ladder of `model` (the DiT, `cfm` its flow-matching params) into `job.out`: one rung per
+    `options.lengths` (ascending) at `options.batch` and `options.ln_form`, each whole or split by depth into
+    `options.parts` (a count, or S -> count) chained through `hidden`; gate each rung (a chain as one estimator) on
+    inputs of `options.seed`, gate the ODE at the smallest rung, declare the end-to-end golden (the same ODE) and
+    return the records."""
     import onnx
 
+    from rkaudio.families.cosyvoice3.aperture import APERTURE_NAME
     from rkaudio.families.cosyvoice3.engine_graph import split_blocks
-    from rkaudio.core.contract import make_contract
+    from rkaudio.core.contract import store_contract
     from rkaudio.gates import opscan
     from rkaudio.host.backends import OnnxBackend
     from rkaudio.board.cosyvoice3 import HIDDEN_NAME, Chain
 
-    lengths = sorted(set(int(s) for s in lengths))
+    options = job.options
+    batch, ln_form, seed = options.batch, options.ln_form, options.seed
+    lengths = sorted(set(int(s) for s in options.lengths))
     if not lengths or lengths[0] < 4:
         raise ValueError(f"rung lengths {lengths}: each must be at least 4 frames")
-    split = parts_for(parts, lengths)
-    out_dir = Path(out_dir)
+    split = parts_for(options.parts, lengths)
+    out_dir = Path(job.out)
     model = model.float().eval()
+    flow = flow_fields(model, cfm, batch)
     smallest = lengths[0]
     frames = padded_frames(smallest)
     inputs = ode_inputs(model.mel_dim, model.input_embed.spk_dim, frames, seed + 2)
@@ -316,7 +309,7 @@ def export(model, cfm: dict, lengths: list[int], out_dir: Path, target: str | No
     for length in lengths:
         count = split[length]
         ranges = split_blocks(model.depth, count)
-        paths, statics, contract = [], [], None
+        paths, statics = [], []
         for part, blocks in enumerate(ranges):
             path = out_dir / onnx_name(length, batch, part, count)
             say(f"export cosyvoice3 flow estimator S={length} B={batch}"
@@ -325,12 +318,12 @@ def export(model, cfm: dict, lengths: list[int], out_dir: Path, target: str | No
             exported = export_onnx(model, length, path, batch=batch, ln_form=ln_form,
                                    blocks=blocks if count > 1 else None)
             key = length if part == 0 else length + part / 100  # the ladder lists rungs in length order, parts in order
-            fields = contract_fields(model, cfm, length, batch, ln_form, blocks, part, count)
-            part_contract = make_contract(FAMILY, COMPONENT, ROLE, EXEC_PLAN_OPTION, ladder_key=key, **fields)
-            contract = contract or part_contract
-            _store_contract(exported, part_contract)
+            fields = rung_fields(model, length, batch, ln_form, blocks, part, count)
+            # package_files: per-rung NPU address-space estimates, written once the rungs are built
+            store_contract(exported, job.contract("main", ladder_key=key, package_files=[APERTURE_NAME],
+                                                  **fields.to_fields(), **flow.to_fields()))
             onnx.save(exported, str(path))
-            problems = opscan.scan(exported, target)
+            problems = opscan.scan(exported, job.target)
             opscan.warn(problems)
             statics.append([forbidden_verdict(exported, length) if count == 1 else
                             _part_name(forbidden_verdict(exported, length), part), opscan.verdict(problems)])
@@ -342,7 +335,7 @@ def export(model, cfm: dict, lengths: list[int], out_dir: Path, target: str | No
         backend = backends[0] if count == 1 else Chain(backends)
         rung, full = rung_verdicts(model, model64, backend, length, seed, batch)
         if length == smallest:
-            rung.append(ode_verdict({length: backend}, contract, model64, inputs,
+            rung.append(ode_verdict({length: backend}, flow, model64, inputs,
                                     cfg_rate=float(cfm["inference_cfg_rate"])))
         # self-check feeds per part: the first part takes the rung's inputs, a later one the hidden state the
         # parts before it give (onnxruntime fp32) on those inputs

@@ -8,10 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rkaudio.core.errors import SetupError
+from rkaudio.pipeline.checkpoint import as_repo_id, resolve_checkpoint
 
 REPO_ID = "FunAudioLLM/Fun-CosyVoice3-0.5B-2512"
 YAML_NAME = "cosyvoice3.yaml"
 WEIGHTS_NAME = "flow.pt"
+FILES = (YAML_NAME, WEIGHTS_NAME)  # what a snapshot directory holds
+SNAPSHOT_NAME = f"{REPO_ID} snapshot"  # what a missing one is called
 PREFIX = "decoder.estimator."
 STRUCTURE_KEYS = ("dim", "depth", "heads", "dim_head", "ff_mult", "mel_dim", "mu_dim", "spk_dim", "out_channels",
                   "long_skip_connection")
@@ -87,28 +90,9 @@ def estimator_config(document: dict, path: Path) -> tuple[dict, dict]:
 
 
 def resolve(source: str | Path) -> Path:
-    """The snapshot directory holding cosyvoice3.yaml and flow.pt (one-line SetupError otherwise)."""
-    path = Path(source).expanduser()
-    if not path.exists() and str(source).count("/") == 1 and not str(source).startswith((".", "/", "~")):
-        path = _from_hub_cache(str(source))
-    if not path.is_dir():
-        raise SetupError(f"no snapshot at {path}: expected a {REPO_ID} directory holding {YAML_NAME} and {WEIGHTS_NAME}")
-    for name in (YAML_NAME, WEIGHTS_NAME):
-        if not (path / name).is_file():
-            raise SetupError(f"{path} has no {name}: expected a {REPO_ID} snapshot holding {YAML_NAME} and "
-                             f"{WEIGHTS_NAME}")
-    return path
-
-
-def _from_hub_cache(repo_id: str) -> Path:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=[YAML_NAME, WEIGHTS_NAME]))
-    except (LocalEntryNotFoundError, FileNotFoundError, OSError) as error:
-        raise SetupError(f"{repo_id} is not in the local huggingface_hub cache ({error.__class__.__name__}); "
-                         f"download it elsewhere and pass its directory with --model-dir") from None
+    """The snapshot directory holding cosyvoice3.yaml and flow.pt: `source`, a directory or a repo id looked up in
+    the huggingface_hub cache (a one-line SetupError naming both when absent)."""
+    return resolve_checkpoint(source, as_repo_id(source), FILES, SNAPSHOT_NAME)
 
 
 def load(source: str | Path) -> Snapshot:

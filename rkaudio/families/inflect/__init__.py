@@ -18,8 +18,10 @@ import typer
 
 from rkaudio.pipeline.declaration import Component, Family, Table, option
 from rkaudio.release.check import EngineChoice
-from rkaudio.families.inflect.defaults import CONTEXT, FAMILY as NAME, MIN_INTERIOR_DB, MIN_TAIL_DB, WINDOW
+from rkaudio.families.inflect.defaults import CONTEXT, MIN_INTERIOR_DB, MIN_TAIL_DB, WINDOW
 from rkaudio.core.errors import GateFailure, SetupError
+
+NAME = "inflect"
 
 ADVICE = ("see the failing figures above; a shorter tail gate means the decoder-half mask is missing, a weak "
           "interior means too little context")
@@ -70,45 +72,45 @@ def _export_verdicts(onnx_path: Path, decode_path: Path | None, duration_path: P
     return [opscan.verdict(problems), *refuse_degenerate(checked, f"{NAME} export self-check")]
 
 
-def export(decode_path: Path, duration_path: Path | None, out_dir: Path, window: int = WINDOW,
-           context: int = CONTEXT, dec_mask: bool = True, target: str | None = None,
-           min_tail_db: float = MIN_TAIL_DB, min_interior_db: float = MIN_INTERIOR_DB, say=print,
-           stride_phase_levels: int = 0) -> list:
-    """Write the fixed-window slice `inflect_v2_decoder_c<C>_w<W>[_poly<P>].onnx` and its self-check npz; returns its
-    one `Exported` record, whose verdicts (problem-op scan, windowed vs full-length decode) travel in its contract,
-    with the family's end-to-end golden declared beside it (`with_end_to_end`). The first `stride_phase_levels`
-    upsampling levels run in stride-phase form."""
+def export(job, decode_path: Path, duration_path: Path | None, say=print) -> list:
+    """Write the fixed-window slice `inflect_v2_decoder_c<C>_w<W>[_poly<P>].onnx` of the official files at the job's
+    options (window, context, decoder-half mask, stride-phase levels) for its target, and its self-check npz;
+    returns its one `Exported` record, whose verdicts (problem-op scan, windowed vs full-length decode at the job's
+    gates) travel in its contract, with the family's end-to-end golden declared beside it (`with_end_to_end`)."""
     import numpy as np
     import onnx
 
+    from rkaudio.core.contract import set_contract
     from rkaudio.families.inflect import decoder as D
     from rkaudio.pipeline.pipeline import record_export
-    from rkaudio.core.contract import get_contract
 
+    options, gates = job.options, job.gates
     model, info = D.describe(decode_path, duration_path)
-    sliced = D.slice_decoder(model, info, window, context, dec_mask, target, stride_phase_levels)
-    contract = get_contract(sliced)
-    phases = contract["polyphase"]
-    say(f"decode.onnx {len(model.graph.node)} nodes; slice {contract['nodes_before_fold']} nodes -> "
-        f"{contract['nodes_after_fold']} after the fold at window {window} (C={info.channels}, hop {info.hop}, "
-        f"decoder-half mask {'on' if dec_mask else 'off'}" +
-        (f", last levels in {phases} phases for {target}" if phases else "") +
-        (f", first {stride_phase_levels} level(s) in stride phases" if stride_phase_levels else "") + ")")
-    out_dir = Path(out_dir)
+    sliced, window = D.slice_decoder(model, info, options.window, options.context, options.dec_mask, job.target,
+                                     options.stride_phase_levels)
+    phases = window.polyphase
+    say(f"decode.onnx {len(model.graph.node)} nodes; slice {window.nodes_before_fold} nodes -> "
+        f"{window.nodes_after_fold} after the fold at window {window.window} (C={info.channels}, hop {info.hop}, "
+        f"decoder-half mask {'on' if window.dec_mask else 'off'}" +
+        (f", last levels in {phases} phases for {job.target}" if phases else "") +
+        (f", first {window.stride_phase_levels} level(s) in stride phases" if window.stride_phase_levels else "") +
+        ")")
+    out_dir = Path(job.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    onnx_path = out_dir / (f"inflect_v2_decoder_c{info.channels}_w{window}" + (f"_poly{phases}" if phases else "") +
-                           ".onnx")
-    onnx.save(sliced, str(onnx_path))
+    onnx_path = out_dir / (f"inflect_v2_decoder_c{info.channels}_w{window.window}" +
+                           (f"_poly{phases}" if phases else "") + ".onnx")
+    onnx.save(set_contract(sliced, job.contract("main", **window.to_fields())), str(onnx_path))
     try:
-        verdicts = _export_verdicts(onnx_path, decode_path, duration_path, target, min_tail_db, min_interior_db, say)
+        verdicts = _export_verdicts(onnx_path, decode_path, duration_path, job.target, gates.min_tail_db,
+                                    gates.min_interior_db, say)
     except GateFailure:  # a degenerate reference: the slice of a model that outputs nothing is not kept
         onnx_path.unlink(missing_ok=True)
         raise
     duration = D.optional_backend(duration_path)
-    latent = D.selfcheck_latent(duration, info.channels, window, seed=window)
-    feeds = {D.LATENT_INPUT: latent, D.MASK_INPUT: np.ones((1, 1, window), np.float32)}
+    latent = D.selfcheck_latent(duration, info.channels, window.window, seed=window.window)
+    feeds = {window.latent_input: latent, window.mask_input: np.ones((1, 1, window.window), np.float32)}
     record = record_export(onnx_path, verdicts, feeds=feeds)
-    return with_end_to_end([record], duration, info, window)
+    return with_end_to_end([record], duration, info, window.window)
 
 
 GOLDEN_LOOP = "rkaudio.board.inflect:golden_loop"
@@ -133,16 +135,16 @@ def with_end_to_end(exported: list, duration, model, window: int) -> list:
         "window, mask 0 over the padding")
 
 
-def _rechecked(onnx_path: Path, decode_path: Path, duration_path: Path | None, target: str,
-               min_tail_db: float, min_interior_db: float) -> list:
-    """The record of a slice exported earlier, its verdicts measured afresh against `decode_path` (so the
+def _rechecked(job, onnx_path: Path) -> list:
+    """The record of a slice exported earlier, its verdicts measured afresh against the job's --decode-onnx (so the
     thresholds given now apply)."""
     from dataclasses import replace
 
     from rkaudio.pipeline.pipeline import Exported
 
-    record = Exported.from_onnx(onnx_path, NAME)
-    verdicts = _export_verdicts(record.onnx, decode_path, duration_path, target, min_tail_db, min_interior_db)
+    record = Exported.from_onnx(onnx_path, job.family.contract_name)
+    verdicts = _export_verdicts(record.onnx, job.source.decode_onnx, job.source.duration_onnx, job.target,
+                                job.gates.min_tail_db, job.gates.min_interior_db)
     return [replace(record, verdicts=tuple(verdicts))]
 
 
@@ -159,28 +161,28 @@ def export_decoder(job) -> list:
         from rkaudio.families.inflect.source import resolve_source
 
         decode_path, duration_path = resolve_source(job.source.model_dump())
-    options, gates = job.options, job.gates
-    return export(decode_path, duration_path, job.out, options.window, options.context, options.dec_mask,
-                  job.target, gates.min_tail_db, gates.min_interior_db, stride_phase_levels=options.stride_phase_levels)
+    return export(job, decode_path, duration_path)
 
 
 def from_onnx(job, onnx_path: Path) -> list:
     """An earlier slice: refused when exported for a SoC with a wider time field; re-measured against --decode-onnx
     when the command names it (so the thresholds given now apply), else its export verdicts as its contract holds
     them."""
+    from rkaudio.board.contract import EngineContract
+    from rkaudio.board.inflect import InflectWindow
+    from rkaudio.core.contract import contract_of
     from rkaudio.pipeline.pipeline import Exported
-    from rkaudio.core.contract import get_contract
     from rkaudio.surgery.graph.polyphase_levels import lacks_phases
 
-    contract = get_contract(onnx_path) if Path(onnx_path).is_file() else {}
+    contract = contract_of(onnx_path) if Path(onnx_path).is_file() else EngineContract()
     if lacks_phases(contract, job.target):
+        window = InflectWindow.of(contract)
         raise SetupError(f"{onnx_path} was exported without the polyphase levels {job.target}'s time field needs; "
-                         f"re-export for this target: convert inflect --window {contract['window']} --context "
-                         f"{contract['context']} --target {job.target} --skip-rknn")
+                         f"re-export for this target: convert inflect --window {window.window} --context "
+                         f"{window.context} --target {job.target} --skip-rknn")
     if job.recipe is None and job.source.decode_onnx is not None:
-        return _rechecked(onnx_path, job.source.decode_onnx, job.source.duration_onnx, job.target,
-                          job.gates.min_tail_db, job.gates.min_interior_db)
-    return [Exported.from_onnx(onnx_path, NAME)]
+        return _rechecked(job, onnx_path)
+    return [Exported.from_onnx(onnx_path, job.family.contract_name)]
 
 
 # Where a user gets token ids: the model ships its tokenizer as code, not as a file rkaudio could read.
@@ -268,7 +270,7 @@ FAMILY = Family(
     help="Slice the official Inflect v2 decode.onnx at the pre-flow latent, fold it at a fixed window, gate the\n"
     "    windowed decode against a full-length one, and compile it (the engine has no noise input).",
     source=Source,
-    components=(Component("decoder", export_decoder, Options, Gates, advice=ADVICE, context=f"convert {NAME}"),),
+    components=(Component("decoder", export_decoder, "inflect_v2.exec_plan", Options, Gates, advice=ADVICE, context=f"convert {NAME}"),),
     sources=recipe_sources,
     random_source=random_source,
     from_onnx=from_onnx,

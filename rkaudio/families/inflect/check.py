@@ -36,15 +36,15 @@ def render_check(ids: list[int], duration_onnx: Path, engine: Path | None, out: 
     engine's SNR against fp32 per window and overall and, with `text`, what a recogniser heard. The decoder is
     `engine` (a slice written by `convert inflect`) or --package's. Returns the figures."""
     from rkaudio.core.errors import SetupError
+    from rkaudio.core.manifest import engine_contract
     from rkaudio.board.inflect import InflectSynth
     from rkaudio.host.hearing import Render, compare, spans_of_walk
-    from rkaudio.host.inflect import slice_contract
 
     engine = engines.chosen_onnx(engine, "decoder", "--engine")
     if engine is None:
         raise SetupError("give the decoder: --engine (a slice written by `convert inflect --skip-rknn`, or its "
                          ".rknn on a board) or --package DIR (a package built by `convert engines`)")
-    contract = slice_contract(engine)
+    contract = engine_contract(engine)
     model, duration = synthesis(duration_onnx, config)
     fp32 = InflectSynth(duration, engines.fp32(engine), contract, model, engine.name)
     latent = fp32.latent(ids, variation, length_scale, seed)
@@ -53,7 +53,7 @@ def render_check(ids: list[int], duration_onnx: Path, engine: Path | None, out: 
         rendered = InflectSynth(None, backend, contract, model, engine.name).decode(latent)
     full = full_render(decode_onnx, latent)
     rate = model.sample_rate
-    title = (f"inflect {engine.stem}, W={contract['window']} C={contract['context']}, {latent.shape[2]} latent "
+    title = (f"inflect {engine.stem}, W={fp32.window.window} C={fp32.window.context}, {latent.shape[2]} latent "
              f"slices ({engines.label})")
     return compare(out, Render(walked.output.reshape(-1), rate), Render(rendered, rate), spans_of_walk(walked),
                    title=title, text=text, full=None if full is None else Render(full, rate))

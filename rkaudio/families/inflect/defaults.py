@@ -1,8 +1,6 @@
-"""The family's contract name and its defaults, below both the declaration (`__init__`) and the slicer
-(`decoder`), so that neither imports the other to read them."""
+"""The family's defaults, below both the declaration (`__init__`) and the slicer (`decoder`), so that neither
+imports the other to read them."""
 from __future__ import annotations
-
-FAMILY = "inflect"
 
 # The issue's bars (fp32, onnxruntime): a short latent's tail with the decoder-half mask, and interior windows.
 # Both compare two fp32 decodes of the same weights, which agree to the weights' fp32 floor (decode.onnx in fp32

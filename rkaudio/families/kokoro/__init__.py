@@ -66,9 +66,7 @@ def export_generator(job) -> list:
     command = job.recipe is None
     config, state, label, taps_model = load_generator(_path(job.source.checkpoint), _path(job.source.model_onnx),
                                                       job.out, use_cache=command)
-    return export(config, state, label, job.options.frames, job.out, sine_form(job.options.sin_reduce),
-                  job.options.snake_fold, taps_model, reference_gate=command, layout=job.options.fine_layout,
-                  target=job.target)
+    return export(job, config, state, label, sine_form(job.options.sin_reduce), taps_model, reference_gate=command)
 
 
 def source_files(job) -> list[Path]:
@@ -120,7 +118,7 @@ def check_kokoro(
     out = Path(out)
     voice_dir = voice_dir if voice_dir is not None else weights.packaged_voice_dir()
     model = model_onnx if model_onnx is not None else weights.embedded_default(out.parent)
-    engine_onnx = engines.chosen_onnx(engine_onnx, "generator", "ENGINE_ONNX")
+    engine_onnx = engines.chosen_onnx(engine_onnx, FAMILY.component(None).name, "ENGINE_ONNX")
     if engine_onnx is None:
         engine_onnx = fresh_engine(model, frames, out.parent / f"{out.stem}_engine", engines)
     check(engine_onnx, model, voice_dir, phonemes, voice, out, engines)
@@ -132,13 +130,13 @@ def fresh_engine(model_onnx: Path, frames: int | None, out_dir: Path, engines) -
     from rkaudio.families.kokoro.export import export
     from rkaudio.families.kokoro.sources import load_generator
 
-    shipped = {key: engines.recipe_option("generator", key, getattr(Options(), key))
+    shipped = {key: engines.recipe_option(FAMILY.component(None).name, key, getattr(Options(), key))
                for key in ("frames", "sin_reduce", "snake_fold")}
-    frames = frames or shipped["frames"]
-    print(f"exporting the generator at {frames} frames for {engines.target} from {model_onnx} ...")
+    job = FAMILY.job(target=engines.target, toolkit=engines.toolkit, out=out_dir,
+                     options={**shipped, "frames": frames or shipped["frames"]})
+    print(f"exporting the generator at {job.options.frames} frames for {engines.target} from {model_onnx} ...")
     config, state, label, taps_model = load_generator(None, model_onnx, out_dir)
-    (record,) = export(config, state, label, frames, out_dir, sine_form(shipped["sin_reduce"]), shipped["snake_fold"],
-                       taps_model, target=engines.target)
+    (record,) = export(job, config, state, label, sine_form(job.options.sin_reduce), taps_model)
     return record.onnx
 
 
@@ -146,7 +144,8 @@ FAMILY = Family(
     name=NAME,
     help="Export (and compile) the Kokoro generator for one fixed window of --frames latent frames.",
     source=Source,
-    components=(Component("generator", export_generator, Options, context="kokoro generator export"),),
+    components=(Component("generator", export_generator, "kokoro_tts.exec_plan", Options,
+                          context="kokoro generator export"),),
     build_defaults={"fail_on_cpu_ops": True},
     sources=source_files,
     checks={"kokoro": check_kokoro},

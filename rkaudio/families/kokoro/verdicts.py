@@ -11,6 +11,7 @@ import numpy as np
 
 from rkaudio.families.kokoro.graph import (CONTEXT, OUTPUT, float64, interior, module_feeds, prepare, run_torch,
                                               window_inputs)
+from rkaudio.board.contract import EngineContract
 
 MIN_EXPORT_DB = 124.6  # exported ONNX fp32 vs the torch graph in float64, same sine form, the spec's level: real walk
 # windows of the embedded model measure 127.0-135.6 dB here; random N(0,1) windows (the small test models) 122.9 dB
@@ -71,8 +72,8 @@ def window_layout(config, frames: int, overlap: int = 0):
     from rkaudio.board.kokoro import KokoroWindow
 
     coarse, fine = config.rates(frames)
-    return KokoroWindow(frames, CONTEXT, frames - 2 * CONTEXT, (fine - 1) // frames, coarse // frames,
-                        config.gen_istft_n_fft, overlap, WALK_GAIN)
+    return KokoroWindow.two_sided(frames, CONTEXT, hop=(fine - 1) // frames, coarse_hop=coarse // frames,
+                                  n_fft=config.gen_istft_n_fft, overlap=overlap, gain=WALK_GAIN)
 
 
 def onnx_outputs(path: Path, feeds: dict):
@@ -256,8 +257,8 @@ def stitched(decoded: dict, frames: int, layout):
     return total / weight
 
 
-def walk_verdict(graph, onnx_path: Path, utterance: dict, contract: dict, inputs_label: str, min_db: float,
-                 decodes: Decodes | None = None):
+def walk_verdict(graph, onnx_path: Path, utterance: dict, contract: EngineContract, inputs_label: str,
+                 min_db: float, decodes: Decodes | None = None):
     """The runtime's walk (`rkaudio.board.kokoro.walk`, what the board runs) of `utterance` {x, har, style} over
     the exported fp32 ONNX, at overlap 0 and at the widest overlap the engine allows, vs the same planned
     windows decoded by the torch graph in float64 (sliced from the utterance here, masks 1) and `stitched`:

@@ -62,39 +62,39 @@ def export_decoder(job) -> list:
     """The decoder's one fixed-window engine (its last levels' form chosen for job.target)."""
     from rkaudio.families.piper import decoder
 
-    options = job.options
-    return decoder.export(job.source.voice_onnx, job.out, options.window, options.context, options.dec_mask,
-                          job.target)
+    return decoder.export(job)
 
 
 def export_encoder(job) -> list:
     """The duration encoder's width ladder; widths past `max_drift_pct` are refused at export."""
     from rkaudio.families.piper import encoder
 
-    return encoder.export(job.source.voice_onnx, job.options.frames, job.out, job.gates.max_drift_pct, job.target,
-                          job.toolkit)
+    return encoder.export(job)
 
 
 def from_onnx(job, onnx_path: Path) -> list:
     """An earlier export, refused before a build that could only fail: a decoder exported for a SoC with a wider
     time field, an encoder ONNX that is not one, or a drift threshold that is measured at export only."""
+    from rkaudio.board.contract import EngineContract
+    from rkaudio.board.piper import PiperWindow
+    from rkaudio.core.contract import contract_of
     from rkaudio.pipeline.pipeline import Exported
-    from rkaudio.core.contract import get_contract
     from rkaudio.surgery.graph.polyphase_levels import lacks_phases
 
-    contract = get_contract(onnx_path) if Path(onnx_path).is_file() else {}
+    contract = contract_of(onnx_path) if Path(onnx_path).is_file() else EngineContract()
     if job.component.name == "duration_encoder":
-        if contract and contract.get("ladder_key") is None:
+        if not contract.empty and contract.ladder_key is None:
             raise SetupError(f"{onnx_path} carries no duration-encoder contract: export it with --encoder --skip-rknn")
         if job.gates.max_drift_pct is not None:
             raise SetupError("--max-drift-pct is measured at export (a refused width is never exported): export "
                              "with --encoder --max-drift-pct P --skip-rknn, then build its --onnx without it")
-    elif contract.get("family") == "piper" and lacks_phases(contract, job.target):
+    elif contract.family == job.family.contract_name and lacks_phases(contract, job.target):
+        window = PiperWindow.of(contract)
         raise SetupError(f"{onnx_path} was exported without the polyphase levels {job.target}'s time field needs (it "
-                         f"is shorter than its {contract['window'] * contract['hop']}-sample axis); re-export for "
-                         f"this target: convert piper --window {contract['window']} --context {contract['context']} "
+                         f"is shorter than its {window.window * window.hop}-sample axis); re-export for "
+                         f"this target: convert piper --window {window.window} --context {window.context} "
                          f"--target {job.target} --skip-rknn")
-    return [Exported.from_onnx(onnx_path, "piper")]
+    return [Exported.from_onnx(onnx_path, job.family.contract_name)]
 
 
 def voice_files(job) -> list[Path]:
@@ -130,8 +130,11 @@ def check_piper(
 
     window = window or engines.recipe_option("decoder", "window", DEFAULT_WINDOW)
     context = engines.recipe_option("decoder", "context", DEFAULT_CONTEXT) if context is None else context
-    render_check(text=text, voice_onnx=voice_onnx, engine=engine, out=out, window=window, context=context,
-                 dec_mask=dec_mask, engines=engines)
+    # the decoder exported when neither --engine nor --package names one
+    export = FAMILY.job("decoder", target=engines.target, out=out.parent / f"{out.stem}_engine",
+                        toolkit=engines.toolkit, source={"voice_onnx": voice_onnx},
+                        options={"window": window, "context": context, "dec_mask": dec_mask})
+    render_check(text=text, export=export, engine=engine, out=out, engines=engines)
 
 
 FAMILY = Family(
@@ -139,13 +142,13 @@ FAMILY = Family(
     help="Slice a Piper voice at the reverse-flow input, self-check the fixed window, compile the decoder.",
     source=Source,
     components=(
-        Component("decoder", export_decoder, DecoderOptions, advice=DECODER_ADVICE, context=SELFCHECK_CONTEXT),
-        Component("duration_encoder", export_encoder, EncoderOptions, EncoderGates, advice=ENCODER_ADVICE,
+        Component("decoder", export_decoder, "piper_tts.exec_plan", DecoderOptions, advice=DECODER_ADVICE, context=SELFCHECK_CONTEXT),
+        Component("duration_encoder", export_encoder, "piper_tts.exec_plan", EncoderOptions, EncoderGates, advice=ENCODER_ADVICE,
                   context="piper encoder export", ladder=("main",),
                   switch=("--encoder", "Build the duration-encoder engines instead of the decoder.")),
     ),
     sources=voice_files,
     from_onnx=from_onnx,
     checks={"piper": check_piper},
-    loops=("rkaudio.board.piper:golden_loop", "rkaudio.board.piper:encoder_ladder_loop"),
+    loops=("rkaudio.board.piper:golden_loop", "rkaudio.board.ladder:golden_loop"),
 )

@@ -7,28 +7,27 @@ from pathlib import Path
 import numpy as np
 
 
-def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: Path, window: int, context: int,
-                 dec_mask: bool, engines) -> dict:
+def render_check(text: str, export, engine: Path | None, out: Path, engines) -> dict:
     """Write `out` (the engine render), `<out>.fp32.wav` (the same walk through fp32), `<out>.full.wav` (the full
     voice) and `<out>.png`; print the engine's SNR against fp32 per window and overall, the windowing's own SNR
     against the full voice, the largest sample step of each, and (English voices) what a recogniser heard.
-    The decoder is `engine` (an ONNX written by `convert piper`), --package's, or a fresh export at `window` and
-    `context`. Returns the figures."""
-    from rkaudio.families.piper.decoder import export, slice_voice, voice_latents
+    The voice is `export`'s (a decoder job: rkaudio.pipeline.declaration.Job); the decoder is `engine` (an ONNX
+    written by `convert piper`), --package's, or a fresh export of that job. Returns the figures."""
+    from rkaudio.families.piper.decoder import export as export_decoder, slice_voice, voice_latents
     from rkaudio.families.piper.voice import load_voice, sample_rate
     from rkaudio.board.piper import VoiceDecoder
+    from rkaudio.core.manifest import engine_contract
     from rkaudio.host.audio import max_step
     from rkaudio.host.hearing import Render, Span, compare, spans_of_walk
-    from rkaudio.host.piper import engine_contract
 
     out = Path(out)
-    voice, voice_model = load_voice(voice_onnx)
+    voice, voice_model = load_voice(export.source.voice_onnx)
     piece = slice_voice(voice_model)
     engine = engines.chosen_onnx(engine, "decoder", "--engine")
     if engine is None:
-        print(f"exporting the decoder at window {window}, context {context} for {engines.target} ...")
-        (exported,) = export(voice.onnx_path, out.parent / f"{out.stem}_engine", window, context, dec_mask,
-                             engines.target)
+        print(f"exporting the decoder at window {export.options.window}, context {export.options.context} for "
+              f"{engines.target} ...")
+        (exported,) = export_decoder(export)
         engine = exported.onnx
     contract = engine_contract(engine)
     latents = voice_latents(voice_model, piece.seam, voice.config, text=text)
@@ -46,8 +45,8 @@ def render_check(text: str, voice_onnx: Path | None, engine: Path | None, out: P
             offset += fp32[-1].size
     rate = sample_rate(voice.config)
     english = str(voice.config.get("language", {}).get("family", voice.config.get("espeak", {}).get("voice", "")))
-    title = (f"piper {voice.onnx_path.stem}, decoder W={contract['window']} C={contract['context']} "
-             f"({engines.label})")
+    window = fp32_decoder.window
+    title = f"piper {voice.onnx_path.stem}, decoder W={window.window} C={window.context} ({engines.label})"
     figures = compare(out, Render(np.concatenate(fp32), rate), Render(np.concatenate(rendered), rate), spans,
                       title=title, text=text if english.startswith("en") else None,
                       full=Render(np.concatenate(full), rate))

@@ -1,23 +1,24 @@
-"""Piper decoder engine export: slice the voice at the reverse-flow input, fix one window and self-check the
-windowed decode (rkaudio.board.window_walk) against a full-length decode."""
+"""Piper decoder engine export: slice the voice at the reverse-flow input, fix one window (the VITS window kind,
+rkaudio.surgery.graph.vits_window) and self-check the windowed decode (rkaudio.board.window_walk) against a
+full-length decode (rkaudio.gates.walk_vs_full)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from rkaudio.pipeline.pipeline import Exported, record_export
-from rkaudio.core.errors import SetupError
-from rkaudio.gates.verdict import refuse_degenerate
+from rkaudio.board.piper import PiperWindow
 from rkaudio.board.verdict import judged
+from rkaudio.gates import walk_vs_full
+from rkaudio.gates.verdict import refuse_degenerate
+from rkaudio.gates.walk_vs_full import WalkBesideFull
 from rkaudio.host.backends import OnnxBackend
+from rkaudio.pipeline.pipeline import Exported, record_export
+from rkaudio.surgery.graph.vits_window import COND, LATENT, MASK, Refusals, VitsSlice, fixed_window, slice_at_flow
 
-FAMILY = "piper"
-COMPONENT = "decoder"
-EXEC_PLAN_OPTION = "piper_tts.exec_plan"
-LATENT, MASK, COND = "z", "y_mask", "g"
+REFUSALS = Refusals(no_seam="not a Piper VITS voice (no reverse-flow seam): {error}")
+
 # Interior windows against a full-length fp32 decode, measured on joe at 45 emitted slices (41 windows
 # of the voice's own seeded latents / 2 white-noise latents; worst and median dB):
 #   context 5: 0.0/11.5, 0.6/3.7   8: 0.9/20.5, 2.4/7.7   16: 16.4/55.1, 26.9/33.8
@@ -71,102 +72,22 @@ NOISE_SEED = 0
 SELFCHECK_CONTEXT = "piper decoder export self-check"
 
 
-@dataclass
-class DecoderSlice:
-    """The dynamic-length slice (z, y_mask[, g]) -> waveform, and what was learnt from the voice."""
-
-    model: object          # onnx.ModelProto, N dynamic
-    seam: object           # rkaudio.surgery.graph.vits_seam.Seam (names in the original voice graph)
-    channels: int
-    cond_channels: int | None
-    strides: list[int]
-    decoder_input: str     # conv_pre input inside the slice (for --dec-mask)
-
-    @property
-    def hop(self) -> int:
-        return int(np.prod(self.strides))
+def slice_voice(voice_model) -> VitsSlice:
+    """Cut the voice at the reverse-flow input found by structure (its speaker embedding g kept); SetupError for a
+    non-VITS graph."""
+    return slice_at_flow(voice_model, REFUSALS)
 
 
-def slice_voice(voice_model) -> DecoderSlice:
-    """Cut the voice at the reverse-flow input found by structure; SetupError for a non-VITS graph."""
-    import onnx
-
-    from rkaudio.surgery.graph.mask import level_strides
-    from rkaudio.core.onnx_graph import GraphIndex, rename_tensors
-    from rkaudio.surgery.graph.vits_seam import SeamError, cut_at_seam, find_decoder_input, find_vits_seam
-
-    try:
-        seam = find_vits_seam(voice_model)
-        sliced = cut_at_seam(voice_model, seam)
-    except SeamError as error:
-        raise SetupError(f"not a Piper VITS voice (no reverse-flow seam): {error}") from None
-    index = GraphIndex(sliced)
-    _, conv_pre = find_decoder_input(index)
-    weights = {init.name: init for init in sliced.graph.initializer}
-    channels = int(weights[conv_pre.input[1]].dims[1])
-    names = {seam.latent: LATENT, seam.mask: MASK, **({seam.cond: COND} if seam.cond else {})}
-    sliced = rename_tensors(sliced, names)
-    cond_channels = None
-    for graph_input in sliced.graph.input:
-        dims = graph_input.type.tensor_type.shape.dim
-        wanted = {LATENT: [1, channels, "N"], MASK: [1, 1, "N"]}.get(graph_input.name)
-        if graph_input.name == COND:
-            cond_channels = _cond_channels(sliced)
-            wanted = [1, cond_channels, 1]
-        del dims[:]
-        for value in wanted:
-            dim = dims.add()
-            if isinstance(value, str):
-                dim.dim_param = value
-            else:
-                dim.dim_value = value
-        graph_input.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
-    decoder_input = names.get(seam.decoder_input, seam.decoder_input)
-    return DecoderSlice(sliced, seam, channels, cond_channels, level_strides(sliced, decoder_input), decoder_input)
-
-
-def _cond_channels(model) -> int:
-    """Input channels of the convs that read g (the speaker-embedding width)."""
-    weights = {init.name: init for init in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Conv" and node.input[0] == COND:
-            return int(weights[node.input[1]].dims[1])
-    raise SetupError("the multi-speaker slice has a g input but no conv reads it directly")
-
-
-def fixed_window_model(piece: DecoderSlice, window: int, context: int, dec_mask: bool, voice_name: str,
-                       sample_rate: int, phase_levels: int = 0, stride_phase_levels: int = 0):
-    """The engine graph: flips folded, optional decoder mask, the first `stride_phase_levels` upsamplers as a phase
-    Conv and an interleave (rkaudio.surgery.graph.stride_phase), the last `phase_levels` upsampling levels in polyphase
-    form, shapes pinned at `window`, contract set."""
-    from rkaudio.core.contract import make_contract
-    from rkaudio.board.window_walk import WindowContract
-    from rkaudio.surgery.graph.flip_fold import fold_flips
-    from rkaudio.surgery.graph.fold import fold_fixed
-    from rkaudio.surgery.graph.mask import mask_decoder
-    from rkaudio.core.contract import set_contract
-    from rkaudio.surgery.graph.stride_phase import upsamplers_in_phase_forms
-
-    emitted = window - 2 * context
-    if emitted < 1:
-        raise SetupError(f"--window {window} leaves no emitted slices with --context {context} on each side "
-                         f"(need window > 2*context)")
-    model = fold_flips(piece.model)
-    if dec_mask:
-        model = mask_decoder(model, piece.decoder_input, MASK)
-    model, phases = upsamplers_in_phase_forms(model, piece.decoder_input, piece.strides, phase_levels,
-                                              stride_phase_levels)
-    shapes = {LATENT: [1, piece.channels, window], MASK: [1, 1, window]}
-    if piece.cond_channels:
-        shapes[COND] = [1, piece.cond_channels, 1]
-    model = fold_fixed(model, shapes)
-    contract = WindowContract(window=window, context=context, emitted=emitted, hop=piece.hop, latent_input=LATENT,
-                              output=model.graph.output[0].name, mask_input=MASK, latent_channels=piece.channels)
-    fields = {**contract.fields(), "sample_rate": sample_rate, "dec_mask": dec_mask, "voice": voice_name,
-              "strides": piece.strides, "polyphase": phases, "stride_phase_levels": stride_phase_levels,
-              "cond_input": COND if piece.cond_channels else None,
-              "cond_channels": piece.cond_channels}
-    return set_contract(model, make_contract(FAMILY, COMPONENT, "main", EXEC_PLAN_OPTION, **fields))
+def fixed_window_model(piece: VitsSlice, window: int, context: int, dec_mask: bool, voice_name: str,
+                       sample_rate: int, target: str | None = None, stride_phase_levels: int = 0):
+    """(the engine graph, its window contract): flips folded, optional decoder mask, the first
+    `stride_phase_levels` upsamplers as a phase Conv and an interleave (rkaudio.surgery.graph.stride_phase), the
+    levels whose full-rate axis overflows `target`'s time field in polyphase form, shapes pinned at `window`."""
+    fixed = fixed_window(piece, window, context, REFUSALS, sample_rate=sample_rate, dec_mask=dec_mask, target=target,
+                         stride_phase_levels=stride_phase_levels)
+    return fixed.model, PiperWindow.extended(fixed.window, voice=voice_name,
+                                             cond_input=COND if piece.cond_channels else None,
+                                             cond_channels=piece.cond_channels)
 
 
 def seeded(voice_model, seed: int):
@@ -218,39 +139,29 @@ def full_decode(full_runner: OnnxBackend, z: np.ndarray, g: np.ndarray | None) -
 
 
 def decode_floor(slice_model, z: np.ndarray, g: np.ndarray | None, reference: np.ndarray) -> float:
-    """The voice's fp32 floor on latent `z`: `reference` (its fp32 full decode) against the slice run in float64
-    (rkaudio.gates.fp32_floor.float64_run), in dB."""
-    from rkaudio.gates.fp32_floor import float64_run
-    from rkaudio.board.numeric import snr_db
-
-    return snr_db(next(iter(float64_run(slice_model, full_feeds(z, g)).values())), reference)
+    """The voice's fp32 floor on latent `z`: `reference` (its fp32 full decode) against the slice run in float64, in
+    dB."""
+    return walk_vs_full.decode_floor(slice_model, full_feeds(z, g), slice_model.graph.output[0].name, reference)
 
 
-def window_verdicts(name: str, reference: np.ndarray, result, min_interior_db: float,
-                    floor_db: float = math.inf) -> tuple[list, list[dict]]:
-    """Per-window SNR of a walk against a full-length decode; interior windows gated, the global SNR
-    gated only when the decode has seams (a lone padded window carries the documented tail deficit), both at
-    `min_interior_db` or the decode's fp32 floor `floor_db` less the margin where lower (rkaudio.gates.fp32_floor). Both
-    fail when the whole full-length decode is degenerate (a quiet window alone is not)."""
-    from rkaudio.gates.fp32_floor import floor_verdict
-    from rkaudio.board.numeric import snr_db
+def cond_feeds(g: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The speaker embedding every window of a multi-speaker voice is fed (nothing for one speaker)."""
+    return {COND: g} if g is not None else {}
 
-    reference = np.asarray(reference).reshape(-1)
-    test = np.asarray(result.output).reshape(-1)
-    rows, verdicts = [], []
-    for win in result.windows:
-        span = result.span(win)
-        rows.append({"index": win.index, "kind": win.kind, "start": win.start, "emit": [win.emit_start, win.emit_end],
-                     "snr_db": snr_db(reference[span], test[span])})
-    interior = [r["snr_db"] for r in rows if r["kind"] == "interior"]
+
+def window_verdicts(name: str, compared: WalkBesideFull, min_interior_db: float, floor_db: float = math.inf) -> list:
+    """A walk against a full-length decode: its worst interior window gated, its global SNR gated only when the
+    decode has seams (a lone padded window carries the documented tail deficit), both at `min_interior_db` or the
+    decode's fp32 floor `floor_db` less the margin where lower. Both fail when the whole full-length decode is
+    degenerate (a quiet window alone is not)."""
+    verdicts, interior, windows = [], compared.interior(), compared.walked.windows
     if interior:
-        worst = min(interior)
-        verdicts.append(floor_verdict(f"{name}: worst interior window", worst, min_interior_db, floor_db,
+        verdicts.append(compared.gate(f"{name}: worst interior window", min(interior), min_interior_db, floor_db,
                                       f"{len(interior)} interior windows vs full-length fp32 decode"))
-    if any(w.has_seam for w in result.windows) and len(result.windows) > 1:
-        verdicts.append(floor_verdict(f"{name}: global", snr_db(reference, test), min_interior_db, floor_db,
+    if any(w.has_seam for w in windows) and len(windows) > 1:
+        verdicts.append(compared.gate(f"{name}: global", compared.global_snr(), min_interior_db, floor_db,
                                       "windowed vs full-length fp32 decode"))
-    return [judged(verdict, reference) for verdict in verdicts], rows
+    return verdicts
 
 
 def seam_verdict(slice_runner, latents: list[dict]):
@@ -266,23 +177,21 @@ def seam_verdict(slice_runner, latents: list[dict]):
                            "the slice fed the voice's own pre-flow latent reproduces the voice's waveform"), voice_audio)
 
 
-def padded_verdict(name: str, reference: np.ndarray, result, dec_mask: bool, floor_db: float = math.inf):
-    """A latent shorter than the window (one padded window). With --dec-mask the whole window must be
-    exact; without it the last TAIL_SLICES real slices carry the documented tail deficit and only the
-    slices before them are gated. Each at its level or the decode's fp32 floor `floor_db` less the margin where
-    lower (rkaudio.gates.fp32_floor). A mask of 1 over the padding fails either way."""
-    from rkaudio.gates.fp32_floor import floor_verdict
+def padded_verdict(name: str, compared: WalkBesideFull, dec_mask: bool, floor_db: float = math.inf):
+    """A latent shorter than the window (one padded window) against its full-length decode. With --dec-mask the
+    whole window must be exact; without it the last TAIL_SLICES real slices carry the documented tail deficit and
+    only the slices before them are gated. Each at its level or the decode's fp32 floor `floor_db` less the margin
+    where lower. A mask of 1 over the padding fails either way."""
     from rkaudio.board.numeric import snr_db
 
-    (win,) = result.windows
-    reference, test = np.asarray(reference).reshape(-1), np.asarray(result.output).reshape(-1)
+    (win,) = compared.walked.windows
     what = "short latent, one zero-padded window vs full-length fp32 decode"
     if dec_mask:
-        return judged(floor_verdict(f"{name}: padded window (decoder masked)", snr_db(reference, test),
-                                    MIN_DEC_MASK_TAIL_DB, floor_db, what), reference)
-    end = max(win.emit_end - TAIL_SLICES, 1) * result.hop
-    return judged(floor_verdict(f"{name}: padded window before its last {TAIL_SLICES} slices",
-                                snr_db(reference[:end], test[:end]), MIN_PADDED_DB, floor_db, what), reference)
+        return compared.gate(f"{name}: padded window (decoder masked)", compared.global_snr(), MIN_DEC_MASK_TAIL_DB,
+                             floor_db, what)
+    end = max(win.emit_end - TAIL_SLICES, 1) * compared.walked.hop
+    return compared.gate(f"{name}: padded window before its last {TAIL_SLICES} slices",
+                         snr_db(compared.reference[:end], compared.output[:end]), MIN_PADDED_DB, floor_db, what)
 
 
 def short_latent(item: dict, window: int, length: int = SHORT_LATENT) -> np.ndarray:
@@ -292,17 +201,13 @@ def short_latent(item: dict, window: int, length: int = SHORT_LATENT) -> np.ndar
     return z[:, :, start : start + length]
 
 
-def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_length: int,
+def selfcheck(engine_model, window: PiperWindow, piece: VitsSlice, latents: list[dict], noise_length: int,
               min_interior_db: float = MIN_INTERIOR_DB, target: str | None = None) -> list:
-    """Export gates: the slice reproduces the voice (seam); the windowed fixed-shape graph reproduces a
-    full-length decode on the voice's latents, a white-noise latent and a short (padded) latent; no op
-    the NPU rejects or runs on the CPU (problem-op scan)."""
+    """Export gates: the slice reproduces the voice (seam); the windowed fixed-shape graph (`window`'s) reproduces
+    a full-length decode on the voice's latents, a white-noise latent and a short (padded) latent; no op the NPU
+    rejects or runs on the CPU (problem-op scan)."""
     from rkaudio.gates import opscan
-    from rkaudio.board.window_walk import WindowContract, walk
-    from rkaudio.core.contract import get_contract
 
-    contract_fields = get_contract(engine_model)
-    contract = WindowContract.from_contract(contract_fields)
     full = OnnxBackend(piece.model, threads=1)
     windowed = OnnxBackend(engine_model, threads=1)
     # The seam's reference is the voice's own output: when that is silent, nothing below can judge anything.
@@ -312,17 +217,13 @@ def selfcheck(engine_model, piece: DecoderSlice, latents: list[dict], noise_leng
     cases = [(f"voice latent {i}", item["z"], item["g"]) for i, item in enumerate(latents)]
     cases.append(("white-noise latent", white_noise_latent(piece.channels, noise_length), g))
     for name, z, cond in cases:
-        name = f"{name} ({z.shape[2]} slices)"
-        reference = full_decode(full, z, cond)
-        result = walk(windowed, z, contract, {COND: cond} if cond is not None else {})
-        verdicts += window_verdicts(name, reference, result, min_interior_db,
-                                    decode_floor(piece.model, z, cond, reference))[0]
-    z = short_latent(latents[0], contract.window)
-    name = f"short voice latent ({z.shape[2]} slices)"
-    result = walk(windowed, z, contract, {COND: g} if g is not None else {})
-    reference = full_decode(full, z, g)
-    verdicts.append(padded_verdict(name, reference, result, bool(contract_fields.get("dec_mask")),
-                                   decode_floor(piece.model, z, g, reference)))
+        compared = WalkBesideFull.run(windowed, z, window, full_decode(full, z, cond), cond_feeds(cond))
+        verdicts += window_verdicts(f"{name} ({z.shape[2]} slices)", compared, min_interior_db,
+                                    decode_floor(piece.model, z, cond, compared.reference))
+    z = short_latent(latents[0], window.window)
+    compared = WalkBesideFull.run(windowed, z, window, full_decode(full, z, g), cond_feeds(g))
+    verdicts.append(padded_verdict(f"short voice latent ({z.shape[2]} slices)", compared, window.dec_mask,
+                                   decode_floor(piece.model, z, g, compared.reference)))
     return refuse_degenerate(verdicts, SELFCHECK_CONTEXT)
 
 
@@ -339,7 +240,7 @@ def selfcheck_feeds(item: dict, window: int, cond: bool) -> dict[str, np.ndarray
     return feeds
 
 
-def end_to_end_latent(voice_model, piece: DecoderSlice, config: dict, latents: list[dict], window: int,
+def end_to_end_latent(voice_model, piece: VitsSlice, config: dict, latents: list[dict], window: int,
                       context: int) -> dict:
     """A real sentence's latent whose walk runs exactly 3 windows, with its `text`: the first of END_TO_END_TEXTS
     that fits, or, at a window none fits, the longest self-check latent cut to the longest 3-window length (whole,
@@ -357,47 +258,48 @@ def end_to_end_latent(voice_model, piece: DecoderSlice, config: dict, latents: l
     return {**item, "z": item["z"][:, :, :longest], "text": None}
 
 
-def with_end_to_end(records: list[Exported], item: dict, window: int, context: int, sample_rate: int) -> list[Exported]:
+def with_end_to_end(records: list[Exported], item: dict, window: PiperWindow) -> list[Exported]:
     """The decoder's end-to-end golden: `item`'s latent walked through the engine (rkaudio.board.piper); a whole
     sentence carries its text, so the board self-test can hear the golden (rkaudio.board.speech)."""
     from rkaudio.pipeline.pipeline import record_end_to_end
     from rkaudio.board.window_walk import plan_windows
 
     inputs = {"z": item["z"], **({"g": item["g"]} if item["g"] is not None else {})}
-    windows = len(plan_windows(item["z"].shape[2], window, context, window - 2 * context))
+    windows = len(plan_windows(item["z"].shape[2], window.window, window.context, window.emitted))
     name = f"{records[0].onnx.stem}_walk"  # one per engine: exports for two windows may share a folder
-    params = {"speech": {"text": item["text"], "sample_rate": sample_rate, "output": "audio"}} if item["text"] else {}
+    params = ({"speech": {"text": item["text"], "sample_rate": window.sample_rate, "output": "audio"}}
+              if item["text"] else {})
     return record_end_to_end(name, "rkaudio.board.piper:golden_loop", records, inputs, params,
                              f"a real sentence's latent ({item['z'].shape[2]} slices) over {windows} windows of the "
                              "decoder walk" + (f": {item['text']!r}" if item["text"] else ""))
 
 
-def export(voice_onnx: Path | None, out_dir: Path, window: int, context: int, dec_mask: bool = False,
-           target: str | None = None) -> list[Exported]:
-    """Write `<voice>_decoder_w<W>_c<C>[_decmask][_poly<S>].onnx` and its self-check: the one decoder engine's
-    record, with the export gates (seam, windowed vs full decode, problem ops for `target`) and the end-to-end
-    golden (`<stem>_walk.e2e.*`: a short real sentence's latent over 3 windows)."""
+def export(job) -> list[Exported]:
+    """Write `<voice>_decoder_w<W>_c<C>[_decmask][_poly<S>].onnx` for the job's voice, window options and target,
+    and its self-check: the one decoder engine's record, with the export gates (seam, windowed vs full decode,
+    problem ops for the target) and the end-to-end golden (`<stem>_walk.e2e.*`: a short real sentence's latent over
+    3 windows)."""
     import onnx
 
+    from rkaudio.core.contract import set_contract
     from rkaudio.families.piper.voice import load_voice, sample_rate
-    from rkaudio.core.contract import get_contract
-    from rkaudio.surgery.graph.polyphase_levels import overflowing_levels
 
-    voice, voice_model = load_voice(voice_onnx)
+    options, target = job.options, job.target
+    voice, voice_model = load_voice(job.source.voice_onnx)
     piece = slice_voice(voice_model)
     voice_name = voice.onnx_path.name.removesuffix(".onnx")
-    phase_levels = overflowing_levels(target, window, piece.strides)
-    model = fixed_window_model(piece, window, context, dec_mask, voice_name, sample_rate(voice.config), phase_levels,
-                               STRIDE_PHASE_LEVELS.get(target or "", 0))
+    model, window = fixed_window_model(piece, options.window, options.context, options.dec_mask, voice_name,
+                                       sample_rate(voice.config), target, STRIDE_PHASE_LEVELS.get(target or "", 0))
+    model = set_contract(model, job.contract("main", **window.to_fields()))
     latents = voice_latents(voice_model, piece.seam, voice.config)
-    verdicts = selfcheck(model, piece, latents, noise_length=3 * window + window // 2, target=target)
-    out_dir = Path(out_dir)
+    verdicts = selfcheck(model, window, piece, latents, noise_length=3 * window.window + window.window // 2,
+                         target=target)
+    out_dir = Path(job.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{voice_name}_decoder_w{window}_c{context}" + ("_decmask" if dec_mask else "") + \
-        (f"_poly{get_contract(model)['polyphase']}" if phase_levels else "")
+    stem = f"{voice_name}_decoder_w{window.window}_c{window.context}" + ("_decmask" if window.dec_mask else "") + \
+        (f"_poly{window.polyphase}" if window.polyphase else "")
     onnx_path = out_dir / f"{stem}.onnx"
     onnx.save(model, str(onnx_path))
-    feeds = selfcheck_feeds(latents[0], window, piece.cond_channels is not None)
-    item = end_to_end_latent(voice_model, piece, voice.config, latents, window, context)
-    return with_end_to_end([record_export(onnx_path, verdicts, feeds=feeds)], item, window, context,
-                           sample_rate(voice.config))
+    feeds = selfcheck_feeds(latents[0], window.window, piece.cond_channels is not None)
+    item = end_to_end_latent(voice_model, piece, voice.config, latents, window.window, window.context)
+    return with_end_to_end([record_export(onnx_path, verdicts, feeds=feeds)], item, window)

@@ -20,7 +20,6 @@ from rkaudio.core.paths import engine_name
 from rkaudio.gates.verdict import refuse_degenerate
 from rkaudio.board.verdict import Verdict, at_least, at_most, judged
 from rkaudio.host.backends import OnnxBackend, SimulatorBackend
-from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
 # Seam tensors of a Piper (VITS) voice ONNX, and the names the engine gives them.
 SEAM_INPUTS = {"/enc_p/Transpose_output_0": "x_emb", "/enc_p/Cast_1_output_0": "x_mask"}
@@ -28,7 +27,6 @@ SEAM_OUTPUTS = {"/enc_p/proj/Conv_output_0": "stats", "/dp/proj/Conv_output_0": 
 # Downstream of the seam, for the duration drift measurement: the dp flows' noise and the per-token frame counts.
 DP_NOISE, DURATIONS = "/dp/RandomNormalLike_output_0", "/Ceil_output_0"
 
-COMPONENT, ROLE, EXEC_PLAN_OPTION = "duration_encoder", "main", "piper_tts.exec_plan"
 MIN_REWRITE_DB = 120.0  # rewritten vs raw slice, fp32 (the rewrite is exact up to summation order)
 MIN_PADDED_DB = 110.0  # padded run vs the exact-length run on the real frames, fp32
 DEFAULT_MAX_DRIFT_PCT = 7.0  # spec: +-7% is the scale of the flow's own seeded sampling noise
@@ -199,17 +197,19 @@ def export_verdicts(voice: Voice, raw, rewritten, width: int) -> list[Verdict]:
     return refuse_degenerate(verdicts, "piper encoder export")
 
 
-def export_width(voice: Voice, width: int, out_dir: Path) -> Exported:
-    """Write `piper_encoder_w{N}.onnx` (banded, contract in metadata) and its self-check: one width's record."""
+def export_width(job, voice: Voice, width: int) -> Exported:
+    """Write `piper_encoder_w{N}.onnx` (banded, contract in metadata) and its self-check into the job's folder: one
+    width's record."""
     import onnx
 
-    from rkaudio.core.contract import make_contract, set_contract
+    from rkaudio.core.contract import set_contract
 
     raw = slice_encoder(voice.model, width)
     rewritten = npu_form(raw)
     verdicts = export_verdicts(voice, raw, rewritten, width)
-    contract = make_contract("piper", COMPONENT, ROLE, EXEC_PLAN_OPTION, ladder_key=width, frames=width,
-                             voice=voice.path.name, seam_inputs=SEAM_INPUTS, seam_outputs=SEAM_OUTPUTS)
+    contract = job.contract("main", ladder_key=width, frames=width, voice=voice.path.name, seam_inputs=SEAM_INPUTS,
+                            seam_outputs=SEAM_OUTPUTS)
+    out_dir = Path(job.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / f"piper_encoder_w{width}.onnx"
     onnx.save(set_contract(rewritten, contract), str(onnx_path))
@@ -234,23 +234,26 @@ def with_end_to_end(voice: Voice, records: list[Exported], widths: list[int]) ->
                              "one real token sequence per width (3 short of it), right-padded, through the ladder")
 
 
-def export(voice_onnx: Path | None, frames: list[int], out_dir: Path, max_drift_pct: float | None = None,
-           target: str | None = None, toolkit: str = DEFAULT_TOOLKIT) -> list[Exported]:
-    """One engine record per phoneme-token width of `frames` (the ladder, narrowest first), with the ladder's
-    end-to-end golden (`piper_encoder_ladder.e2e.*`) and `piper_encoder_ladder.json` (widths kept, refused,
-    drift per width, the exec_plan). With `max_drift_pct`, each width's fp16 duration drift is measured in the
-    `target` simulator: a width past it is refused (its ONNX removed, no record), a kept one carries its drift
+def export(job) -> list[Exported]:
+    """One engine record per phoneme-token width of the job's `frames` (the ladder, narrowest first), with the
+    ladder's end-to-end golden (`piper_encoder_ladder.e2e.*`) and `piper_encoder_ladder.json` (widths kept, refused,
+    drift per width, the exec_plan). With the job's `max_drift_pct`, each width's fp16 duration drift is measured in
+    its target's simulator: a width past it is refused (its ONNX removed, no record), a kept one carries its drift
     verdict among its export verdicts. GateFailure when every width is refused."""
+    from rkaudio.core.contract import contract_of
+    from rkaudio.core.manifest import exec_plan_fragment
+
+    frames, max_drift_pct = job.options.frames, job.gates.max_drift_pct
     widths = sorted(set(frames))
     if not widths or widths[0] < 2:
         raise SetupError(f"--frames needs token widths >= 2, got {frames}")
-    voice, out_dir = Voice(voice_onnx), Path(out_dir)
+    voice, out_dir = Voice(job.source.voice_onnx), Path(job.out)
     chunks = drift_chunks(voice, widths) if max_drift_pct is not None else {}
     records, refused, ladder = [], [], {"widths": [], "refused": {}, "drift_pct": {}, "max_drift_pct": max_drift_pct}
     for width in widths:
-        record = export_width(voice, width, out_dir)
+        record = export_width(job, voice, width)
         if chunks:
-            drifts = measure_drift(voice, record.onnx, width, target, toolkit, chunks[width])
+            drifts = measure_drift(voice, record.onnx, width, job.target, job.toolkit, chunks[width])
             verdict = drift_verdict(width, drifts, max_drift_pct)
             ladder["drift_pct"][width] = drifts
             if not verdict.passed:
@@ -266,8 +269,9 @@ def export(voice_onnx: Path | None, frames: list[int], out_dir: Path, max_drift_
     if not records:
         raise GateFailure(refused, advice="every width drifts past the threshold: use narrower --frames or raise "
                           "--max-drift-pct", context="piper encoder export")
-    ladder["exec_plan"] = {EXEC_PLAN_OPTION: {COMPONENT: {"impl": "rknn", "artifacts": {
-        ROLE: ",".join(engine_name(r.onnx) for r in records)}}}}
+    # the exec_plan of the ladder's engines, all of one role: their names, comma-separated
+    ladder["exec_plan"] = exec_plan_fragment(contract_of(records[0].onnx),
+                                             ",".join(engine_name(r.onnx) for r in records))
     (out_dir / LADDER_JSON).write_text(json.dumps(ladder, indent=2) + "\n")
     return with_end_to_end(voice, records, ladder["widths"])
 

@@ -16,13 +16,14 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from rkaudio.pipeline import pipeline
-from rkaudio.pipeline.declaration import Component, Family, Table, option
+from rkaudio.pipeline.declaration import Component, Family, Job, Table, option
 from rkaudio.release.check import EngineChoice
-from rkaudio.families.qwen3_vocoder.step_export import COMPONENT, FAMILY as CONTRACT_FAMILY, ROLES, describe
+from rkaudio.families.qwen3_vocoder.step_export import DEFAULT_SINE_FORM, ROLES, describe
 from rkaudio.core import paths
 from rkaudio.core.errors import SetupError
 
 NAME = "qwen3_vocoder"
+COMPONENT = "speech_decoder"
 MIN_SIMULATOR_SNR_DB = 40.0
 ADVICE = "the stepwise decode or the exported graph disagrees with the reference (see the figures above)"
 # rkaudio.surgery.modules.snake.SINE_FORMS, spelled out so that `--help` and a recipe's check import no torch
@@ -73,24 +74,20 @@ def onnx_name(role: str, frames: int) -> str:
     return f"qwen3_vocoder_{role}_{frames}.onnx"
 
 
-def export(model_dir: str | Path, engines: list[tuple[str, int, Path]], sine_form: str | None = None
-           ) -> list[pipeline.Exported]:
+def export(job: Job, model_dir: str | Path, engines: list[tuple[str, int, Path]]) -> list[pipeline.Exported]:
     """Load the snapshot once, build the step and the package reference decoder from the same state dict, and
-    export one step per (role, code frames, ONNX path); the stateful ones carry the end-to-end golden."""
+    export one step per (role, code frames, ONNX path) of `job` (its SnakeBeta sine form: `options.sine_form`); the
+    stateful ones carry the end-to-end golden."""
     import torch
 
     from rkaudio.families.qwen3_vocoder import step_export as E
     from rkaudio.families.qwen3_vocoder import snapshot
     from rkaudio.families.qwen3_vocoder.reference import reference_decoder
     from rkaudio.families.qwen3_vocoder.step import StreamingDecoder
-    from rkaudio.surgery.modules.snake import SINE_FORMS
 
     for role, _, _ in engines:
         if role not in E.ROLES:
             raise SetupError(f"--role {role!r}: one of {', '.join(E.ROLES)}")
-    sine_form = sine_form or E.DEFAULT_SINE_FORM
-    if sine_form not in SINE_FORMS:
-        raise SetupError(f"--sine-form {sine_form!r}: one of {', '.join(SINE_FORMS)}")
     source = snapshot.load(model_dir)
     step = StreamingDecoder(source.decoder_config)
     try:
@@ -103,7 +100,8 @@ def export(model_dir: str | Path, engines: list[tuple[str, int, Path]], sine_for
     for role, frames, onnx_path in engines:
         window = frames + E.WINDOW_CONTEXT if role == "window" else frames
         with torch.no_grad():
-            exported.append(E.export_step(step, window, role, onnx_path, reference=reference, sine_form=sine_form))
+            exported.append(E.export_step(job, step, window, role, onnx_path, reference=reference,
+                                          sine_form=job.options.sine_form))
     return with_end_to_end(exported, step.dims["codebook_size"])
 
 
@@ -119,27 +117,29 @@ def with_end_to_end(exported: list[pipeline.Exported], codebook_size: int, seed:
     More than one step of a role: the golden runs the smallest of each."""
     import numpy as np
 
-    from rkaudio.core.contract import get_contract
-    from rkaudio.board.qwen3_vocoder import golden_codes_length
+    from rkaudio.board.contract import EngineContract
+    from rkaudio.core.contract import contract_of
+    from rkaudio.board.qwen3_vocoder import StepContract, golden_codes_length
 
-    steps: dict[str, tuple[pipeline.Exported, dict]] = {}
+    steps: dict[str, tuple[pipeline.Exported, EngineContract, StepContract]] = {}
     for record in exported:
-        contract = get_contract(record.onnx)
-        role = contract["role"]
-        if role in ("first", "main") and (role not in steps or contract["frames"] < steps[role][1]["frames"]):
-            steps[role] = (record, contract)
+        contract = contract_of(record.onnx)
+        if contract.role not in ("first", "main"):
+            continue
+        step = StepContract.of(contract)
+        if contract.role not in steps or step.frames < steps[contract.role][2].frames:
+            steps[contract.role] = (record, contract, step)
     if not steps:
         return exported
     chosen = [steps[role] for role in ("first", "main") if role in steps]
-    contracts = [contract for _, contract in chosen]
-    frames = golden_codes_length(contracts)
-    codes = np.random.default_rng(seed).integers(0, codebook_size, (int(contracts[0]["num_quantizers"]), frames),
+    frames = golden_codes_length([contract for _, contract, _ in chosen])
+    codes = np.random.default_rng(seed).integers(0, codebook_size, (chosen[0][2].num_quantizers, frames),
                                                  dtype=np.int64)
-    name = "qwen3_vocoder_stream_" + "_".join(f"{c['role']}{c['frames']}" for c in contracts)
-    *head, last = contracts
-    schedule = "".join(f"{c['role']} B={c['frames']}, then " for c in head) + f"{last['role']} B={last['frames']} twice"
+    said = [f"{contract.role} B={step.frames}" for _, contract, step in chosen]
+    name = "qwen3_vocoder_stream_" + "_".join(f"{contract.role}{step.frames}" for _, contract, step in chosen)
+    schedule = "".join(f"{group}, then " for group in said[:-1]) + f"{said[-1]} twice"
     declared = pipeline.record_end_to_end(
-        name, GOLDEN_LOOP, [record for record, _ in chosen], {"codes": codes}, {"event_frames": 1},
+        name, GOLDEN_LOOP, [record for record, _, _ in chosen], {"codes": codes}, {"event_frames": 1},
         f"{frames} seeded random code frames pushed one at a time through the stateful stream: {schedule}, "
         "the cache carried on")
     say(f"end-to-end golden {name}: {frames} code frames through {GOLDEN_LOOP}")
@@ -153,11 +153,11 @@ def export_steps(job) -> list[pipeline.Exported]:
     if job.recipe is None:
         if job.source.model_dir is None:
             raise SetupError("give --model-dir SNAPSHOT (export) or --onnx STEP.onnx (compile an earlier export)")
-        return export(job.source.model_dir, command_steps(job.options, Path(job.out)), job.options.sine_form)
+        return export(job, job.source.model_dir, command_steps(job.options, Path(job.out)))
     engines = [(engine.role, engine.codes_length, Path(job.out) / onnx_name(engine.role, engine.codes_length))
                for engine in job.options.engines]
     # A recipe's source lacks the command's model_dir, unless `random_source`'s replaced it (build_cell)
-    return export(getattr(job.source, "model_dir", None) or _recipe_snapshot(job), engines, job.options.sine_form)
+    return export(job, getattr(job.source, "model_dir", None) or _recipe_snapshot(job), engines)
 
 
 def command_steps(options, out: Path) -> list[tuple[str, int, Path]]:
@@ -178,11 +178,12 @@ def command_steps(options, out: Path) -> list[tuple[str, int, Path]]:
                                                                                ("main", options.codes_length))]
 
 
-def _recipe_snapshot(job) -> str:
+def _recipe_snapshot(job) -> Path:
     """The snapshot a recipe names (`source.dir`, else the huggingface_hub cache of `source.repo`); MissingSource."""
+    from rkaudio.pipeline.checkpoint import recipe_checkpoint
     from rkaudio.families.qwen3_vocoder import snapshot
 
-    return pipeline.recipe_snapshot(job.source.model_dump(), snapshot.resolve, snapshot.REPO_ID)
+    return recipe_checkpoint(job.source.model_dump(), snapshot.FILES, snapshot.SNAPSHOT_NAME)
 
 
 def random_source(directory: Path, shape: str, recipe: dict) -> dict:
@@ -209,17 +210,18 @@ def from_onnx(job, onnx_path: Path) -> list[pipeline.Exported]:
     if job.recipe is None and job.source.model_dir is not None:
         raise SetupError("--onnx compiles an earlier export and takes its contract from the graph: drop --model-dir")
     _say_contract(onnx_path)
-    return [pipeline.Exported.from_onnx(onnx_path, CONTRACT_FAMILY)]
+    return [pipeline.Exported.from_onnx(onnx_path, FAMILY.contract_name)]
 
 
 def _say_contract(onnx_path: Path) -> None:
     """Before a compile of minutes, the figures an --onnx build takes from the graph (a file that is missing or
     another family's is left to `Exported.from_onnx`, which refuses it)."""
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
 
-    contract = get_contract(onnx_path) if Path(onnx_path).is_file() else {}
-    if contract.get("family") == CONTRACT_FAMILY:
-        print(describe(onnx_path, contract, "from the ONNX contract"))
+    if Path(onnx_path).is_file():
+        contract = contract_of(onnx_path)
+        if contract.family == FAMILY.contract_name:
+            print(describe(onnx_path, contract, "from the ONNX contract"))
 
 
 def check_qwen3_vocoder(
@@ -257,7 +259,8 @@ def check_qwen3_vocoder(
         raise SetupError("--first, --main and --sine-form shape an export; --engine / --package bring their own steps")
     if not given:
         given = export_stream(engines, model_dir, first, main, sine_form, out.parent / f"{out.stem}_engines")
-    render_check(engines, given, model_dir=model_dir, codes=codes, frames=frames, seed=seed, out=out)
+    render_check(engines, given, FAMILY.contract_name, model_dir=model_dir, codes=codes, frames=frames, seed=seed,
+                 out=out)
 
 
 def export_stream(engines, model_dir: str | None, first: int | None, main: int | None, sine_form: str | None,
@@ -273,17 +276,24 @@ def export_stream(engines, model_dir: str | None, first: int | None, main: int |
     chosen = [(role, frames, directory / onnx_name(role, frames)) for role, frames in sizes.items() if frames]
     if not chosen:
         raise SetupError("--first 0 --main 0 leaves the stream no step")
+    sine_form = sine_form or engines.recipe_option(COMPONENT, "sine_form") or DEFAULT_SINE_FORM
+    if sine_form not in SINE_FORMS:
+        raise SetupError(f"--sine-form {sine_form!r}: one of {', '.join(SINE_FORMS)}")
     print(f"exporting the {' and '.join(f'{role} B={frames}' for role, frames, _ in chosen)} step(s) into "
           f"{directory} ...")
-    return [record.onnx for record in export(model_dir, chosen,
-                                             sine_form or engines.recipe_option(COMPONENT, "sine_form"))]
+    component = FAMILY.component(COMPONENT)
+    options = FAMILY.options_model(component)(
+        engines=[{"role": role, "codes_length": frames} for role, frames, _ in chosen], sine_form=sine_form)
+    job = Job(FAMILY, component, Source(model_dir=model_dir), options, FAMILY.gates_model(component)(),
+              engines.target, directory, engines.toolkit)
+    return [record.onnx for record in export(job, model_dir, chosen)]
 
 
 FAMILY = Family(
     name=NAME,
     help="Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role.",
     source=Source,
-    components=(Component(COMPONENT, export_steps, Options, advice=ADVICE, ladder=("first", "main")),),
+    components=(Component(COMPONENT, export_steps, "qwen3_tts.exec_plan", Options, advice=ADVICE, ladder=("first", "main")),),
     build_defaults={"min_simulator_snr_db": MIN_SIMULATOR_SNR_DB},
     sources=recipe_sources,
     random_source=random_source,

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rkaudio.board.contract import EngineContract
+from rkaudio.board.qwen3_vocoder import StepContract
 from rkaudio.core.errors import SetupError
 
 STREAM_ROLES = ("first", "main")  # the stateful steps; the window role decodes statelessly and is no part of it
@@ -19,42 +21,42 @@ CODE_FRAME_RATE_HZ = 12.5
 STREAM_PARAMS = {"event_frames": 1}
 
 
-def render_check(engines, steps: list[Path], model_dir: str | None, codes: Path | None, frames: int | None,
-                 seed: int, out: Path) -> dict:
-    """Write `out` (the engine render of the stream over `steps`, ONNX written by `convert qwen3-vocoder`),
-    `<out>.fp32.wav`, `<out>.full.wav` (with `model_dir`: the package decoder's one-call decode) and `<out>.png`;
-    print the engine's SNR against fp32 per stream call and overall. Returns the figures."""
+def render_check(engines, steps: list[Path], family: str, model_dir: str | None, codes: Path | None,
+                 frames: int | None, seed: int, out: Path) -> dict:
+    """Write `out` (the engine render of the stream over `steps`, ONNX written by `convert qwen3-vocoder`, whose
+    contracts name `family`), `<out>.fp32.wav`, `<out>.full.wav` (with `model_dir`: the package decoder's one-call
+    decode) and `<out>.png`; print the engine's SNR against fp32 per stream call and overall. Returns the figures."""
     from contextlib import ExitStack
 
     from rkaudio.families.qwen3_vocoder.snapshot import load
     from rkaudio.host.hearing import Render, compare
 
-    stream = stream_steps(steps)
+    stream = stream_steps(steps, family)
     contracts = [contract for _, contract in stream]
     source = load(model_dir) if model_dir is not None else None
     code_ids = _codes(codes, frames, seed, contracts, source)
     fp32, spans = render_stream(stream, code_ids, engines.fp32)
     with ExitStack() as opened:
         rendered, _ = render_stream(stream, code_ids, lambda onnx: opened.enter_context(engines.open(onnx)))
-    rate = CODE_FRAME_RATE_HZ * contracts[0]["samples_per_frame"]
+    rate = CODE_FRAME_RATE_HZ * StepContract.of(contracts[0]).samples_per_frame
     full = Render(_full_decode(source, code_ids, fp32.size), rate) if source is not None else None
-    steps_said = " + ".join(f"{c['role']} B={c['frames']}" for c in contracts)
+    steps_said = " + ".join(f"{step.role} B={StepContract.of(step).frames}" for step in contracts)
     title = (f"qwen3-vocoder stream of {code_ids.shape[1]} code frames, {steps_said} "
              f"({engines.label})")
     return compare(Path(out), Render(fp32, rate), Render(rendered, rate), spans, title=title, full=full)
 
 
-def stream_steps(onnx_paths: list[Path]) -> list[tuple[Path, dict]]:
-    """(ONNX, contract) of each stateful step, first before main; anything else is refused by name."""
-    from rkaudio.families.qwen3_vocoder.step_export import FAMILY
-    from rkaudio.core.contract import get_contract
+def stream_steps(onnx_paths: list[Path], family: str) -> list[tuple[Path, EngineContract]]:
+    """(ONNX, contract) of each stateful step of `family` (as contracts name it), first before main; anything else
+    is refused by name."""
+    from rkaudio.core.contract import contract_of
 
-    found: dict[str, tuple[Path, dict]] = {}
+    found: dict[str, tuple[Path, EngineContract]] = {}
     for path in map(Path, onnx_paths):
-        contract = get_contract(path)
-        role = contract.get("role")
-        if contract.get("family") != FAMILY:
-            raise SetupError(f"{path} is not a {FAMILY} step (its contract names family {contract.get('family')!r})")
+        contract = contract_of(path)
+        role = contract.role
+        if contract.family != family:
+            raise SetupError(f"{path} is not a {family} step (its contract names family {contract.family!r})")
         if role not in STREAM_ROLES:
             raise SetupError(f"{path} is a {role} engine: the stream runs the stateful steps ({', '.join(STREAM_ROLES)})")
         if role in found:
@@ -63,7 +65,8 @@ def stream_steps(onnx_paths: list[Path]) -> list[tuple[Path, dict]]:
     return [found[role] for role in STREAM_ROLES if role in found]
 
 
-def render_stream(stream: list[tuple[Path, dict]], codes: np.ndarray, open_backend) -> tuple[np.ndarray, list]:
+def render_stream(stream: list[tuple[Path, EngineContract]], codes: np.ndarray, open_backend
+                  ) -> tuple[np.ndarray, list]:
     """The board's stream (golden_loop) over `open_backend(onnx)` for each step: (pcm, the span of every call,
     its kind the step's role, or `padded` for the flushed short group)."""
     from rkaudio.core.paths import engine_name
@@ -78,26 +81,27 @@ def render_stream(stream: list[tuple[Path, dict]], codes: np.ndarray, open_backe
     pcm = np.asarray(golden_loop(loop_engines, {"codes": codes}, STREAM_PARAMS)["pcm"]).reshape(-1)
     spans, start = [], 0
     for contract in calls:
-        group = contract["frames"] * contract["samples_per_frame"]
+        step = StepContract.of(contract)
+        group = step.frames * step.samples_per_frame
         # Every call emits a full group but the flush, whose right padding emits nothing: the pcm ends there.
         stop = min(start + group, pcm.size)
-        spans.append(Span(start, stop, contract["role"] if stop - start == group else "padded"))
+        spans.append(Span(start, stop, contract.role if stop - start == group else "padded"))
         start = stop
     return pcm, spans
 
 
-def default_frames(contracts: list[dict]) -> int:
+def default_frames(contracts: list[EngineContract]) -> int:
     """The golden's codes (a group on `first`, two on `main`: the cache carried across both steps and main to
     main) and half a main group more, so the flushed, right-padded call is heard too."""
     from rkaudio.board.qwen3_vocoder import golden_codes_length
 
-    return golden_codes_length(contracts) + max(1, contracts[-1]["frames"] // 2)
+    return golden_codes_length(contracts) + max(1, StepContract.of(contracts[-1]).frames // 2)
 
 
-def _codes(path: Path | None, frames: int | None, seed: int, contracts: list[dict], source) -> np.ndarray:
+def _codes(path: Path | None, frames: int | None, seed: int, contracts: list[EngineContract], source) -> np.ndarray:
     """Code ids [num_quantizers, T]: `path`'s (.npy, [K, T] or [1, K, T]) or `frames` random ones from `seed`
     (the codebook size is the snapshot's)."""
-    quantizers = int(contracts[0]["num_quantizers"])
+    quantizers = StepContract.of(contracts[0]).num_quantizers
     book = int(source.decoder_config["codebook_size"]) if source is not None else None
     if path is None:
         if book is None:

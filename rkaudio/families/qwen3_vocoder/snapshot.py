@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rkaudio.core.errors import SetupError
+from rkaudio.pipeline.checkpoint import as_repo_id, resolve_checkpoint
 
 REPO_ID = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 MODEL_TYPE = "qwen3_tts_tokenizer_12hz"
 SUBDIR = "speech_tokenizer"
 DECODER_PREFIX = "decoder."
+FILES = (f"{SUBDIR}/config.json", f"{SUBDIR}/model.safetensors")  # what a checkpoint directory holds
+SNAPSHOT_NAME = f"{REPO_ID} snapshot"  # what a missing one is called
 
 # The released decoder's shapes (16 codebooks of 2048, 512-d codes, 8 sliding-window layers of 16x64
 # heads over a 512-d stream, 1024-d latent, 1536 -> 96 channels over strides 8/5/4/3): tests and the
@@ -36,33 +39,11 @@ class DecoderSnapshot:
 
 
 def resolve(source: str | Path) -> Path:
-    """The `speech_tokenizer/` directory for a snapshot dir, the directory itself, or a cached repo id."""
-    path = Path(source).expanduser()
-    if not path.exists():
-        if str(source).count("/") == 1 and not str(source).startswith((".", "/", "~")):
-            path = _from_hub_cache(str(source))
-        else:
-            raise SetupError(f"no snapshot at {path}: expected a {REPO_ID} checkpoint directory holding "
-                             f"{SUBDIR}/config.json and {SUBDIR}/model.safetensors")
-    if not path.is_dir():
-        raise SetupError(f"{path} is a file: pass the {REPO_ID} checkpoint directory (the one holding {SUBDIR}/)")
-    for candidate in (path / SUBDIR, path):
-        if (candidate / "config.json").is_file() and (candidate / "model.safetensors").is_file():
-            return candidate
-    raise SetupError(f"{path} holds no {SUBDIR}/config.json + {SUBDIR}/model.safetensors: pass the {REPO_ID} "
-                     f"checkpoint directory (or its {SUBDIR}/ folder)")
-
-
-def _from_hub_cache(repo_id: str) -> Path:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=[f"{SUBDIR}/*"]))
-    except (LocalEntryNotFoundError, FileNotFoundError, OSError) as error:
-        raise SetupError(f"{repo_id} is not in the local huggingface_hub cache ({error.__class__.__name__}); "
-                         f"download it elsewhere (e.g. `huggingface-cli download {REPO_ID}`) and pass its "
-                         "directory with --model-dir") from None
+    """The `speech_tokenizer/` directory of a checkpoint: `source` is the checkpoint directory, that directory
+    itself, or a repo id looked up in the huggingface_hub cache (a one-line SetupError naming both when absent)."""
+    source = Path(source)
+    checkpoint = source.parent if source.name == SUBDIR else source
+    return resolve_checkpoint(checkpoint, as_repo_id(source), FILES, SNAPSHOT_NAME) / SUBDIR
 
 
 def read_decoder_config(directory: Path) -> dict:

@@ -29,10 +29,10 @@ from torch.nn import functional as F
 
 from rkaudio.families.qwen3_vocoder.cache import (CacheLayout, RowCausalConv, RowTransposedConv, TimeMajorCausalConv,
                                                     aligned_slots)
+from rkaudio.board.qwen3_vocoder import StepContract
 from rkaudio.board.soc import ROW_SAMPLES_LIMIT
 from rkaudio.surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
 
-SAMPLES_PER_FRAME_KEY = "samples_per_frame"
 # The engine's `codes` input: code ids as floats (see Quantizer), named in the contract for the runtime.
 CODES_DTYPE = "float32"
 FP16_EXACT_INTEGERS = 2048  # every integer up to 2^11 is exact in fp16
@@ -420,18 +420,12 @@ class StreamingDecoder(nn.Module):
         pcm = wav.clamp(-1.0, 1.0).reshape(1, -1)
         return pcm, self.layout.join(new_state)
 
-    def contract_fields(self) -> dict:
-        """What the runtime and the conversion stage read back instead of restating."""
-        return {
-            "cache_numel": self.cache_numel,
-            "codes_dtype": CODES_DTYPE,
-            "head_dim": self.dims["head_dim"],
-            "kv_len": self.kv_len,
-            "kv_heads": self.dims["kv_heads"],
-            "num_quantizers": self.dims["num_quantizers"],
-            SAMPLES_PER_FRAME_KEY: self.samples_per_frame,
-            "row_samples_limit": self.row_samples_limit,
-            "sine_degree": ROUND_SINE_DEGREE,
-            "cache_layout": self.layout.to_json(),
-        }
+    def contract_fields(self, frames: int, sine_form: str) -> StepContract:
+        """What the runtime and the conversion stage read back instead of restating, for a step of `frames` code
+        frames whose SnakeBeta sines are evaluated in `sine_form`."""
+        return StepContract(frames=frames, cache_numel=self.cache_numel, samples_per_frame=self.samples_per_frame,
+                            num_quantizers=self.dims["num_quantizers"], head_dim=self.dims["head_dim"],
+                            kv_len=self.kv_len, kv_heads=self.dims["kv_heads"], cache_layout=self.layout.to_json(),
+                            codes_dtype=CODES_DTYPE, row_samples_limit=self.row_samples_limit,
+                            sine_degree=ROUND_SINE_DEGREE, sine_form=sine_form)
 

@@ -7,14 +7,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.pipeline.pipeline import Exported, record_export
 from rkaudio.core.paths import reference_path
 from rkaudio.gates.verdict import refuse_degenerate
 from rkaudio.board.verdict import Verdict, at_least, at_most, nothing_to_judge
 
-FAMILY = "qwen3-vocoder"
-COMPONENT = "speech_decoder"
-EXEC_PLAN_OPTION = "qwen3_tts.exec_plan"
 ROLES = ("main", "first", "window")
 WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
 # The stepwise gate is relative: the fp32 stepwise decode against the reference decoder's float64 full decode
@@ -108,18 +106,19 @@ def export_health(model, stream=None) -> Verdict:
     return at_most("export health", total, 0, "nodes", detail)
 
 
-def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None, seed: int = 0,
+def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference=None, seed: int = 0,
                 sine_form: str = DEFAULT_SINE_FORM, say=print) -> Exported:
     """Trace `step` for `frames` code frames, check it, and write two graphs: `onnx_path`, the engine graph
     (SnakeBeta sines in `sine_form`), and its exact fp32 twin (rkaudio.core.paths.reference_path: the host runtime's
-    graph and the simulator gate's reference), plus the self-check inputs.
+    graph and the simulator gate's reference), plus the self-check inputs; their contracts are `job`'s.
 
     Stateful roles (main, first): the stepwise decode (steps of `frames`) must match a full decode of the same
     codes by `reference` (the package decoder; the step itself at full length when None)."""
     import onnx
     import torch
 
-    from rkaudio.core.contract import make_contract, set_contract
+    from rkaudio.board.window_walk import WindowSpan
+    from rkaudio.core.contract import set_contract
     from rkaudio.gates.snr import snr_verdict
     from rkaudio.surgery.graph.round_shift import fp16_round_shift
 
@@ -133,12 +132,13 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     twin = reference_path(onnx_path)
     verdicts: list[Verdict] = []
-    fields = step.contract_fields()
+    fields = step.contract_fields(frames, sine_form)
+    window = {}  # the window role's span fields
 
     if role == "window":
         if frames <= WINDOW_CONTEXT:
             raise ValueError(f"a window of {frames} frames leaves nothing after {WINDOW_CONTEXT} context frames")
-        fields.update(window=frames, context=WINDOW_CONTEXT, emitted=frames - WINDOW_CONTEXT)
+        window = WindowSpan.left_context(frames, WINDOW_CONTEXT).to_fields()
         wrap = _FixedStep.window
         codes = torch.randint(0, book, (1, quantizers, frames), generator=generator)
         _, floor = fp32_floor(reference if reference is not None else step, codes)
@@ -154,9 +154,8 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
         wrap = _FixedStep.stateful
         feeds = {"codes": codes_all[..., -frames:], "cache_in": warm}
         names_in, names_out = ["codes", "cache_in"], ["pcm", "cache_out"]
-    feeds["codes"] = feeds["codes"].to(getattr(torch, fields["codes_dtype"]))  # the engine's input type
-    fields.update(frames=frames, sine_form=sine_form)
-    contract = make_contract(FAMILY, COMPONENT, role, EXEC_PLAN_OPTION, ladder_key=frames, **fields)
+    feeds["codes"] = feeds["codes"].to(getattr(torch, fields.codes_dtype))  # the engine's input type
+    contract = job.contract(role, ladder_key=frames, **fields.to_fields(), **window)
 
     exact, exact_outputs = _trace(wrap(step), feeds, names_in, names_out, twin)
     verdicts += _onnx_verdicts(exact, feeds, names_out, exact_outputs, "exact sine", step.layout, floor)
@@ -173,26 +172,27 @@ def export_step(step, frames: int, role: str, onnx_path: Path, *, reference=None
     refuse_degenerate(verdicts, context)  # a degenerate reference: nothing is traced or written
     health = export_health(engine)
     verdicts.append(health)
-    print(f"export: {len(engine.graph.node)} nodes, opset {OPSET}; cache_numel {fields['cache_numel']}, "
-          f"head_dim {fields['head_dim']}, kv_len {fields['kv_len']}, rows of "
+    print(f"export: {len(engine.graph.node)} nodes, opset {OPSET}; cache_numel {fields.cache_numel}, "
+          f"head_dim {fields.head_dim}, kv_len {fields.kv_len}, rows of "
           f"{step.frames_per_row(frames)} frames", file=sys.stderr)
 
     onnx.save(set_contract(engine, contract), str(onnx_path))
-    onnx.save(set_contract(exact, {**contract, "sine_form": "exact"}), str(twin))
+    onnx.save(set_contract(exact, contract.with_fields(sine_form="exact")), str(twin))
     record = record_export(onnx_path, verdicts, feeds={name: value.numpy() for name, value in feeds.items()},
                            reference=twin)
     say(describe(onnx_path, contract, f"exact fp32 twin {twin.name}"))
     return record
 
 
-def describe(onnx_path: Path, contract: dict, source: str) -> str:
+def describe(onnx_path: Path, contract: EngineContract, source: str) -> str:
     """One line of what a step's contract fixes (role and B, of each shape set of a dynamic ladder; cache size, head
     dim, kv_len), and where it came from."""
-    from rkaudio.board.shapes import set_contracts
+    from rkaudio.board.qwen3_vocoder import StepContract
 
-    steps = " and ".join(f"role {c['role']}, B={c['frames']}" for c in set_contracts(contract))
-    return (f"{Path(onnx_path).name}: {steps}, cache_numel "
-            f"{contract['cache_numel']}, head_dim {contract['head_dim']}, kv_len {contract['kv_len']} ({source})")
+    step = StepContract.of(contract)
+    steps = " and ".join(f"role {view.role}, B={StepContract.of(view).frames}" for view in contract.views())
+    return (f"{Path(onnx_path).name}: {steps}, cache_numel {step.cache_numel}, head_dim {step.head_dim}, "
+            f"kv_len {step.kv_len} ({source})")
 
 
 def _trace(module, feeds: dict, names_in: list[str], names_out: list[str], path: Path):

@@ -18,8 +18,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from rkaudio.core.onnx_graph import GraphIndex, constant_value, node_attr
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.soc import TIME_FIELD_LIMIT
+from rkaudio.board.vits import VitsWindow
+from rkaudio.core.onnx_graph import GraphIndex, constant_value, node_attr
 from rkaudio.surgery.graph.mask import upsample_levels
 
 # The widest interleave stage: rknn.build lowers a wider 0/1 ConvTranspose through a CPU pad (measured on rk3566: one
@@ -67,13 +69,18 @@ def decoder_in_phases(model: onnx.ModelProto, decoder_input: str, strides: list[
                          "--window") from None
 
 
-def lacks_phases(contract: dict, target: str | None) -> bool:
-    """Whether an exported window (its contract's window, level strides and polyphase phases) holds fewer phases than
-    `target`'s time field needs: an export for a wider field, which the build could only refuse."""
-    strides = contract.get("strides")
-    if not strides or "window" not in contract:
+def lacks_phases(contract: EngineContract, target: str | None) -> bool:
+    """Whether an exported VITS window (its window, level strides and polyphase phases) holds fewer phases than
+    `target`'s time field needs: an export for a wider field, which the build could only refuse. False for a
+    contract that is no VITS window's (an encoder's, a foreign ONNX's)."""
+    try:
+        window = VitsWindow.of(contract)
+    except ValueError:
         return False
-    return (contract.get("polyphase") or 1) < phase_count(strides, overflowing_levels(target, contract["window"], strides))
+    if not window.strides:
+        return False
+    needed = phase_count(window.strides, overflowing_levels(target, window.window, window.strides))
+    return (window.polyphase or 1) < needed
 
 
 def interleave_stages(phases: int) -> list[int]:
@@ -127,46 +134,42 @@ def _nearest_source(index: GraphIndex, name: str, phases: int) -> str | None:
     return name
 
 
-def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) -> onnx.ModelProto:
-    """Rewrite the last `levels` upsampling levels below `decoder_input` (their ConvTransposes and every layer
-    below the first of them) to run on their phases at the coarse rate (exact), interleaving back where the graph
-    leaves that form."""
-    if levels < 1:
-        return model
-    index = GraphIndex(model)
-    depth = upsample_levels(model, decoder_input)
-    deepest = max(depth.values())
-    if levels > deepest:
-        raise PolyphaseError(f"{levels} polyphase levels asked, the decoder below {decoder_input!r} has {deepest}")
-    first_level = deepest - levels + 1
+class _PhaseGraph:
+    """A copy of a decoder being rewritten node by node: the rewritten nodes, the tensors held in phase layout, and
+    the interleaves already made of them."""
 
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    graph = out.graph
-    layout: dict[str, tuple[int, int]] = {}  # phase-layout tensors -> (channels per phase, phases)
-    new_nodes: list[onnx.NodeProto] = []
+    def __init__(self, model: onnx.ModelProto):
+        self.index = GraphIndex(model)  # of the original graph: its constants and producers
+        self.model = onnx.ModelProto()
+        self.model.CopyFrom(model)
+        self.layout: dict[str, tuple[int, int]] = {}  # phase-layout tensors -> (channels per phase, phases)
+        self.nodes: list[onnx.NodeProto] = []
+        self.interleaved: dict[str, str] = {}  # phase-layout tensor -> its full-rate interleave
 
-    def initializer(name: str, value: np.ndarray) -> str:
+    def phases_of(self, name: str) -> int:
+        return self.layout[name][1] if name in self.layout else 1
+
+    def initializer(self, name: str, value: np.ndarray) -> str:
         value = value.astype(np.float32) if value.dtype.kind == "f" else value
-        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        self.model.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    def as_conv(node: onnx.NodeProto, taps: np.ndarray, shifts: list[int], stride: int, phases: int):
+    def as_conv(self, node: onnx.NodeProto, taps: np.ndarray, shifts: list[int], stride: int, phases: int) -> None:
         """Replace `node` (a full-rate conv with these taps) by its coarse Conv on `phases` input phases."""
-        bias = constant_value(index, node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        bias = constant_value(self.index, node.input[2]) if len(node.input) > 2 and node.input[2] else None
         weight, bias, pads = phase_conv(taps, shifts, stride, phases, bias)
         result = node.output[0]
-        new_nodes.append(helper.make_node(
-            "Conv", [node.input[0], initializer(f"{result}_polyphase_w", weight),
-                     initializer(f"{result}_polyphase_b", bias)],
+        self.nodes.append(helper.make_node(
+            "Conv", [node.input[0], self.initializer(f"{result}_polyphase_w", weight),
+                     self.initializer(f"{result}_polyphase_b", bias)],
             [result], name=f"{node.name or result}_polyphase", pads=pads))
-        layout[result] = (taps.shape[0], phases * stride)
+        self.layout[result] = (taps.shape[0], phases * stride)
 
-    def interleave(name: str) -> str:
+    def interleave(self, name: str) -> str:
         """Phase layout [1, P*C, L] -> [1, C, P*L] by 0/1 ConvTransposes (kernel = stride = a, `interleave_stages`):
         stage a turns P phases at L into P/a phases at a*L (phase p' at a*t + k is phase (P/a)*k + p' at t). Exact,
         and ops the NPU runs where a Reshape/Transpose interleave becomes a long Gather or a CPU Reshape."""
-        c, phases = layout[name]
+        c, phases = self.layout[name]
         current = name
         for stage, a in enumerate(interleave_stages(phases)):
             select = np.zeros((phases * c, phases // a * c, a), dtype=np.float32)
@@ -174,71 +177,105 @@ def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) ->
                 for p in range(phases // a):
                     select[(phases // a * k + p) * c + np.arange(c), p * c + np.arange(c), k] = 1.0
             result = f"{name}_interleaved" if phases == a else f"{name}_interleave{stage}"
-            new_nodes.append(helper.make_node(
-                "ConvTranspose", [current, initializer(f"{result}_w", select)], [result],
+            self.nodes.append(helper.make_node(
+                "ConvTranspose", [current, self.initializer(f"{result}_w", select)], [result],
                 name=f"{name}_interleave{stage}", kernel_shape=[a], strides=[a]))
             current, phases = result, phases // a
         return current
 
-    interleaved: dict[str, str] = {}
-    for original in graph.node:
+    def upsampler(self, node: onnx.NodeProto) -> None:
+        """A ConvTranspose of the levels: a Conv making its stride times the phases of its input."""
+        weight = constant_value(self.index, node.input[1])
+        stride = int(node_attr(node, "strides", [1])[0])
+        pads = list(node_attr(node, "pads", [0, 0]))
+        if pads[0] != pads[1] or weight.shape[2] - 2 * pads[0] != stride or int(node_attr(node, "group", 1)) != 1 \
+                or any(node_attr(node, "output_padding", [0])):
+            raise PolyphaseError(f"{node.name!r}: output length must be exactly stride x input "
+                                 "(kernel - 2*pad = stride, no groups or output padding)")
+        self.as_conv(node, weight.transpose(1, 0, 2), [pads[0] - j for j in range(weight.shape[2])], stride,
+                     self.phases_of(node.input[0]))
+
+    def takes_conv(self, node: onnx.NodeProto) -> bool:
+        """Whether `node` is a full-rate Conv on a phase-layout input that `conv` rewrites (ungrouped, stride 1)."""
+        return node.op_type == "Conv" and node.input[0] in self.layout and int(node_attr(node, "group", 1)) == 1 \
+            and int(node_attr(node, "strides", [1])[0]) == 1
+
+    def conv(self, node: onnx.NodeProto) -> None:
+        """A length-keeping Conv below the first level: a Conv over the phase-stacked channels."""
+        conv_pads = list(node_attr(node, "pads", [0, 0]))
+        weight = constant_value(self.index, node.input[1])
+        dilation = int(node_attr(node, "dilations", [1])[0])
+        if conv_pads[0] + conv_pads[1] != dilation * (weight.shape[2] - 1):
+            raise PolyphaseError(f"conv {node.name!r} does not keep its length ('same' padding needed)")
+        self.as_conv(node, weight, [j * dilation - conv_pads[0] for j in range(weight.shape[2])], 1,
+                     self.phases_of(node.input[0]))
+
+    def elementwise(self, node: onnx.NodeProto, phased: list[str]) -> bool:
+        """A unary or binary op whose every input is in the phase layout of its first phased one, a scalar, or a
+        nearest-upsampled signal (read at the coarse rate): kept as it is, on the phases. False when one is not."""
+        if node.op_type not in UNARY and node.op_type not in BINARY:
+            return False
+        phases = self.layout[phased[0]][1]
+        rewritten = []
+        for name in node.input:
+            value = constant_value(self.index, name)
+            if name in self.layout and self.layout[name][1] == phases or value is not None and value.size == 1:
+                rewritten.append(name)
+            elif name not in self.layout and (source := _nearest_source(self.index, name, phases)) is not None:
+                rewritten.append(source)  # every phase of a nearest-upsampled signal is the coarse signal
+            else:
+                return False
+        node.input[:] = rewritten
+        self.layout[node.output[0]] = self.layout[phased[0]]
+        self.nodes.append(node)
+        return True
+
+    def leave(self, node: onnx.NodeProto, phased: list[str]) -> None:
+        """Leaving the polyphase form: `node` reads the interleave of each phase-layout input."""
+        for name in phased:
+            if name not in self.interleaved:
+                self.interleaved[name] = self.interleave(name)
+        node.input[:] = [self.interleaved.get(i, i) for i in node.input]
+        self.nodes.append(node)
+
+    def finish(self) -> onnx.ModelProto:
+        """The rewritten model, a graph output still in phase layout interleaved back under its own name."""
+        for output in self.model.graph.output:
+            if output.name in self.layout:
+                inner = f"{output.name}_polyphase"
+                for node in self.nodes:
+                    node.input[:] = [inner if i == output.name else i for i in node.input]
+                    node.output[:] = [inner if o == output.name else o for o in node.output]
+                self.layout[inner] = self.layout.pop(output.name)
+                self.nodes.append(helper.make_node("Identity", [self.interleave(inner)], [output.name]))
+        del self.model.graph.node[:]
+        self.model.graph.node.extend(self.nodes)
+        return self.model
+
+
+def polyphase_levels(model: onnx.ModelProto, decoder_input: str, levels: int) -> onnx.ModelProto:
+    """Rewrite the last `levels` upsampling levels below `decoder_input` (their ConvTransposes and every layer
+    below the first of them) to run on their phases at the coarse rate (exact), interleaving back where the graph
+    leaves that form."""
+    if levels < 1:
+        return model
+    depth = upsample_levels(model, decoder_input)
+    deepest = max(depth.values())
+    if levels > deepest:
+        raise PolyphaseError(f"{levels} polyphase levels asked, the decoder below {decoder_input!r} has {deepest}")
+    first_level = deepest - levels + 1
+
+    rewrite = _PhaseGraph(model)
+    for original in model.graph.node:
         node = onnx.NodeProto()
         node.CopyFrom(original)
-        phases = layout[node.input[0]][1] if node.input and node.input[0] in layout else 1
+        phased = [i for i in node.input if i in rewrite.layout]
         if node.op_type == "ConvTranspose" and depth.get(node.output[0], 0) >= first_level:
-            weight = constant_value(index, node.input[1])
-            stride = int(node_attr(node, "strides", [1])[0])
-            pads = list(node_attr(node, "pads", [0, 0]))
-            if pads[0] != pads[1] or weight.shape[2] - 2 * pads[0] != stride or int(node_attr(node, "group", 1)) != 1 \
-                    or any(node_attr(node, "output_padding", [0])):
-                raise PolyphaseError(f"{node.name!r}: output length must be exactly stride x input "
-                                     "(kernel - 2*pad = stride, no groups or output padding)")
-            as_conv(node, weight.transpose(1, 0, 2), [pads[0] - j for j in range(weight.shape[2])], stride, phases)
-            continue
-        phased = [i for i in node.input if i in layout]
-        if not phased:
-            new_nodes.append(node)
-            continue
-        if node.op_type == "Conv" and node.input[0] in layout and int(node_attr(node, "group", 1)) == 1 \
-                and int(node_attr(node, "strides", [1])[0]) == 1:
-            conv_pads = list(node_attr(node, "pads", [0, 0]))
-            weight = constant_value(index, node.input[1])
-            dilation = int(node_attr(node, "dilations", [1])[0])
-            if conv_pads[0] + conv_pads[1] != dilation * (weight.shape[2] - 1):
-                raise PolyphaseError(f"conv {node.name!r} does not keep its length ('same' padding needed)")
-            as_conv(node, weight, [j * dilation - conv_pads[0] for j in range(weight.shape[2])], 1, phases)
-            continue
-        if node.op_type in UNARY or node.op_type in BINARY:
-            phases = layout[phased[0]][1]
-            rewritten = []
-            for name in node.input:
-                value = constant_value(index, name)
-                if name in layout and layout[name][1] == phases or value is not None and value.size == 1:
-                    rewritten.append(name)
-                elif name not in layout and (source := _nearest_source(index, name, phases)) is not None:
-                    rewritten.append(source)  # every phase of a nearest-upsampled signal is the coarse signal
-                else:
-                    rewritten = None
-                    break
-            if rewritten is not None:
-                node.input[:] = rewritten
-                layout[node.output[0]] = layout[phased[0]]
-                new_nodes.append(node)
-                continue
-        # Leaving the polyphase form: interleave the phases back into the full-rate layout.
-        for name in phased:
-            if name not in interleaved:
-                interleaved[name] = interleave(name)
-        node.input[:] = [interleaved.get(i, i) for i in node.input]
-        new_nodes.append(node)
-    for output in graph.output:
-        if output.name in layout:
-            inner = f"{output.name}_polyphase"
-            for node in new_nodes:
-                node.input[:] = [inner if i == output.name else i for i in node.input]
-                node.output[:] = [inner if o == output.name else o for o in node.output]
-            layout[inner] = layout.pop(output.name)
-            new_nodes.append(helper.make_node("Identity", [interleave(inner)], [output.name]))
-    del graph.node[:]
-    graph.node.extend(new_nodes)
-    return out
+            rewrite.upsampler(node)
+        elif not phased:
+            rewrite.nodes.append(node)
+        elif rewrite.takes_conv(node):
+            rewrite.conv(node)
+        elif not rewrite.elementwise(node, phased):
+            rewrite.leave(node, phased)
+    return rewrite.finish()

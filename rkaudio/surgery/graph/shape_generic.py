@@ -17,12 +17,13 @@ one constant between readers at one shape and not at another still yields one gr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from rkaudio.core.onnx_graph import constant_values
+from rkaudio.core.onnx_graph import constant_values, static_shapes
 
 
 class NotOneGraph(ValueError):
@@ -228,85 +229,107 @@ def _slice_offsets(users, versions, differing, shapes, values) -> list | None:
     return [offsets[k] for k in differing]
 
 
-def shape_generic(models: list[onnx.ModelProto]) -> onnx.ModelProto:
-    """One graph that accepts every shape set of `models` (fixed-shape exports of one model, in set order) and
-    computes exactly what each of them computes at its own shapes; NotOneGraph names what stops it."""
-    from rkaudio.core.onnx_graph import static_shapes
+@dataclass
+class _ShapeSets:
+    """The fixed-shape graphs being made one: what the rewrite of each differing constant reads."""
 
-    if len(models) < 2:
-        raise NotOneGraph("a shape-generic graph needs at least two shape sets")
-    models = [own_small_constants(m) for m in models]
-    graphs = [m.graph for m in models]
-    dims = varying_dims(models)
-    _check_same_nodes(graphs)
-    values = [constant_values(g) for g in graphs]
-    if any(set(v) != set(values[0]) for v in values[1:]):
-        raise NotOneGraph("the shape sets hold different constants (names differ)")
-    shapes = None  # inferred only when a Slice needs it
-    consumers = _consumers(graphs[0])
-    builder = _Builder()
-    rewritten: dict[str, np.ndarray] = {}  # constant name -> its shape-generic value (no arithmetic needed)
-    for name, first in values[0].items():
-        versions = [v[name] for v in values]
-        if all(v.shape == first.shape and np.array_equal(v, first) for v in versions[1:]):
+    models: list[onnx.ModelProto]
+    values: list[dict[str, np.ndarray]]  # each set's constants, by name
+    dims: list[Dim]  # the input dims that vary between the sets
+
+    @cached_property
+    def shapes(self) -> list[dict[str, list[int]]]:
+        """Each set's static tensor shapes: inferred only when a Slice constant needs them."""
+        return [static_shapes(m) for m in self.models]
+
+
+def _generic_vector(name: str, versions: list[np.ndarray], users: list, sets: _ShapeSets,
+                    builder: _Builder) -> np.ndarray | None:
+    """An integer vector that differs between the sets: a Reshape target with its one differing entry -1, or Slice
+    starts/ends counted from the axis end (returned: no arithmetic needed); else each differing entry `a * dim + b`,
+    computed by the builder's nodes under `name` (None)."""
+    first = versions[0]
+    differing = [k for k in range(first.size) if len({int(v[k]) for v in versions}) > 1]
+    if users and all(node.op_type == "Reshape" and position == 1 for node, position in users) \
+            and len(differing) == 1 and -1 not in first and 0 not in first:
+        return np.where(np.arange(first.size) == differing[0], -1, first).astype(first.dtype)
+    if users and all(node.op_type == "Slice" for node, _ in users):
+        offsets = _slice_offsets(users, versions, differing, sets.shapes, sets.values)
+        if offsets is not None:
+            generic = first.copy()
+            generic[differing] = offsets
+            return generic
+    entries: list = []
+    for k in range(first.size):
+        if k not in differing:
+            entries.append(int(first[k]))
             continue
-        users = consumers.get(name, [])
-        if first.dtype.kind in "iu" and first.ndim == 1 and all(v.shape == first.shape for v in versions):
-            differing = [k for k in range(first.size) if len({int(v[k]) for v in versions}) > 1]
-            if users and all(node.op_type == "Reshape" and position == 1 for node, position in users) \
-                    and len(differing) == 1 and -1 not in first and 0 not in first:
-                rewritten[name] = np.where(np.arange(first.size) == differing[0], -1, first).astype(first.dtype)
-                continue
-            if users and all(node.op_type == "Slice" for node, _ in users):
-                shapes = shapes or [static_shapes(m) for m in models]
-                offsets = _slice_offsets(users, versions, differing, shapes, values)
-                if offsets is not None:
-                    generic = first.copy()
-                    generic[differing] = offsets
-                    rewritten[name] = generic
-                    continue
-            entries: list = []
-            for k in range(first.size):
-                if k not in differing:
-                    entries.append(int(first[k]))
-                    continue
-                fit = _fit([int(v[k]) for v in versions], dims)
-                if fit is None:
-                    raise NotOneGraph(f"constant {name} entry {k} = {[int(v[k]) for v in versions]} is no a*dim+b of "
-                                      f"a varying input dim ({[(d.input, d.axis, d.values) for d in dims]})")
-                entries.append(builder.affine(*fit))
-            if first.dtype == np.int64:
-                builder.vector(entries, name)
-            else:
-                builder.vector(entries, name + "/int64")
-                builder.nodes.append(helper.make_node("Cast", [name + "/int64"], [name], name=name + "/cast",
-                                                      to=helper.np_dtype_to_tensor_dtype(first.dtype)))
-            continue
-        largest = max(versions, key=lambda v: v.size)
-        if all(v.ndim == largest.ndim and all(a <= b for a, b in zip(v.shape, largest.shape))
-               and np.array_equal(v, largest[tuple(slice(0, n) for n in v.shape)]) for v in versions):
-            axes = [axis for axis in range(largest.ndim) if len({v.shape[axis] for v in versions}) > 1]
-            ends = []
-            for axis in axes:
-                fit = _fit([v.shape[axis] for v in versions], dims)
-                if fit is None:
-                    raise NotOneGraph(f"table {name} axis {axis} sizes {[v.shape[axis] for v in versions]} are no "
-                                      "a*dim+b of a varying input dim")
-                ends.append(builder.affine(*fit))
-            table = builder.const(largest)
-            builder.vector(ends, name + "/ends")
-            builder.nodes.append(helper.make_node(
-                "Slice", [table, builder.const(np.zeros(len(axes), np.int64)), name + "/ends",
-                          builder.const(np.asarray(axes, np.int64))], [name], name=name + "/prefix"))
-            continue
+        fit = _fit([int(v[k]) for v in versions], sets.dims)
+        if fit is None:
+            raise NotOneGraph(f"constant {name} entry {k} = {[int(v[k]) for v in versions]} is no a*dim+b of "
+                              f"a varying input dim ({[(d.input, d.axis, d.values) for d in sets.dims]})")
+        entries.append(builder.affine(*fit))
+    if first.dtype == np.int64:
+        builder.vector(entries, name)
+    else:
+        builder.vector(entries, name + "/int64")
+        builder.nodes.append(helper.make_node("Cast", [name + "/int64"], [name], name=name + "/cast",
+                                              to=helper.np_dtype_to_tensor_dtype(first.dtype)))
+    return None
+
+
+def _largest_corner(versions: list[np.ndarray]) -> np.ndarray | None:
+    """The largest set's table when every set's is its leading corner, else None."""
+    largest = max(versions, key=lambda v: v.size)
+    if all(v.ndim == largest.ndim and all(a <= b for a, b in zip(v.shape, largest.shape))
+           and np.array_equal(v, largest[tuple(slice(0, n) for n in v.shape)]) for v in versions):
+        return largest
+    return None
+
+
+def _table_prefix(name: str, largest: np.ndarray, versions: list[np.ndarray], dims: list[Dim],
+                  builder: _Builder) -> None:
+    """`name` as the builder's Slice of the largest table to each set's sizes, each varying axis `a * dim + b`."""
+    axes = [axis for axis in range(largest.ndim) if len({v.shape[axis] for v in versions}) > 1]
+    ends = []
+    for axis in axes:
+        fit = _fit([v.shape[axis] for v in versions], dims)
+        if fit is None:
+            raise NotOneGraph(f"table {name} axis {axis} sizes {[v.shape[axis] for v in versions]} are no "
+                              "a*dim+b of a varying input dim")
+        ends.append(builder.affine(*fit))
+    table = builder.const(largest)
+    builder.vector(ends, name + "/ends")
+    builder.nodes.append(helper.make_node(
+        "Slice", [table, builder.const(np.zeros(len(axes), np.int64)), name + "/ends",
+                  builder.const(np.asarray(axes, np.int64))], [name], name=name + "/prefix"))
+
+
+def _generic_constant(name: str, versions: list[np.ndarray], users: list, sets: _ShapeSets,
+                      builder: _Builder) -> np.ndarray | None:
+    """The constant `name` (its value in each set) written for every set: its shape-generic value when it needs no
+    arithmetic, else None with the builder's nodes computing it; NotOneGraph when it is neither a shape nor a table
+    prefix."""
+    first = versions[0]
+    if first.dtype.kind in "iu" and first.ndim == 1 and all(v.shape == first.shape for v in versions):
+        return _generic_vector(name, versions, users, sets, builder)
+    largest = _largest_corner(versions)
+    if largest is None:
         raise NotOneGraph(f"constant {name} ({first.dtype}, shapes {[tuple(v.shape) for v in versions]}) differs "
                           "between the shape sets and is neither a shape nor the leading corner of its largest set: "
                           "such a table has to be a graph input (export it as one, as CosyVoice3's RoPE tables are)")
+    _table_prefix(name, largest, versions, sets.dims, builder)
+    return None
+
+
+def _assembled(sets: _ShapeSets, builder: _Builder, rewritten: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """Set 0's model with its differing constants replaced (by `rewritten` values, or by the builder's nodes, which
+    go first) and its varying input and output dims named by their symbols."""
     computed = {output for node in builder.nodes for output in node.output}
     replaced = computed | set(rewritten)
 
     out = onnx.ModelProto()
-    out.CopyFrom(models[0])
+    out.CopyFrom(sets.models[0])
     graph = out.graph
     initializers = [t for t in graph.initializer if t.name not in replaced]
     initializers += [numpy_helper.from_array(value, name) for name, value in rewritten.items()]
@@ -316,18 +339,43 @@ def shape_generic(models: list[onnx.ModelProto]) -> onnx.ModelProto:
     nodes = [n for n in graph.node if not (n.op_type == "Constant" and n.output[0] in replaced)]
     del graph.node[:]
     graph.node.extend(builder.nodes + nodes)  # the shape nodes read graph inputs only: they can go first
-    symbol_of = {(d.input, d.axis): d.symbol for d in dims}
+    symbol_of = {(d.input, d.axis): d.symbol for d in sets.dims}
     for graph_input in graph.input:
         for axis, dim in enumerate(graph_input.type.tensor_type.shape.dim):
             if (graph_input.name, axis) in symbol_of:
                 dim.ClearField("dim_value")
                 dim.dim_param = symbol_of[(graph_input.name, axis)]
-    outputs = [_output_dims(g) for g in graphs]
+    outputs = [_output_dims(m.graph) for m in sets.models]
     for graph_output in graph.output:
         for axis, dim in enumerate(graph_output.type.tensor_type.shape.dim):
             sizes = tuple(o[graph_output.name][axis] for o in outputs)
             if len(set(sizes)) > 1:
                 dim.ClearField("dim_value")
-                dim.dim_param = next((d.symbol for d in dims if d.values == sizes), f"{graph_output.name}_{axis}")
+                dim.dim_param = next((d.symbol for d in sets.dims if d.values == sizes), f"{graph_output.name}_{axis}")
     del graph.value_info[:]  # the fixed shapes of set 0: stale for every other set
     return out
+
+
+def shape_generic(models: list[onnx.ModelProto]) -> onnx.ModelProto:
+    """One graph that accepts every shape set of `models` (fixed-shape exports of one model, in set order) and
+    computes exactly what each of them computes at its own shapes; NotOneGraph names what stops it."""
+    if len(models) < 2:
+        raise NotOneGraph("a shape-generic graph needs at least two shape sets")
+    models = [own_small_constants(m) for m in models]
+    graphs = [m.graph for m in models]
+    dims = varying_dims(models)
+    _check_same_nodes(graphs)
+    sets = _ShapeSets(models, [constant_values(g) for g in graphs], dims)
+    if any(set(v) != set(sets.values[0]) for v in sets.values[1:]):
+        raise NotOneGraph("the shape sets hold different constants (names differ)")
+    consumers = _consumers(graphs[0])
+    builder = _Builder()
+    rewritten: dict[str, np.ndarray] = {}  # constant name -> its shape-generic value (no arithmetic needed)
+    for name, first in sets.values[0].items():
+        versions = [v[name] for v in sets.values]
+        if all(v.shape == first.shape and np.array_equal(v, first) for v in versions[1:]):
+            continue
+        generic = _generic_constant(name, versions, consumers.get(name, []), sets, builder)
+        if generic is not None:
+            rewritten[name] = generic
+    return _assembled(sets, builder, rewritten)

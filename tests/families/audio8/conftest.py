@@ -13,8 +13,9 @@ def small_model():
 
 @pytest.fixture(scope="session")
 def small_plan(small_model, tmp_path_factory):
+    from rkaudio.families.audio8 import graphs_job
     from rkaudio.families.audio8.export import export_all
 
     out = tmp_path_factory.mktemp("audio8_small")
-    export_all(small_model, out, [128, 256, 512], head_shards=2)
+    export_all(graphs_job(out, [128, 256, 512], head_shards=2), small_model)
     return out

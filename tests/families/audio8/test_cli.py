@@ -18,8 +18,8 @@ def calls(monkeypatch):
     seen = {}
     monkeypatch.setattr(family, "load_model", lambda model_dir, random_weights:
                         seen.setdefault("model", (model_dir, random_weights)))
-    monkeypatch.setattr(export, "export", lambda model, out, buckets, shards, stress, target:
-                        seen.update(buckets=buckets, shards=shards, stress=stress, target=target) or [])
+    monkeypatch.setattr(export, "export", lambda job, model, stress: seen.update(
+        buckets=job.options.kv_buckets, shards=job.options.head_shards, stress=stress, target=job.target) or [])
     return seen
 
 

@@ -15,7 +15,7 @@ from rkaudio.families.audio8 import FAMILY, checks
 from rkaudio.families.audio8.export import name_built_engines
 from rkaudio.pipeline.exported import Exported
 from rkaudio.pipeline.ladder import dynamic_ladder
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of
 from rkaudio.core.paths import engine_name
 from rkaudio.board.audio8 import PLAN_FILE, Audio8Runtime
 from rkaudio.board.mel import log_mel
@@ -37,7 +37,7 @@ def _merged_plan(small_plan, directory):
     plan = json.loads((directory / PLAN_FILE).read_text())
     records = [Exported.from_onnx(directory / entry["onnx"], FAMILY.name) for entry in plan["graphs"]]
     merged = dynamic_ladder(records, FAMILY.components[0].ladder, say=lambda _: None)
-    return {engine_name(record.onnx): get_contract(record.onnx) for record in merged}
+    return {engine_name(record.onnx): contract_of(record.onnx) for record in merged}
 
 
 def test_the_bucket_loop_runs_one_step_engine_through_its_views_fed_in_fp16(small_plan, tmp_path):
@@ -68,7 +68,7 @@ def test_the_bucket_loop_runs_one_step_engine_through_its_views_fed_in_fp16(smal
             onnx_path = directory / path.with_suffix(".onnx").name
             self.graph = OnnxBackend(onnx_path)
             entries = [{"name": name, "dtype": dtype.name} for name, dtype in self.graph.input_dtypes.items()]
-            self.input_dtypes = {e["name"]: np.dtype(e["dtype"]) for e in fed_inputs(entries, get_contract(onnx_path))}
+            self.input_dtypes = {e["name"]: np.dtype(e["dtype"]) for e in fed_inputs(entries, contract_of(onnx_path))}
 
         def run(self, feeds):
             if "full_k_0" in feeds:
@@ -152,11 +152,12 @@ def test_the_small_model_builds_one_step_engine_gated_per_set_as_the_static_step
 def test_the_package_names_the_one_step_engine_in_the_three_step_roles(builds):
     """The exec_plan packaging merges from the engines (the small model's kit is over its package's 1 MB budget,
     static or dynamic, so no package is assembled), the plan packaged beside them, and the kit's index."""
+    from rkaudio.board.contract import EngineContract
     from rkaudio.release.package import merge_exec_plan
     from rkaudio.host.exec_plan import plan_problems, shared_file_problems
 
     results, work = builds["results"], builds["work"]
-    plan = merge_exec_plan([(r.rknn.name, r.manifest_data["contract"]) for r in results])
+    plan = merge_exec_plan([(r.rknn.name, EngineContract.from_json(r.manifest_data["contract"])) for r in results])
     artifacts = plan["audio8_asr.exec_plan"]["decoder"]["artifacts"]
     assert {role: artifacts[role] for role in STEP_ROLES} == {role: f"{MERGED}.rknn" for role in STEP_ROLES}
     assert not plan_problems(plan) + shared_file_problems(plan, {r.rknn.name: r.manifest_data for r in results})

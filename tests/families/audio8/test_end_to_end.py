@@ -13,9 +13,9 @@ import pytest
 
 from rkaudio.engine import goldens
 from rkaudio.release import kit
-from rkaudio.families.audio8 import checks
+from rkaudio.families.audio8 import checks, graphs_job
 from rkaudio.families.audio8.export import E2E_LOOP, E2E_NAME, E2E_TOKENS, EMBED_FILE, export
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of
 from rkaudio.core.errors import SetupError
 from rkaudio.core.paths import REPO_ROOT, engine_name
 from rkaudio.board.golden import as_stored
@@ -28,8 +28,8 @@ SHARDS = 2  # the small model; head_shards=2 below
 @pytest.fixture(scope="module")
 def exported(small_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("audio8_e2e")
-    return out, export(small_model, out, [128, 256], head_shards=SHARDS, stress=False, say=lambda _: None,
-                       clips=[1.9])
+    return out, export(graphs_job(out, [128, 256], head_shards=SHARDS), small_model, stress=False,
+                       say=lambda _: None, clips=[1.9])
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_the_same_calls_whatever_the_engines_return(exported, recording):
             pass
 
     log = CallLog()
-    entries = [(name, get_contract(by_name[name])) for name in recording.spec["engines"]]
+    entries = [(name, contract_of(by_name[name])) for name in recording.spec["engines"]]
     with EnginePool(entries, lambda name: Noisy(by_name[name]), None, log) as pool:
         outputs = run_loop(E2E_LOOP, pool.engines, recording.inputs, recording.spec["params"])
     assert [c[0] for c in log.calls] == [c[0] for c in recording.calls]

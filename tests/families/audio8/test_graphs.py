@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
-from rkaudio.families.audio8 import checks
+from rkaudio.families.audio8 import checks, graphs_job
 from rkaudio.families.audio8.export import cache_free_verdict
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of, get_contract
 from rkaudio.core.errors import SetupError
 from rkaudio.core.paths import engine_name
 from rkaudio.board.audio8 import PLAN_FILE, Audio8Runtime, BucketError, Timings
@@ -79,13 +79,38 @@ def test_plan_lists_every_graph_with_role_and_bucket(small_plan):
     assert not [n.op_type for n in prefill.node if n.op_type in ("Gather", "GatherElements", "GatherND")]
 
 
+
+def test_each_graphs_contract_is_its_typed_fields(small_plan):
+    """A graph's family fields are exactly those of its kind (`rkaudio.board.audio8`): every graph the shared ones
+    (the prompt typed too), the adapter its row count, the prefill its length, a step its bucket, a head shard its
+    place and its [start, stop) vocabulary rows (its ladder key the place)."""
+    from rkaudio.board.audio8 import (Audio8AdapterFields, Audio8Fields, Audio8HeadFields, Audio8PrefillFields,
+                                      Audio8StepFields, Prompt)
+    from rkaudio.board.contract import EngineContract
+
+    kinds = {("encoder", "main"): Audio8Fields, ("adapter", "main"): Audio8AdapterFields,
+             ("prefill", "main"): Audio8PrefillFields, ("decoder", "head"): Audio8HeadFields}
+    plan = json.loads((small_plan / PLAN_FILE).read_text())
+    heads = []
+    for entry in plan["graphs"]:
+        contract = EngineContract.from_json(entry["contract"])
+        kind = Audio8StepFields if contract.role.startswith("step_") else kinds[contract.component, contract.role]
+        fields = kind.of(contract)
+        assert fields.to_fields() == dict(contract.fields) and isinstance(fields.prompt, Prompt)
+        if kind is Audio8StepFields:
+            assert contract.role == f"step_{fields.bucket}"
+        if kind is Audio8HeadFields:
+            heads.append((contract.ladder_key, fields.shard, fields.rows))
+    vocab = fields.vocab
+    assert heads == [(0, 0, [0, vocab // 2]), (1, 1, [vocab // 2, vocab])]
+
 def test_export_records_the_token_gates_on_every_graph(small_model, tmp_path):
     """One record per graph, all carrying the same token verdicts, readable back for `--onnx`; the plan
     carries each graph's contract as the graph does and names its engine."""
     from rkaudio.families.audio8.export import export
     from rkaudio.pipeline.pipeline import Exported
 
-    records = export(small_model, tmp_path, [128, 256], head_shards=2, stress=False, say=lambda _: None,
+    records = export(graphs_job(tmp_path, [128, 256], head_shards=2), small_model, stress=False, say=lambda _: None,
                      clips=[1.9])
     plan = json.loads((tmp_path / PLAN_FILE).read_text())
     assert [r.onnx.name for r in records] == [g["onnx"] for g in plan["graphs"]]
@@ -156,7 +181,7 @@ def _replace_graph(plan_dir, stem, module, example_inputs, input_names, output_n
     """Overwrite one exported graph with `module`, keeping its contract (a known-bad artifact)."""
     from rkaudio.families.audio8.export import _export
 
-    contract = get_contract(plan_dir / f"{stem}.onnx")
+    contract = contract_of(plan_dir / f"{stem}.onnx")
     _export(module, example_inputs, input_names, output_names, contract, plan_dir / f"{stem}.onnx")
 
 
@@ -165,7 +190,7 @@ class FirstRowsOfTheLargestPooling(Audio8Runtime):
     adapter's) fed for every clip, and its first N rows kept, instead of pooling to N."""
 
     def _pooling(self, placeholders):
-        return super()._pooling(self.contract["max_placeholders"])
+        return super()._pooling(self.fields.max_placeholders)
 
 
 def test_adapter_gate_catches_first_rows_of_the_largest_pooling(small_model, small_plan):
@@ -317,7 +342,7 @@ def test_step_buffers_are_held_and_fed_in_the_dtype_the_step_graph_takes(small_p
             def __init__(self, path):
                 self.graph = OnnxBackend(path)  # casts what it is fed to the ONNX's fp32 at its boundary
                 entries = [{"name": name, "dtype": dtype.name} for name, dtype in self.graph.input_dtypes.items()]
-                self.input_dtypes = ({e["name"]: np.dtype(e["dtype"]) for e in fed_inputs(entries, get_contract(path))}
+                self.input_dtypes = ({e["name"]: np.dtype(e["dtype"]) for e in fed_inputs(entries, contract_of(path))}
                                      if kind == "engine" else self.graph.input_dtypes)
 
             def run(self, feeds):

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from rkaudio.families.audio8 import checks
+from rkaudio.families.audio8 import checks, graphs_job
 from rkaudio.board.audio8 import Audio8Runtime
 from rkaudio.host.backends import OnnxBackend
 
@@ -114,7 +114,8 @@ def test_a_checkpoint_with_zero_logits_fails_its_export_with_the_silent_message(
     with torch.no_grad():
         silent.decoder.model.norm.weight.zero_()
     with pytest.raises(GateFailure) as failure:
-        export(silent, tmp_path, [128, 256], head_shards=2, stress=False, say=lambda _: None, clips=[1.9])
+        export(graphs_job(tmp_path, [128, 256], head_shards=2), silent, stress=False, say=lambda _: None,
+               clips=[1.9])
     failed = {v.name: v for v in failure.value.verdicts}
     print(str(failure.value))
     assert set(failed) == {"greedy_tokens[1.9s]", "prefill_logits_rel_l2[1.9s]", "step_logits_rel_l2[1.9s]"}

@@ -20,9 +20,10 @@ def convert(*args: str) -> subprocess.CompletedProcess:
 def test_missing_snapshot_is_one_line_exit_2(tmp_path):
     run = convert("--model-dir", str(tmp_path / "nowhere"), "--skip-rknn", "--out", str(tmp_path / "out"))
     assert run.returncode == 2, run.stderr[-2000:]
-    assert run.stderr.strip().splitlines() == [f"error: no snapshot at {tmp_path / 'nowhere'}: expected a "
-                                               "FunAudioLLM/Fun-CosyVoice3-0.5B-2512 directory holding "
-                                               "cosyvoice3.yaml and flow.pt"]
+    assert run.stderr.strip().splitlines() == [
+        f"error: no FunAudioLLM/Fun-CosyVoice3-0.5B-2512 snapshot (cosyvoice3.yaml, flow.pt) in "
+        f"{tmp_path / 'nowhere'} (no such folder); put it in a folder under $RKAUDIO_MODELS (a recipe's dir) or pass "
+        "its folder with --model-dir"]
 
 
 def test_source_must_be_exactly_one(tmp_path):

@@ -1,12 +1,15 @@
 """The fixed-S export and its gates, each shown failing on a known-bad graph."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx
 import pytest
 
 from rkaudio.families.cosyvoice3 import export as E
-from rkaudio.core.contract import get_contract
+from rkaudio.board.cosyvoice3 import FlowFields
+from rkaudio.core.contract import contract_of, get_contract
 TINY_LENGTHS = [24, 32]  # the rungs of the tiny_export fixture (conftest.py)
 
 
@@ -78,7 +81,7 @@ def test_exec_plan_lists_the_rungs_in_length_order(tiny_export):
     from rkaudio.release.package import merge_exec_plan
     from rkaudio.core.paths import engine_name
 
-    engines = [(engine_name(r.onnx), get_contract(r.onnx)) for r in reversed(tiny_export)]
+    engines = [(engine_name(r.onnx), contract_of(r.onnx)) for r in reversed(tiny_export)]
     plan = merge_exec_plan(engines)
     assert plan == {"cosyvoice3.exec_plan": {"flow": {"impl": "rknn", "artifacts": {
         "main": "cosyvoice3_flow_s24.rknn,cosyvoice3_flow_s32.rknn"}}}}
@@ -117,10 +120,10 @@ def test_export_snr_fails_on_a_wrong_graph(tmp_path, tiny_model, tiny_model64):
 
 
 def test_ode_gate_fails_on_a_wrong_cfg(tiny_export, tiny_model, tiny_model64):
-    contract = get_contract(tiny_export[0].onnx)
+    flow = FlowFields.of(contract_of(tiny_export[0].onnx))
     inputs = E.ode_inputs(tiny_model.mel_dim, tiny_model.input_embed.spk_dim, 18, seed=2)
     paths = {24: tiny_export[0].onnx}
-    assert E.ode_verdict(paths, contract, tiny_model64, inputs).passed
-    wrong = dict(contract, cfg=dict(contract["cfg"], rate=0.5))
+    assert E.ode_verdict(paths, flow, tiny_model64, inputs).passed
+    wrong = dataclasses.replace(flow, cfg={**flow.cfg, "rate": 0.5})
     verdict = E.ode_verdict(paths, wrong, tiny_model64, inputs, cfg_rate=0.7)
     assert not verdict.passed and verdict.value < 60

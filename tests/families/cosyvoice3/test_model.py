@@ -98,11 +98,12 @@ def test_missing_yaml_or_weights_fail_with_one_line(tmp_path, absent):
     (tmp_path / absent).unlink()
     with pytest.raises(SetupError) as caught:
         snapshot.load_estimator(tmp_path)
-    assert "\n" not in str(caught.value) and f"has no {absent}" in str(caught.value)
+    assert "\n" not in str(caught.value) and f"(without {absent})" in str(caught.value)
 
 
 def test_missing_directory_and_foreign_weights(tmp_path):
-    with pytest.raises(SetupError, match="no snapshot at"):
+    with pytest.raises(SetupError, match=f"no {snapshot.REPO_ID} snapshot .* in {tmp_path / 'absent'} "
+                                         r"\(no such folder\);"):
         snapshot.resolve(tmp_path / "absent")
     snapshot.write(tmp_path, TINY_CONFIG, {})
     torch.save({"encoder.weight": torch.zeros(2)}, str(tmp_path / snapshot.WEIGHTS_NAME))

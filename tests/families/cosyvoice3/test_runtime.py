@@ -6,10 +6,10 @@ import ast
 import numpy as np
 import pytest
 
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of, get_contract
 from rkaudio.core.paths import REPO_ROOT
 from rkaudio.board import cosyvoice3 as flow_ladder
-from rkaudio.board.cosyvoice3 import FlowLadder, FlowLengthError
+from rkaudio.board.cosyvoice3 import FlowFields, FlowLadder, FlowLengthError
 
 
 class Counting:
@@ -26,7 +26,7 @@ def ladder(tiny_export):
     from rkaudio.host.backends import OnnxBackend
 
     rungs = {get_contract(r.onnx)["length"]: Counting(OnnxBackend(r.onnx)) for r in tiny_export}
-    return FlowLadder(rungs, get_contract(tiny_export[0].onnx))
+    return FlowLadder(rungs, FlowFields.of(contract_of(tiny_export[0].onnx)))
 
 
 def test_smallest_rung_that_fits_and_refusal_past_the_largest(ladder):
@@ -49,7 +49,7 @@ def test_b2_engine_gives_the_b1_result(tmp_path, tiny_model, ladder):
     """CFG in one B=2 call equals two B=1 calls (the runtime reads the scheme from the contract)."""
     import onnx
 
-    from rkaudio.families.cosyvoice3.export import contract_fields, export_onnx, ode_inputs
+    from rkaudio.families.cosyvoice3.export import export_onnx, flow_fields, ode_inputs
     from rkaudio.families.cosyvoice3.snapshot import DEFAULT_CFM
     from rkaudio.board.numeric import snr_db
     from rkaudio.host.backends import OnnxBackend
@@ -57,9 +57,8 @@ def test_b2_engine_gives_the_b1_result(tmp_path, tiny_model, ladder):
     path = tmp_path / "s24_b2.onnx"
     graph = export_onnx(tiny_model, 24, path, batch=2)
     assert [d.dim_value for d in graph.graph.input[0].type.tensor_type.shape.dim] == [2, 80, 24]
-    contract = contract_fields(tiny_model, DEFAULT_CFM, 24, 2, "plain")
     counting = Counting(OnnxBackend(path))
-    b2 = FlowLadder({24: counting}, contract)
+    b2 = FlowLadder({24: counting}, flow_fields(tiny_model, DEFAULT_CFM, 2))
     inputs = ode_inputs(tiny_model.mel_dim, tiny_model.input_embed.spk_dim, 20, seed=6)
     args = (inputs["noise"], inputs["mu"], inputs["spks"], inputs["cond"])
     assert snr_db(ladder.solve(*args), b2.solve(*args)) > 110 and counting.calls == 10
@@ -98,7 +97,7 @@ def test_golden_loop_is_the_ladder_solve(tiny_export):
     [recording] = goldens.record_end_to_end(tiny_export, say=lambda _: None)
     assert len(recording.calls) == 20 and {name for name, _, _ in recording.calls} == {"cosyvoice3_flow_s24.rknn"}
     inputs = recording.inputs
-    direct = FlowLadder({24: OnnxBackend(tiny_export[0].onnx)}, get_contract(tiny_export[0].onnx)).solve(
+    direct = FlowLadder({24: OnnxBackend(tiny_export[0].onnx)}, FlowFields.of(contract_of(tiny_export[0].onnx))).solve(
         inputs["noise"], inputs["mu"], inputs["spks"], inputs["cond"])
     assert np.array_equal(recording.outputs["mel"], direct)
 
@@ -108,4 +107,4 @@ def test_runtime_module_is_python38_and_numpy_only():
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
     top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
            for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
-    assert top <= {"__future__", "math", "typing", "numpy", "rkaudio"}, top
+    assert top <= {"__future__", "dataclasses", "math", "typing", "numpy", "rkaudio"}, top

@@ -5,20 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rkaudio.core.contract import get_contract
-from rkaudio.board.cosyvoice3 import Chain, FlowLadder
-
-TINY_LENGTHS = [24, 32]
+from rkaudio.core.contract import contract_of, get_contract
+from rkaudio.board.cosyvoice3 import Chain, FlowFields, FlowLadder
 
 
 @pytest.fixture(scope="module")
-def split_export(tmp_path_factory, tiny_model):
+def split_export(tmp_path_factory, flow_job, tiny_model):
     """The S=24 rung split in 2, S=32 whole (the two kinds in one ladder)."""
     from rkaudio.families.cosyvoice3.export import export
     from rkaudio.families.cosyvoice3.snapshot import DEFAULT_CFM
 
-    out = tmp_path_factory.mktemp("cosyvoice3_split")
-    return export(tiny_model, DEFAULT_CFM, TINY_LENGTHS, out, target="rk3588", parts={24: 2}, say=lambda _: None)
+    job = flow_job(tmp_path_factory.mktemp("cosyvoice3_split"), parts={"24": 2})
+    return export(job, tiny_model, DEFAULT_CFM, say=lambda _: None)
 
 
 def test_split_blocks_are_contiguous_and_cover_the_depth():
@@ -48,7 +46,7 @@ def test_contract_names_the_chain_and_the_ladder_order(split_export):
     assert [e["name"] for e in first["io"]["outputs"]] == ["hidden"] and first["io"]["outputs"][0]["shape"] == [1, 24, 64]
     assert [e["name"] for e in second["io"]["inputs"]] == ["hidden", "mask", "t_freq", "rope_cos", "rope_sin"]
     assert second["io"]["outputs"] == [{"name": "dphi_dt", "shape": [1, 80, 24]}] and "chain" not in whole
-    plan = merge_exec_plan([(engine_name(r.onnx), get_contract(r.onnx)) for r in reversed(split_export)])
+    plan = merge_exec_plan([(engine_name(r.onnx), contract_of(r.onnx)) for r in reversed(split_export)])
     assert plan["cosyvoice3.exec_plan"]["flow"] == {"impl": "rknn", "artifacts": {"main": ",".join([
         "cosyvoice3_flow_s24_p1of2.rknn", "cosyvoice3_flow_s24_p2of2.rknn", "cosyvoice3_flow_s32.rknn"])}}
 
@@ -58,9 +56,9 @@ def test_chain_solve_equals_the_whole_rung(split_export, tiny_export, tiny_model
     from rkaudio.board.numeric import snr_db
     from rkaudio.host.backends import OnnxBackend
 
-    contract = get_contract(tiny_export[0].onnx)
-    whole = FlowLadder({24: OnnxBackend(tiny_export[0].onnx)}, contract)
-    chained = FlowLadder({24: [OnnxBackend(split_export[0].onnx), OnnxBackend(split_export[1].onnx)]}, contract)
+    flow = FlowFields.of(contract_of(tiny_export[0].onnx))
+    whole = FlowLadder({24: OnnxBackend(tiny_export[0].onnx)}, flow)
+    chained = FlowLadder({24: [OnnxBackend(split_export[0].onnx), OnnxBackend(split_export[1].onnx)]}, flow)
     assert isinstance(chained.rungs[24], Chain)
     inputs = ode_inputs(tiny_model.mel_dim, tiny_model.input_embed.spk_dim, 20, seed=3)
     args = (inputs["noise"], inputs["mu"], inputs["spks"], inputs["cond"])
@@ -74,7 +72,7 @@ def test_golden_loop_runs_the_parts_in_order(split_export):
     [recording] = goldens.record_end_to_end(split_export, say=lambda _: None)
     engines = [name for name, _, _ in recording.calls]
     assert len(engines) == 40 and engines[:2] == ["cosyvoice3_flow_s24_p1of2.rknn", "cosyvoice3_flow_s24_p2of2.rknn"]
-    assert flow_ladder.calls_per_solve(get_contract(split_export[0].onnx)) == 40
+    assert flow_ladder.calls_per_solve(contract_of(split_export[0].onnx)) == 40
 
 
 def test_an_incomplete_chain_is_refused(split_export):
@@ -83,7 +81,7 @@ def test_an_incomplete_chain_is_refused(split_export):
             self.contract = contract
 
     with pytest.raises(ValueError, match="incomplete chain"):
-        FlowLadder.from_engines([Fake(get_contract(split_export[1].onnx))])
+        FlowLadder.from_engines([Fake(contract_of(split_export[1].onnx))])
 
 
 def test_check_renders_through_the_chain(check_cli, split_export, tmp_path):

@@ -32,10 +32,10 @@ def official(request):
 
 def write_slice(official_paths, out_dir, dec_mask=True, window=256, context=32):
     """Export the fixed-window slice the way `convert inflect --skip-rknn` does; returns its `Exported` record."""
-    from rkaudio.families.inflect import export
+    from rkaudio.families.inflect import FAMILY, export
 
-    [record] = export(official_paths["decode"], official_paths["duration"], out_dir, window, context, dec_mask,
-                      target="rk3588", say=lambda *_: None)
+    job = FAMILY.job(target="rk3588", out=out_dir, options={"window": window, "context": context, "dec_mask": dec_mask})
+    [record] = export(job, official_paths["decode"], official_paths["duration"], say=lambda *_: None)
     return record
 
 

@@ -9,14 +9,14 @@ from rkaudio.engine import goldens
 from rkaudio.families.inflect import GOLDEN_TAIL_SLICES, MIN_TAIL_DB
 from rkaudio.families.inflect.decoder import full_decode
 from rkaudio.pipeline.pipeline import Exported
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of
 from rkaudio.core.errors import SetupError
 from rkaudio.board.numeric import snr_db
 from rkaudio.host.backends import OnnxBackend
 from rkaudio.board.golden import EnginePool, run_loop
-from rkaudio.board.inflect import InflectModel, InflectSynth
+from rkaudio.board.inflect import InflectModel, InflectSynth, InflectWindow
 from rkaudio.host.inflect import runtime_model
-from rkaudio.board.window_walk import WindowContract, walk
+from rkaudio.board.window_walk import walk
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +50,12 @@ def test_one_padded_window_with_its_mask(recording, record):
 def test_loop_equals_the_runtime_decode_and_a_full_decode(recording, record, nano_official):
     cfg, paths = nano_official
     latent, waveform = recording.inputs["latent"], recording.outputs["waveform"]
-    contract = get_contract(record.onnx)
+    contract = contract_of(record.onnx)
     synth = InflectSynth(OnnxBackend(paths["duration"]), OnnxBackend(record.onnx), contract,
                          runtime_model(paths["duration"], paths["config"]))
     np.testing.assert_array_equal(waveform, synth.decode(latent))
     np.testing.assert_array_equal(
-        waveform, walk(OnnxBackend(record.onnx), latent, WindowContract.from_contract(contract)).output.reshape(-1))
+        waveform, walk(OnnxBackend(record.onnx), latent, InflectWindow.of(contract)).output.reshape(-1))
     assert waveform.shape == (GOLDEN_TAIL_SLICES * cfg.hop_length,)
     assert snr_db(full_decode(OnnxBackend(paths["decode"]), latent).reshape(-1), waveform) >= MIN_TAIL_DB
 
@@ -68,7 +68,7 @@ def test_replay_makes_one_call_whatever_the_backend_returns(recording, record):
     for given in (outputs, {k: np.zeros_like(v) for k, v in outputs.items()}):
         backend = goldens.ReplayBackend([given], [{"name": n, "dtype": "float32"} for n in ("z", "y_mask")],
                                          ["waveform"])
-        with EnginePool([(engine, get_contract(record.onnx))], lambda _: backend) as pool:
+        with EnginePool([(engine, contract_of(record.onnx))], lambda _: backend) as pool:
             replayed = run_loop(spec["loop"], pool.engines, recording.inputs, spec["params"])
         assert not backend._outputs  # the one recorded call made, none more (it would raise)
         expected = recording.outputs["waveform"] if given is outputs else np.zeros_like(recording.outputs["waveform"])
@@ -76,7 +76,8 @@ def test_replay_makes_one_call_whatever_the_backend_returns(recording, record):
 
 
 def test_synth_without_duration_decodes_only(record):
-    contract = get_contract(record.onnx)
-    synth = InflectSynth(None, OnnxBackend(record.onnx), contract, InflectModel(128, contract["hop"], 24000))
+    contract = contract_of(record.onnx)
+    synth = InflectSynth(None, OnnxBackend(record.onnx), contract, InflectModel(128, InflectWindow.of(contract).hop,
+                                                                                24000))
     with pytest.raises(SetupError, match="without duration.onnx"):
         synth.latent([0, 12, 0])

@@ -19,7 +19,8 @@ def test_recipe_without_the_official_files_is_skipped_with_a_clear_line(monkeypa
     for build in (lambda: recipe_sources(FAMILY, recipe, "rk3588", "2.3.2"),
                   lambda: build_components(recipe, "rk3588", "2.3.2", tmp_path / "work", FAMILY)):
         with pytest.raises(MissingSource, match=r"onnx/decode.onnx, onnx/duration.onnx, config.json.*"
-                                                r"Inflect-Micro-v2-ONNX or the huggingface_hub cache"):
+                                                r"Inflect-Micro-v2-ONNX \(no such folder\) or the "
+                                                r"huggingface_hub cache"):
             build()
 
 

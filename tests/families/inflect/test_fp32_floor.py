@@ -36,9 +36,10 @@ def low_floor_official(nano_official, tmp_path_factory):
 
 
 def _export(paths, out_dir):
-    from rkaudio.families.inflect import export
+    from rkaudio.families.inflect import FAMILY, export
 
-    [record] = export(paths["decode"], paths["duration"], out_dir, target="rk3588", say=lambda *_: None)
+    [record] = export(FAMILY.job(target="rk3588", out=out_dir), paths["decode"], paths["duration"],
+                      say=lambda *_: None)
     return record
 
 

@@ -59,11 +59,12 @@ def shifted_decoder_mask(shift: int):
 @pytest.mark.parametrize("shift", [1, -1], ids=["one frame late", "one frame early"])
 def test_decoder_mask_shifted_by_one_frame_fails_the_tail_gate(nano_official, nano_record, tmp_path, monkeypatch,
                                                                shift):
-    from rkaudio.families.inflect import export
+    from rkaudio.families.inflect import FAMILY, export
 
     _, paths = nano_official
     monkeypatch.setattr("rkaudio.surgery.graph.mask.mask_decoder", shifted_decoder_mask(shift))
-    [planted] = export(paths["decode"], paths["duration"], tmp_path, target="rk3588", say=lambda *_: None)
+    [planted] = export(FAMILY.job(target="rk3588", out=tmp_path), paths["decode"], paths["duration"],
+                       say=lambda *_: None)
     real, fault = ({v.name: v for v in record.verdicts} for record in (nano_record, planted))
     print(f"\nshift {shift:+d}: fault -> measured -> threshold -> verdict")
     for name in TAILS:
@@ -94,7 +95,7 @@ def test_every_comparison_refuses_a_silent_reference(nano_official, nano_slice, 
 
 
 def test_silent_decode_onnx_fails_its_export_and_keeps_no_slice(nano_official, tmp_path):
-    from rkaudio.families.inflect import export
+    from rkaudio.families.inflect import FAMILY, export
 
     _, paths = nano_official
     silent_dir = tmp_path / "model" / "onnx"
@@ -102,7 +103,7 @@ def test_silent_decode_onnx_fails_its_export_and_keeps_no_slice(nano_official, t
     silent = _silenced(paths["decode"], silent_dir / "decode.onnx")
     (tmp_path / "model" / "config.json").write_text(paths["config"].read_text())
     with pytest.raises(GateFailure) as failure:
-        export(silent, paths["duration"], tmp_path / "out", target="rk3588", say=lambda *_: None)
+        export(FAMILY.job(target="rk3588", out=tmp_path / "out"), silent, paths["duration"], say=lambda *_: None)
     text = str(failure.value)
     assert SILENT in text and "what to do: the comparison has nothing to judge" in text and "inf dB" not in text
     assert not list((tmp_path / "out").glob("*.onnx"))
@@ -122,12 +123,15 @@ def test_the_whole_reference_is_judged_never_one_window():
 
 def test_degraded_self_check_judges_its_reference(nano_official, tmp_path):
     """Without decode.onnx the window-self check compares the slice with itself: a silent slice fails it too."""
-    from rkaudio.families.inflect import decoder as D
+    from rkaudio.core.contract import set_contract
+    from rkaudio.families.inflect import FAMILY, decoder as D
 
     _, paths = nano_official
     model, info = D.describe(_silenced(paths["decode"], tmp_path / "decode.onnx"), paths["duration"])
     path = tmp_path / "silent_slice.onnx"
-    onnx.save(D.slice_decoder(model, info, 256, 32), str(path))
+    sliced, window = D.slice_decoder(model, info, 256, 32)
+    job = FAMILY.job(target="rk3588", out=tmp_path)
+    onnx.save(set_contract(sliced, job.contract("main", **window.to_fields())), str(path))
     [verdict] = selfcheck_verdicts(path, None, paths["duration"], say=lambda *_: None)
     assert verdict.name == "window_self_snr" and not verdict.passed and verdict.detail.startswith(SILENT)
 

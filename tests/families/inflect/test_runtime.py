@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rkaudio.families.inflect.decoder import full_decode
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of
 from rkaudio.core.errors import SetupError
 from rkaudio.board.numeric import snr_db
 from rkaudio.host.backends import OnnxBackend
@@ -33,10 +33,29 @@ def test_synthesis_walks_the_engine_and_matches_a_full_decode(nano_official, nan
 
 
 def test_engine_of_another_model_is_refused(micro_official, nano_slice):
-    contract = get_contract(nano_slice)
+    contract = contract_of(nano_slice)
     micro = runtime_model(micro_official[1]["duration"], micro_official[1]["config"])
     with pytest.raises(SetupError, match=r"compiled for \{'latent_channels': 128\}.*Rebuild it"):
         InflectSynth(OnnxBackend(micro_official[1]["duration"]), None, contract, micro, "nano.rknn")
     nano_like = type(micro)(128, 128, 24000)
     with pytest.raises(SetupError, match=r"compiled for \{'hop': 256\}"):
         check_engine_matches(contract, nano_like, "nano.rknn")
+
+
+def test_an_engine_without_its_contract_is_refused_in_one_line(nano_slice, tmp_path):
+    """A slice stripped of its metadata, a .rknn without the manifest beside it, and a manifest that is not one."""
+    import onnx
+
+    bare = onnx.load(str(nano_slice))
+    del bare.metadata_props[:]
+    onnx.save(bare, str(tmp_path / "bare.onnx"))
+    with pytest.raises(SetupError, match="bare.onnx carries no rkaudio contract"):
+        load_engine(tmp_path / "bare.onnx")
+    with pytest.raises(SetupError, match="no engine at"):
+        load_engine(tmp_path / "absent.rknn")
+    (tmp_path / "engine.rknn").write_bytes(b"rknn")
+    with pytest.raises(SetupError, match="no manifest .*engine.manifest.json beside"):
+        load_engine(tmp_path / "engine.rknn")
+    (tmp_path / "engine.manifest.json").write_text("[1, 2]")
+    with pytest.raises(SetupError, match="is not an engine manifest with a contract"):
+        load_engine(tmp_path / "engine.rknn")

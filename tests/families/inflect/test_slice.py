@@ -85,7 +85,7 @@ STRIDE_PHASE_WINDOW = 64  # 4,096 samples at the second level: rk3566 runs the l
 
 def _slice_at(paths, target: str, stride_phase_levels: int):
     """The masked Nano slice at a short window (float64 runs are slow) for `target`, `stride_phase_levels` leading
-    upsamplers in stride-phase form."""
+    upsamplers in stride-phase form: (its graph, its window contract)."""
     from rkaudio.families.inflect.decoder import describe, slice_decoder
 
     model, info = describe(paths["decode"], None)
@@ -101,10 +101,9 @@ def test_stride_phase_levels_match_the_native_transposed_convolutions_in_float64
     from rkaudio.gates.fp32_floor import float64_run
 
     _, paths = nano_official
-    native, rewritten = _slice_at(paths, target, 0), _slice_at(paths, target, levels)
+    (native, native_window), (rewritten, window) = _slice_at(paths, target, 0), _slice_at(paths, target, levels)
     assert op_histogram(native)["ConvTranspose"] - op_histogram(rewritten).get("ConvTranspose", 0) == levels
-    assert get_contract(rewritten)["stride_phase_levels"] == levels
-    assert get_contract(rewritten)["polyphase"] == get_contract(native)["polyphase"]
+    assert window.stride_phase_levels == levels and window.polyphase == native_window.polyphase
     rng = np.random.default_rng(levels)
     mask = (np.arange(STRIDE_PHASE_WINDOW) < 50).astype(np.float32)[None, None]
     feeds = {"z": rng.standard_normal((1, 128, STRIDE_PHASE_WINDOW)).astype(np.float32) * mask, "y_mask": mask}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kokoro_small import FRAMES, SMALL, small_reference
+from tests.kokoro_small import FRAMES, SMALL, small_job, small_reference
 
 
 @pytest.fixture(scope="session")
@@ -17,9 +17,9 @@ def exported(state, tmp_path_factory):
     """The real export of the small model (round form: the engine ONNX and its exact fp32 twin): its record,
     contract and the golden utterance."""
     from rkaudio.families.kokoro.export import export, golden_utterance
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
 
-    [record] = export(SMALL, state, "random", FRAMES, tmp_path_factory.mktemp("kokoro_export"), "round", True)
+    [record] = export(small_job(tmp_path_factory.mktemp("kokoro_export")), SMALL, state, "random", "round")
     utterance, label, real = golden_utterance(SMALL, FRAMES, None)
     assert not real
-    return record, get_contract(record.onnx), utterance, label
+    return record, contract_of(record.onnx), utterance, label

@@ -13,10 +13,10 @@ from rkaudio.families.kokoro.graph import build_module, prepare
 from rkaudio.families.kokoro import verdicts
 from rkaudio.families.kokoro.verdicts import (MIN_REFERENCE_DB, RANDOM_WINDOW_EXPORT_DB, reference_verdict,
                                                  walk_verdict)
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of
 from rkaudio.board import kokoro as kokoro_walk
 from tests.families.kokoro.test_kokoro_gates import WALK_FAULTS
-from tests.kokoro_small import FRAMES, SMALL
+from tests.kokoro_small import FRAMES, SMALL, small_job
 
 OFFSET = 100.0
 FLOOR_GATES = ("onnx_vs_torch", "walk_vs_windows")
@@ -27,7 +27,7 @@ def low_floor(state, tmp_path_factory):
     """(state, its export record) of the small generator with its instance norms fed OFFSET."""
     offset = {key: value + OFFSET if key.startswith("resblocks.") and ".convs1." in key and key.endswith(".bias")
               else value for key, value in state.items()}
-    [record] = export(SMALL, offset, "random", FRAMES, tmp_path_factory.mktemp("kokoro_low_floor"), "round", True)
+    [record] = export(small_job(tmp_path_factory.mktemp("kokoro_low_floor")), SMALL, offset, "random", "round")
     return offset, record
 
 
@@ -49,7 +49,7 @@ def test_planted_walk_faults_still_fail_on_the_low_floor_export(low_floor, monke
     utterance, label, _ = golden_utterance(SMALL, FRAMES, None)  # the export's own (random) utterance
     name, planted = WALK_FAULTS[fault]
     monkeypatch.setattr(kokoro_walk, name, planted)
-    verdict = walk_verdict(graph, record.reference, utterance, get_contract(record.onnx), label,
+    verdict = walk_verdict(graph, record.reference, utterance, contract_of(record.onnx), label,
                            RANDOM_WINDOW_EXPORT_DB)
     assert not verdict.passed and verdict.value < verdict.threshold - 20, (fault, verdict.line())
 

@@ -27,10 +27,9 @@ def calls(monkeypatch):
         seen["load"] = {"checkpoint": checkpoint, "model_onnx": model_onnx, "use_cache": use_cache}
         return "config", "state", "label", None
 
-    def fake_export(config, state, source, frames, out_dir, form, snake_fold, taps_model, reference_gate=False,
-                    layout="auto", target=None):
-        seen["export"] = {"frames": frames, "form": form, "snake_fold": snake_fold,
-                          "reference_gate": reference_gate, "layout": layout, "target": target}
+    def fake_export(job, config, state, source, form, taps_model, reference_gate=False):
+        seen["export"] = {"frames": job.options.frames, "form": form, "snake_fold": job.options.snake_fold,
+                          "reference_gate": reference_gate, "layout": job.options.fine_layout, "target": job.target}
         return []
 
     monkeypatch.setattr(sources, "load_generator", load_generator)
@@ -103,4 +102,34 @@ def test_recipe_sources_name_what_is_missing(tmp_path):
     job = recipe_job(FAMILY, dict(RECIPE, source={"model_onnx": str(tmp_path / "absent.onnx")}), "rk3588",
                      tmp_path, "2.3.2")
     with pytest.raises(MissingSource, match=r"absent\.onnx \(source\.model_onnx in recipes/kokoro_test\.toml\)"):
+        kokoro.source_files(job)
+
+
+def test_a_checkpoint_is_its_folder_or_its_pth_file_else_the_hub_cache(tmp_path, monkeypatch):
+    """`--checkpoint` / `source.checkpoint` names the folder or the .pth in it (config.json beside it); without
+    one the huggingface_hub cache is looked in, never the network (rkaudio.pipeline.checkpoint)."""
+    from huggingface_hub import constants
+
+    from rkaudio.families.kokoro.sources import find_checkpoint
+
+    folder = tmp_path / "Kokoro-82M"
+    folder.mkdir()
+    for name in ("config.json", "kokoro-v1_0.pth", "renamed.pth"):
+        (folder / name).write_text("x")
+    assert find_checkpoint(folder) == (folder / "kokoro-v1_0.pth", folder / "config.json")
+    assert find_checkpoint(folder / "renamed.pth") == (folder / "renamed.pth", folder / "config.json")
+    (folder / "config.json").unlink()
+    with pytest.raises(SetupError, match=rf"no hexgrad/Kokoro-82M checkpoint \(renamed.pth, config.json\) in {folder} "
+                                         r"\(without config.json\); .* pass its folder with --checkpoint$"):
+        find_checkpoint(folder / "renamed.pth")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SetupError, match=r"in the huggingface_hub cache of hexgrad/Kokoro-82M; .* `huggingface-cli "
+                                         r"download hexgrad/Kokoro-82M`"):
+        find_checkpoint(None)
+    from rkaudio.pipeline.schema import recipe_job
+
+    job = recipe_job(FAMILY, dict(RECIPE, source={"checkpoint": str(tmp_path / "absent")}), "rk3588", tmp_path,
+                     "2.3.2")
+    with pytest.raises(MissingSource, match="no hexgrad/Kokoro-82M checkpoint"):  # a recipe's: its skip
         kokoro.source_files(job)

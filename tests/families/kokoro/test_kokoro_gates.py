@@ -19,7 +19,7 @@ from rkaudio.core.errors import GateFailure, SetupError
 from rkaudio.board.numeric import DEGENERATE_ADVICE
 from rkaudio.board import kokoro as kokoro_walk
 
-from tests.kokoro_small import FRAMES, SMALL, taps_model, voice_dir
+from tests.kokoro_small import FRAMES, SMALL, small_job, taps_model, voice_dir
 
 SILENT = "the reference output is silent: the checkpoint or the inputs make the model output zeros"
 
@@ -76,7 +76,7 @@ def test_silent_or_constant_checkpoint_fails_the_padded_and_reference_gates_in_w
 def test_export_of_a_silent_checkpoint_stops_with_the_silent_reference_message(state, tmp_path):
     """Every comparison gate of the export (ONNX vs torch, padded, walk) fails in words, not at "inf dB"."""
     with pytest.raises(GateFailure) as failure:
-        export(SMALL, with_conv_post(state, 0.0), "random", FRAMES, tmp_path, "round", True)
+        export(small_job(tmp_path), SMALL, with_conv_post(state, 0.0), "random", "round")
     assert [v.name for v in failure.value.verdicts] == ["onnx_vs_torch", "padded_vs_unpadded", "walk_vs_windows"]
     assert all(math.isnan(v.value) and SILENT in v.detail for v in failure.value.verdicts)
     assert failure.value.advice == DEGENERATE_ADVICE and SILENT in str(failure.value)

@@ -23,7 +23,7 @@ from rkaudio.families.kokoro.ada_snake import fold_snake_alpha
 from rkaudio.surgery.graph.round_shift import fp16_round_shift
 from rkaudio.surgery.modules.weight_norm import fold_weight_norm
 
-from tests.kokoro_small import SMALL, small_reference
+from tests.kokoro_small import SMALL, small_job, small_reference
 
 FRAMES = 64  # 28 context frames per side + 8 emitted
 
@@ -109,7 +109,7 @@ def test_export_gate_and_engine_graph(tmp_path, weights):
 
     from rkaudio.pipeline.pipeline import Exported
 
-    [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
+    [record] = export(small_job(tmp_path), SMALL, weights[1], "random", "round")
     engine, reference, verdicts = record.onnx, record.reference, record.verdicts
     assert all(v.passed for v in verdicts), [v.line() for v in verdicts]
     # The recipe's verdict set; the fp32 twin and the verdicts travel in the contract for `--onnx`.
@@ -121,11 +121,12 @@ def test_export_gate_and_engine_graph(tmp_path, weights):
     assert not ops & {"Sin", "Floor", "Round", "Cast", "ReduceL2", "InstanceNormalization", "ReduceSum"}, ops
     assert "GlobalAveragePool" in ops
     assert [i.name for i in model.graph.input] == list(INPUTS)
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
+    from rkaudio.board.window_walk import WindowSpan
 
-    contract = get_contract(model)
-    assert contract["exec_params"] == {"overlap": 0, "gain": False}
-    assert contract["emitted"] == FRAMES - 2 * CONTEXT
+    contract = contract_of(model)
+    assert contract.exec_params == {"overlap": 0, "gain": False}
+    assert WindowSpan.of(contract).emitted == FRAMES - 2 * CONTEXT
     # The engine graph differs from its fp32 twin only in the rounding shift.
     with pytest.raises(ValueError):
         fp16_round_shift(model)
@@ -136,7 +137,7 @@ def test_export_gate_and_engine_graph(tmp_path, weights):
 def test_convert_export_adds_the_reference_gate_and_a_clip_engine_is_its_own_fp32_reference(tmp_path, weights):
     """`convert kokoro`'s verdict set (the recipe's plus the kokoro Generator gate); without the fp16 rounding
     shift the engine graph needs no twin."""
-    [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "clip", True, reference_gate=True)
+    [record] = export(small_job(tmp_path), SMALL, weights[1], "random", "clip", reference_gate=True)
     assert [v.name for v in record.verdicts] == ["onnx_vs_torch", "generator_vs_kokoro_reference",
                                                  "padded_vs_unpadded", "walk_vs_windows"]
     assert all(v.passed for v in record.verdicts), [v.line() for v in record.verdicts]
@@ -155,11 +156,11 @@ def test_end_to_end_golden_is_two_walk_windows_of_the_utterance_through_the_runt
 
     from rkaudio.families.kokoro.export import golden_frames
     from rkaudio.engine.goldens import record_end_to_end
-    from rkaudio.core.contract import get_contract
+    from rkaudio.core.contract import contract_of
     from rkaudio.host.backends import OnnxBackend
-    from rkaudio.board.kokoro import KokoroWindow, golden_loop, spec_phase_to_audio, walk
+    from rkaudio.board.kokoro import KokoroFields, KokoroWindow, golden_loop, spec_phase_to_audio, walk
 
-    [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
+    [record] = export(small_job(tmp_path), SMALL, weights[1], "random", "round")
     spec = json.loads(record.end_to_end.read_text())
     assert (spec["loop"], spec["params"], spec["engines"]) == (
         "rkaudio.board.kokoro:golden_loop", {"overlap": 0, "gain": False}, [f"kokoro_generator_w{FRAMES}.rknn"])
@@ -173,14 +174,15 @@ def test_end_to_end_golden_is_two_walk_windows_of_the_utterance_through_the_runt
     for name, value in selfcheck.items():
         np.testing.assert_array_equal(first_feeds[name], value)
 
-    contract = get_contract(record.onnx)
+    contract = contract_of(record.onnx)
     walked = walk(OnnxBackend(record.reference), x, har, style, KokoroWindow.from_contract(contract))
-    audio = spec_phase_to_audio(walked, int(contract["n_fft"]), int(contract["istft_hop"]))
+    fields = KokoroFields.of(contract)
+    audio = spec_phase_to_audio(walked, fields.n_fft, fields.istft_hop)
     assert recording.outputs["audio"].dtype == np.float32 and recording.outputs["audio"].shape == (300 * x.shape[-1],)
     np.testing.assert_array_equal(recording.outputs["audio"], audio.astype(np.float32))
 
     class Engine:  # the loop refuses gain (a board has no full-length CPU decode to match)
-        contract = get_contract(record.onnx)
+        contract = contract_of(record.onnx)
     with pytest.raises(ValueError, match="gain"):
         golden_loop([Engine()], recording.inputs, {"gain": True})
 
@@ -227,7 +229,7 @@ def test_onnx_vs_torch_gate_fails_on_an_export_that_drifted_from_its_torch_graph
     import onnx
     from onnx import numpy_helper
 
-    [record] = export(SMALL, weights[1], "random", FRAMES, tmp_path, "round", True)
+    [record] = export(small_job(tmp_path), SMALL, weights[1], "random", "round")
     reference = record.reference
     graph = prepare(copy.deepcopy(module), "round", True)
     feeds = dict(np.load(tmp_path / f"kokoro_generator_w{FRAMES}.selfcheck.npz"))

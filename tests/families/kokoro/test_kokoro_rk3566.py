@@ -10,7 +10,7 @@ import torch
 from rkaudio.engine.build import BuildOptions, build_engine
 from rkaudio.families.kokoro.export import export
 
-from tests.kokoro_small import FRAMES, SMALL
+from tests.kokoro_small import FRAMES, SMALL, small_job
 
 EXPAND_LENGTH_LIMIT = 0x7FF  # rk3566's broadcast Expand length field (11 bits)
 
@@ -20,7 +20,7 @@ def test_the_rk3566_export_builds_without_regtask_lines_and_a_sub_of_the_mean_wo
                                                                                        monkeypatch):
     require_converter()
     assert SMALL.rates(FRAMES)[1] > EXPAND_LENGTH_LIMIT
-    [record] = export(SMALL, state, "random", FRAMES, tmp_path / "rk3566", "round", True, target="rk3566")
+    [record] = export(small_job(tmp_path / "rk3566", "rk3566"), SMALL, state, "random", "round")
     options = BuildOptions(target="rk3566", max_regtask_lines=0, fail_on_cpu_ops=True)
     result = build_engine(record.onnx, tmp_path / "rk3566", options, selfcheck=record.selfcheck,
                           export_verdicts=record.verdicts, reference_onnx=record.reference)
@@ -33,7 +33,7 @@ def test_the_rk3566_export_builds_without_regtask_lines_and_a_sub_of_the_mean_wo
 
     monkeypatch.setattr(norm, "centred_variance",
                         lambda x, mean, mask, share, pool: pool(torch.pow((x - mean) * mask, 2), 1) / share)
-    [sub_form] = export(SMALL, state, "random", FRAMES, tmp_path / "sub_form", "round", True, target="rk3566")
+    [sub_form] = export(small_job(tmp_path / "sub_form", "rk3566"), SMALL, state, "random", "round")
     lenient = BuildOptions(target="rk3566", max_regtask_lines=100_000, fail_on_cpu_ops=True)
     regtask = build_engine(sub_form.onnx, tmp_path / "sub_form", lenient).manifest_data["regtask"]
     print(f"small W={FRAMES} on rk3566: shipped form 0 REGTASK lines, Sub form {regtask['fields']}")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rkaudio.families.kokoro import rows as kokoro_rows
-from rkaudio.families.kokoro.graph import (CONTEXT, build_module, check_frames, fine_layout, float64, prepare,
-                                              run_torch, window_inputs)
+from rkaudio.families.kokoro.graph import (build_module, check_frames, fine_layout, float64, prepare, run_torch,
+                                              window_inputs)
 from rkaudio.families.kokoro.rows import RowGenerator
 from rkaudio.families.kokoro.verdicts import MIN_ROWS_DB, rows_verdict
 from rkaudio.core.errors import SetupError
@@ -108,21 +108,21 @@ def test_row_export_takes_rows_and_the_walk_reads_them_back(tmp_path, plain):
     """The exported row-form ONNX: har/mask_fine/spec_phase as rows in the contract's layout, its fp32 output
     against the plain graph's, and the runtime walk (window_feeds -> rows, from_rows) of a 2-window utterance
     against the plain graph's walk."""
-    from rkaudio.families.kokoro.export import export_onnx
-    from rkaudio.core.contract import get_contract
+    from rkaudio.families.kokoro.export import export_onnx, generator_fields
+    from rkaudio.core.contract import contract_of
     from rkaudio.board import kokoro as kokoro_walk
+    from rkaudio.board.contract import EngineContract
     from rkaudio.host.backends import OnnxBackend
 
     rows = RowGenerator(plain, FRAMES, 1000)
-    contract = {"family": "kokoro", "component": "generator", "role": "main", "exec_plan_option": "x",
-                "window": FRAMES, "context": CONTEXT, "emitted": FRAMES - 2 * CONTEXT, "hop": 60,
-                "coarse_length": 10 * FRAMES, "n_fft": SMALL.gen_istft_n_fft, **rows.contract_fields()}
+    contract = EngineContract(family="kokoro", component="generator", role="main", exec_plan_option="x").with_fields(
+        **generator_fields(SMALL, FRAMES, "round", True, "random", "rows", rows.contract_fields()))
     path = tmp_path / "rows.onnx"
     export_onnx(rows, SMALL, FRAMES, path, contract)
     backend = OnnxBackend(path)
-    assert get_contract(path)["fine_rows"] == 5
+    assert kokoro_walk.KokoroFields.of(contract_of(path)).fine_rows == 5
     utterance = window_inputs(SMALL, FRAMES + 6, seed=4)
-    layout = kokoro_walk.KokoroWindow.from_contract(get_contract(path))
+    layout = kokoro_walk.KokoroWindow.from_contract(contract_of(path))
     assert (layout.fine_rows, layout.fine_row_length) == (5, 774)
     feeds = kokoro_walk.window_feeds(utterance["x"], utterance["har"], utterance["style"], 0, layout)
     assert feeds["har"].shape == (1, 22, 5, 774) and feeds["mask_fine"].shape == (1, 1, 5, 774)

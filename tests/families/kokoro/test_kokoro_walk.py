@@ -18,7 +18,7 @@ WINDOW = 64  # 28 context frames per side + 8 emitted
 
 
 def small_walk(overlap=0, gain=False):
-    return KokoroWindow(WINDOW, CONTEXT, WINDOW - 2 * CONTEXT, 60, 10, 20, overlap, gain)
+    return KokoroWindow.two_sided(WINDOW, CONTEXT, hop=60, coarse_hop=10, n_fft=20, overlap=overlap, gain=gain)
 
 
 def test_stft_and_istft_match_torch():
@@ -149,7 +149,10 @@ def test_gain_caps_near_nyquist_rows_at_the_full_decode():
 
 
 def test_overlap_out_of_range_is_refused():
-    contract = {"window": 64, "context": 28, "emitted": 8, "hop": 60, "coarse_length": 640, "n_fft": 20}
+    from rkaudio.families.kokoro.export import generator_fields
+    from rkaudio.board.contract import EngineContract
+
+    contract = EngineContract().with_fields(**generator_fields(SMALL, WINDOW, "round", True, "random", "plain", {}))
     with pytest.raises(ValueError, match="overlap"):
         KokoroWindow.from_contract(contract, {"overlap": 9})
     assert KokoroWindow.from_contract(contract, {"overlap": 7}).overlap == 7

@@ -19,14 +19,16 @@ def convert(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_missing_snapshot_names_what_is_expected(tmp_path):
-    with pytest.raises(SetupError, match=r"no snapshot at .*speech_tokenizer/config.json"):
+    with pytest.raises(SetupError, match=r"no Qwen/Qwen3-TTS-12Hz-0.6B-Base snapshot \(speech_tokenizer/config.json, "
+                                         r"speech_tokenizer/model.safetensors\) in .*absent \(no such folder\)"):
         snapshot.resolve(tmp_path / "absent")
 
 
 def test_wrong_directory_names_what_is_expected(tmp_path):
     (tmp_path / "some_model").mkdir()
     (tmp_path / "some_model" / "config.json").write_text("{}")
-    with pytest.raises(SetupError, match=r"holds no speech_tokenizer/config.json \+ speech_tokenizer/model.safetensors"):
+    with pytest.raises(SetupError, match=r"in .*some_model \(without speech_tokenizer/config.json, "
+                                         r"speech_tokenizer/model.safetensors\)"):
         snapshot.resolve(tmp_path / "some_model")
 
 
@@ -42,7 +44,8 @@ def test_config_of_another_model_is_refused(tmp_path, tiny_snapshot):
 def test_repo_id_not_in_hub_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(SetupError, match="not in the local huggingface_hub cache"):
+    with pytest.raises(SetupError, match="or the huggingface_hub cache of Qwen/Qwen3-TTS-12Hz-0.6B-Base; .*"
+                                         "`huggingface-cli download Qwen/Qwen3-TTS-12Hz-0.6B-Base`"):
         snapshot.resolve("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
 
 
@@ -54,7 +57,7 @@ def test_snapshot_round_trip(tiny_snapshot, tiny_reference):
 
 def test_cli_refuses_a_missing_snapshot(tmp_path):
     run = convert("--model-dir", str(tmp_path / "nowhere"), "--skip-rknn")
-    assert run.returncode == 2 and "error: no snapshot at" in run.stderr
+    assert run.returncode == 2 and "error: no Qwen/Qwen3-TTS-12Hz-0.6B-Base snapshot" in run.stderr
 
 
 def test_two_stages_build_a_tiny_engine(tiny_snapshot, tmp_path, require_converter):

@@ -13,7 +13,7 @@ from rkaudio.engine import goldens
 from rkaudio.families.qwen3_vocoder import export, with_end_to_end
 from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG
 from rkaudio.pipeline.pipeline import Exported
-from rkaudio.core.contract import get_contract, set_contract
+from rkaudio.core.contract import contract_of, get_contract, set_contract
 from rkaudio.core.paths import engine_name, reference_path, selfcheck_path
 from rkaudio.board.numeric import snr_db
 from rkaudio.host.backends import OnnxBackend
@@ -24,10 +24,11 @@ MIN_FP32_DB = 100.0
 
 
 @pytest.fixture(scope="module")
-def steps(tmp_path_factory, tiny_snapshot):
+def steps(tmp_path_factory, step_job, tiny_snapshot):
     """first (B=16) and main (B=64) exported by the family's export(), which declares the golden."""
     out = tmp_path_factory.mktemp("e2e")
-    first, main = export(tiny_snapshot, [("first", 16, out / "step_16.onnx"), ("main", 64, out / "step_64.onnx")])
+    first, main = export(step_job, tiny_snapshot, [("first", 16, out / "step_16.onnx"),
+                                                   ("main", 64, out / "step_64.onnx")])
     return first, main
 
 
@@ -61,8 +62,8 @@ def test_first_then_main_twice_with_the_cache_carried_on(recording, steps):
 def test_loop_equals_stream_decode_and_the_package_decoder(recording, steps, tiny_reference):
     first, main = steps
     codes = recording.inputs["codes"]
-    direct, _ = stream_decode(codes, OnnxBackend(main.reference), get_contract(main.onnx),
-                              OnnxBackend(first.reference), get_contract(first.onnx))
+    direct, _ = stream_decode(codes, OnnxBackend(main.reference), contract_of(main.onnx),
+                              OnnxBackend(first.reference), contract_of(first.onnx))
     np.testing.assert_array_equal(recording.outputs["pcm"], direct)
     samples = get_contract(main.onnx)["samples_per_frame"]
     assert recording.outputs["pcm"].shape == (codes.shape[1] * samples,)
@@ -75,7 +76,7 @@ def test_replay_makes_the_same_calls_whatever_the_backend_returns(recording, ste
     """The board and a replay double rely on it: the recorded outputs give the recorded pcm back, and
     zeros from every call still make the same three calls."""
     spec = recording.spec
-    contracts = [(engine_name(record.onnx), get_contract(record.onnx)) for record in steps]
+    contracts = [(engine_name(record.onnx), contract_of(record.onnx)) for record in steps]
 
     def replay(outputs_of):
         backends = {name: goldens.ReplayBackend([outputs_of(o) for n, _, o in recording.calls if n == name],
@@ -104,7 +105,7 @@ def test_a_lone_step_runs_two_groups_and_the_window_role_is_left_out(steps, tmp_
     [recorded] = goldens.record_end_to_end([declared_main], say=lambda *_: None)
     assert recorded.inputs["codes"].shape[1] == 128
     assert [name for name, _, _ in recorded.calls] == ["step_64.rknn", "step_64.rknn"]
-    direct, _ = stream_decode(recorded.inputs["codes"], OnnxBackend(lone.reference), get_contract(lone.onnx))
+    direct, _ = stream_decode(recorded.inputs["codes"], OnnxBackend(lone.reference), contract_of(lone.onnx))
     np.testing.assert_array_equal(recorded.outputs["pcm"], direct)
 
 

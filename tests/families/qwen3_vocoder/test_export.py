@@ -12,15 +12,15 @@ from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, random_code
 from rkaudio.board.numeric import snr_db
 from rkaudio.host.backends import OnnxBackend
 from rkaudio.board.qwen3_vocoder import offline_decode, stream_decode, window_decode
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of, get_contract
 
 MIN_FP32_DB = 100.0
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory, tiny_step, tiny_reference):
+def exported(tmp_path_factory, step_job, tiny_step, tiny_reference):
     out = tmp_path_factory.mktemp("tiny_export")
-    return {role: E.export_step(tiny_step, frames, role, out / f"{role}.onnx", reference=tiny_reference)
+    return {role: E.export_step(step_job, tiny_step, frames, role, out / f"{role}.onnx", reference=tiny_reference)
             for role, frames in (("first", 16), ("main", 64), ("window", E.WINDOW_CONTEXT + 12))}
 
 
@@ -40,15 +40,31 @@ def test_contract_and_export_verdicts(exported, tiny_step):
     assert get_contract(exported["window"].onnx)["emitted"] == 12
 
 
+def test_a_contract_from_before_codes_dtype_reads_at_the_defaults(exported):
+    """Packages exported before `codes_dtype` (and the sine and row fields) took int64 code ids: their contracts
+    read at the defaults, so today's board runtime still feeds them."""
+    from rkaudio.board.contract import EngineContract
+    from rkaudio.board.qwen3_vocoder import StepContract, WindowRole
+
+    later = ("codes_dtype", "sine_form", "sine_degree", "row_samples_limit")
+    main = {key: value for key, value in get_contract(exported["main"].onnx).items() if key not in later}
+    step = StepContract.of(EngineContract.from_json(main))
+    assert (step.frames, step.codes_dtype, step.sine_form, step.row_samples_limit) == (64, "int64", None, None)
+    window = {key: value for key, value in get_contract(exported["window"].onnx).items() if key not in later}
+    role = WindowRole.of(EngineContract.from_json(window))
+    assert (role.window, role.context, role.emitted, role.codes_dtype) == (E.WINDOW_CONTEXT + 12, E.WINDOW_CONTEXT,
+                                                                          12, "int64")
+
+
 def test_streaming_and_offline_over_onnxruntime(exported, tiny_reference):
     """First group on the B=16 engine, the rest on B=64 (the last group padded), against the package decoder."""
     codes = random_codes(TINY_CONFIG, 150, seed=5)
     with torch.no_grad():
         full = tiny_reference(codes)[0, 0].numpy()
     main, first = OnnxBackend(exported["main"].reference), OnnxBackend(exported["first"].reference)
-    main_contract, first_contract = get_contract(exported["main"].onnx), get_contract(exported["first"].onnx)
+    main_contract, first_contract = contract_of(exported["main"].onnx), contract_of(exported["first"].onnx)
     streamed, available = stream_decode(codes[0].numpy(), main, main_contract, first, first_contract, event_frames=4)
-    samples = main_contract["samples_per_frame"]
+    samples = get_contract(exported["main"].onnx)["samples_per_frame"]
     assert available[3] == 16 * samples  # audio after the 4th event of 4 frames: the first group of 16
     assert snr_db(full, streamed) > MIN_FP32_DB
     assert snr_db(full, offline_decode(codes[0].numpy(), main, main_contract)) > MIN_FP32_DB
@@ -61,18 +77,19 @@ def test_window_role_reproduces_chunked_decode(exported, tiny_reference):
         chunked = tiny_reference.chunked_decode(codes, chunk_size=contract["emitted"],
                                                 left_context_size=contract["context"])[0, 0].numpy()
         full = tiny_reference(codes)[0, 0].numpy()
-    windowed = window_decode(codes[0].numpy(), OnnxBackend(exported["window"].reference), contract)
+    windowed = window_decode(codes[0].numpy(), OnnxBackend(exported["window"].reference),
+                             contract_of(exported["window"].onnx))
     vs_chunked, vs_full = snr_db(chunked, windowed), snr_db(full, windowed)
     print(f"window role: {vs_chunked:.1f} dB vs the package chunked_decode, {vs_full:.1f} dB vs its full decode")
     assert vs_chunked > MIN_FP32_DB  # vs_full is reported only: how far it falls depends on the weights
 
 
-def test_stepwise_gate_fails_on_a_wrong_reference(tiny_step, tmp_path):
+def test_stepwise_gate_fails_on_a_wrong_reference(step_job, tiny_step, tmp_path):
     """The export self-check fails when the step does not decode what the reference decodes."""
     from rkaudio.families.qwen3_vocoder.random_model import random_reference
 
     other = random_reference(TINY_CONFIG, seed=9, gain=1.0)
-    result = E.export_step(tiny_step, 16, "first", tmp_path / "bad.onnx", reference=other)
+    result = E.export_step(step_job, tiny_step, 16, "first", tmp_path / "bad.onnx", reference=other)
     stepwise = [v for v in result.verdicts if v.name.startswith("stepwise_vs_full")]
     assert len(stepwise) == 1 and not stepwise[0].passed
 
@@ -92,10 +109,10 @@ def test_export_health_warns_on_decomposed_layernorm(tmp_path, exported):
     assert E.export_health(onnx.load(str(exported["main"].onnx)), compact).passed and not compact.getvalue()
 
 
-def test_sine_form_gate_fails_on_a_clipped_sine(tiny_step, tmp_path):
+def test_sine_form_gate_fails_on_a_clipped_sine(step_job, tiny_step, tmp_path):
     """The sine-form gate compares the engine graph's SnakeBeta sine with the exact one: the clip form (no
     range reduction) is far from it at these arguments and fails; the exact graph is still written beside it."""
-    result = E.export_step(tiny_step, 16, "first", tmp_path / "clip.onnx", sine_form="clip")
+    result = E.export_step(step_job, tiny_step, 16, "first", tmp_path / "clip.onnx", sine_form="clip")
     sine = [v for v in result.verdicts if v.name.startswith("sine_form")]
     print(sine[0].line())
     assert len(sine) == 1 and not sine[0].passed
@@ -135,11 +152,11 @@ def _planted_weight_fault(monkeypatch):
 
 @pytest.mark.parametrize("role, frames", [("first", 16), ("window", E.WINDOW_CONTEXT + 12)])
 def test_onnx_gate_follows_the_weights_fp32_floor_and_still_catches_a_planted_fault(
-        low_floor_reference, tmp_path, monkeypatch, role, frames):
+        step_job, low_floor_reference, tmp_path, monkeypatch, role, frames):
     from rkaudio.families.qwen3_vocoder.random_model import step_of
 
     step = step_of(low_floor_reference, TINY_CONFIG)
-    record = E.export_step(step, frames, role, tmp_path / "faithful.onnx", reference=low_floor_reference,
+    record = E.export_step(step_job, step, frames, role, tmp_path / "faithful.onnx", reference=low_floor_reference,
                            sine_form="exact")  # the sine form's own gate judges an approximation, not rounding
     gates = {v.name: v for v in record.verdicts if v.name.startswith("onnx_vs_torch")}
     assert all(v.passed for v in record.verdicts), [v.line() for v in record.verdicts]
@@ -147,7 +164,7 @@ def test_onnx_gate_follows_the_weights_fp32_floor_and_still_catches_a_planted_fa
     print(pcm.line())
     assert pcm.threshold < E.MIN_ONNX_SNR_DB and pcm.value < E.MIN_ONNX_SNR_DB, pcm.line()  # the old gate: a FAIL
     _planted_weight_fault(monkeypatch)
-    planted = E.export_step(step, frames, role, tmp_path / "planted.onnx", reference=low_floor_reference,
-                            sine_form="exact")
+    planted = E.export_step(step_job, step, frames, role, tmp_path / "planted.onnx",
+                            reference=low_floor_reference, sine_form="exact")
     failed = [v for v in planted.verdicts if not v.passed]
     assert [v.name for v in failed][:1] == ["onnx_vs_torch[pcm, exact sine]"], [v.line() for v in planted.verdicts]

@@ -35,14 +35,15 @@ def norm_weights(step, identity: bool):
 
 
 @pytest.mark.parametrize("target", ["rk3588"])
-def test_identity_norm_weights_place_like_perturbed_ones(tiny_reference, tmp_path, require_converter, target):
+def test_identity_norm_weights_place_like_perturbed_ones(step_job, tiny_reference, tmp_path, require_converter,
+                                                         target):
     require_converter()
     cpu = {}
     for identity in (True, False):
         step = norm_weights(step_of(tiny_reference, TINY_CONFIG), identity)
         name = "identity" if identity else "perturbed"
         with torch.no_grad():
-            record = E.export_step(step, 16, "first", tmp_path / f"{name}.onnx", say=lambda *_: None)
+            record = E.export_step(step_job, step, 16, "first", tmp_path / f"{name}.onnx", say=lambda *_: None)
         result = build_engine(record.onnx, tmp_path / "engines", BuildOptions(target=target))
         ops = result.manifest_data["ops"]
         cpu[name] = (ops["cpu"], sorted(op["type"] for op in ops["cpu_ops"]))

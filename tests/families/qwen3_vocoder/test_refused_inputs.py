@@ -61,13 +61,13 @@ def test_silent_snapshot_fails_its_export(silent_snapshot, tmp_path):
     assert not list(out.glob("*.onnx"))  # an empty (or absent) out directory
 
 
-def test_silent_window_role_fails_before_anything_is_written(tiny_reference, tmp_path):
+def test_silent_window_role_fails_before_anything_is_written(step_job, tiny_reference, tmp_path):
     """The window role has no stepwise gate: its onnx-vs-torch comparisons judge the whole (silent) output."""
     silent = step_of(tiny_reference, TINY_CONFIG)
     silent.load_state_dict(silent_state(tiny_reference))
     path = tmp_path / "window.onnx"
     with pytest.raises(GateFailure) as failure, torch.no_grad():
-        E.export_step(silent, E.WINDOW_CONTEXT + 12, "window", path, say=lambda *_: None)
+        E.export_step(step_job, silent, E.WINDOW_CONTEXT + 12, "window", path, say=lambda *_: None)
     names = [v.name for v in failure.value.verdicts]
     assert "onnx_vs_torch[pcm, exact sine]" in names and all(v.detail.startswith(SILENT) for v in failure.value.verdicts)
     assert "what to do: the comparison has nothing to judge" in str(failure.value)

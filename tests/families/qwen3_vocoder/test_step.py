@@ -91,11 +91,11 @@ def test_real_shape_stepwise_matches_full_decode():
     config = REAL_SHAPE_DECODER_CONFIG
     reference = random_reference(config, seed=3)
     step = step_of(reference, config)
-    contract = step.contract_fields()
-    print(f"real-shape contract: cache_numel {contract['cache_numel']}, head_dim {contract['head_dim']}, "
-          f"kv_len {contract['kv_len']}, samples_per_frame {contract['samples_per_frame']}")
-    assert contract["cache_numel"] == independent_cache_numel(config)
-    assert contract["kv_len"] == config["sliding_window"] - 1 and contract["samples_per_frame"] == 1920
+    fields = step.contract_fields(64, "round")
+    print(f"real-shape contract: cache_numel {fields.cache_numel}, head_dim {fields.head_dim}, "
+          f"kv_len {fields.kv_len}, samples_per_frame {fields.samples_per_frame}")
+    assert fields.cache_numel == independent_cache_numel(config)
+    assert fields.kv_len == config["sliding_window"] - 1 and fields.samples_per_frame == 1920
     codes = random_codes(config, 80, seed=4)
     plans = {"B=64": [64, 16], "16 then 64": [16, 64]}
     exact, exact_steps = full_and_steps(copy.deepcopy(reference).double(), copy.deepcopy(step).double(), codes, plans)

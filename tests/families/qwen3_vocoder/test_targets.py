@@ -17,10 +17,11 @@ NO_CPU_OPS = ("rk3588", "rk3576")
 
 
 @pytest.mark.parametrize("target", ["rk3576", "rk3566"])
-def test_tiny_step_builds_without_regtask_lines(tiny_step, tiny_reference, tmp_path, require_converter, target):
+def test_tiny_step_builds_without_regtask_lines(step_job, tiny_step, tiny_reference, tmp_path, require_converter,
+                                                target):
     require_converter()
     with torch.no_grad():
-        record = E.export_step(tiny_step, 16, "first", tmp_path / "step_16.onnx", reference=tiny_reference,
+        record = E.export_step(step_job, tiny_step, 16, "first", tmp_path / "step_16.onnx", reference=tiny_reference,
                                say=lambda *_: None)
     result = build_engine(record.onnx, tmp_path / target,
                           BuildOptions(target=target, max_regtask_lines=0, min_simulator_snr_db=MIN_SIMULATOR_SNR_DB,

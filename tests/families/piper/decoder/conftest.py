@@ -33,10 +33,10 @@ def joe():
 @real_checkpoint
 def joe_exports(tmp_path_factory):
     """The default 109/45/32 window and its --dec-mask twin, exported for rk3588 (no polyphase tail)."""
-    from rkaudio.families.piper import DEFAULT_CONTEXT, DEFAULT_WINDOW, decoder
+    from rkaudio.families.piper import FAMILY, decoder
 
     out = tmp_path_factory.mktemp("joe_decoder")
-    return {dec_mask: decoder.export(None, out, DEFAULT_WINDOW, DEFAULT_CONTEXT, dec_mask, "rk3588")[0]
+    return {dec_mask: decoder.export(FAMILY.job("decoder", target="rk3588", out=out, options={"dec_mask": dec_mask}))[0]
             for dec_mask in (False, True)}
 
 

@@ -55,8 +55,8 @@ def test_check_piper_defaults_to_the_window_the_recipe_ships_for_the_target(monk
 
     asked = []
 
-    def refuse(voice, out_dir, window, context, dec_mask, target):
-        asked.append((window, context, target))
+    def refuse(job):
+        asked.append((job.options.window, job.options.context, job.target))
         raise SystemExit(0)
 
     monkeypatch.setattr(decoder, "export", refuse)
@@ -103,8 +103,8 @@ def test_convert_piper_encoder_hands_over_to_the_encoder_export(monkeypatch, tmp
     from rkaudio.families.piper import encoder
 
     calls = []
-    monkeypatch.setattr(encoder, "export", lambda *args: calls.append(args) or [])
+    monkeypatch.setattr(encoder, "export", lambda job: calls.append(job) or [])
     assert _convert(["piper", "--encoder", "--frames", "128,192", "--skip-rknn", "--out", str(tmp_path)]) == 0
-    (call,) = calls
-    voice, frames, out_dir, max_drift_pct, target, toolkit = call
-    assert (voice, frames, out_dir, max_drift_pct, target) == (None, [128, 192], tmp_path, None, "rk3588")
+    (job,) = calls
+    assert (job.component.name, job.source.voice_onnx, job.options.frames, job.out, job.gates.max_drift_pct,
+            job.target) == ("duration_encoder", None, [128, 192], tmp_path, None, "rk3588")

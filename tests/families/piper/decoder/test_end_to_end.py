@@ -10,12 +10,13 @@ import pytest
 from rkaudio.engine import goldens
 from rkaudio.families.piper import decoder
 from rkaudio.pipeline.pipeline import Exported
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of
 from rkaudio.core.paths import end_to_end_inputs
 from rkaudio.host.backends import OnnxBackend
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.golden import Engine, run_loop
 from rkaudio.board.piper import VoiceDecoder
-from rkaudio.board.window_walk import WindowContract, plan_windows
+from rkaudio.board.window_walk import plan_windows
 
 
 @pytest.mark.slow
@@ -30,8 +31,7 @@ def test_golden_is_the_walk_over_three_windows(joe_exports):
     assert len(plan_windows(z.shape[2], 93, 24, 45)) == 3 and len(plan_windows(z.shape[2], 109, 32, 45)) == 3
     assert [name for name, _, _ in recording.calls] == [record.onnx.with_suffix(".rknn").name] * 3
     assert [feeds["y_mask"].sum() for _, feeds, _ in recording.calls] == [109.0] * 3  # every window real
-    contract = get_contract(record.onnx)
-    expected = VoiceDecoder(OnnxBackend(record.onnx), contract, 192).decode(z).output
+    expected = VoiceDecoder(OnnxBackend(record.onnx), contract_of(record.onnx), 192).decode(z).output
     np.testing.assert_array_equal(recording.outputs["audio"], expected)
     assert recording.outputs["audio"].size == z.shape[2] * 256
 
@@ -58,16 +58,15 @@ def test_golden_loop_feeds_g_to_every_window(multispeaker_onnx):
 
     model = onnx.load(str(multispeaker_onnx))
     piece = decoder.slice_voice(model)
-    engine_model = decoder.fixed_window_model(piece, window=100, context=32, dec_mask=False, voice_name="ms",
-                                              sample_rate=16000)
-    contract = get_contract(engine_model)
+    engine_model, window = decoder.fixed_window_model(piece, window=100, context=32, dec_mask=False, voice_name="ms",
+                                                      sample_rate=16000)
+    contract = EngineContract(family="piper", component="decoder", role="main", fields=window.to_fields())
     backend = OnnxBackend(engine_model, threads=1)
     seen = []
     engine = Engine("ms.rknn", contract, lambda: backend, on_run=lambda e, feeds, out: seen.append(feeds))
     z = decoder.white_noise_latent(piece.channels, 150)
     g = np.random.default_rng(1).standard_normal((1, piece.cond_channels, 1)).astype(np.float32)
     outputs = run_loop("rkaudio.board.piper:golden_loop", [engine], {"z": z, "g": g}, {})
-    window = WindowContract.from_contract(contract)
     assert len(seen) == len(plan_windows(150, window.window, window.context, window.emitted)) == 3
     assert all(np.array_equal(feeds["g"], g) for feeds in seen)
     expected = VoiceDecoder(backend, contract, piece.channels).decode(z, g).output

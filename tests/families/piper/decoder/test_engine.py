@@ -7,8 +7,8 @@ import pytest
 from rkaudio.engine.build import BuildOptions, build_engine
 from rkaudio.core.errors import SetupError
 from rkaudio.host.backends import OnnxBackend
-from rkaudio.board.piper import VoiceDecoder
-from rkaudio.host.piper import engine_contract
+from rkaudio.board.piper import PiperWindow, VoiceDecoder
+from rkaudio.core.manifest import engine_contract
 
 
 @pytest.mark.slow
@@ -24,8 +24,8 @@ def test_joe_engine_builds_clean_for_rk3588(joe_exports, tmp_path, require_conve
     assert gates["simulator_snr[output]"].value >= 35.0
     plan = result.manifest_data["exec_plan"]
     assert plan == {"piper_tts.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {"main": result.rknn.name}}}}
-    contract = engine_contract(result.rknn)
-    assert contract["latent_channels"] == 192 and contract["hop"] == 256 and contract["sample_rate"] == 22050
+    window = PiperWindow.of(engine_contract(result.rknn))
+    assert (window.latent_channels, window.hop, window.sample_rate) == (192, 256, 22050)
 
 
 @pytest.mark.slow
@@ -68,11 +68,11 @@ def test_window_walk_through_the_simulator(joe, joe_exports, require_converter):
     """The same walk over the toolkit simulator (fp16): every window within the build's 35 dB gate."""
     from rkaudio.board.numeric import snr_db
     from rkaudio.host.backends import SimulatorBackend
-    from rkaudio.board.window_walk import WindowContract, walk
+    from rkaudio.board.window_walk import walk
 
     require_converter("2.3.2")
     export = joe_exports[False]
-    contract = WindowContract.from_contract(engine_contract(export.onnx))
+    contract = PiperWindow.of(engine_contract(export.onnx))
     z = joe.latents[0]["z"][:, :, : 2 * contract.window]
     reference = walk(OnnxBackend(export.onnx, threads=1), z, contract)
     with SimulatorBackend(export.onnx, "rk3588") as simulator:

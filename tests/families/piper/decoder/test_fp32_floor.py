@@ -10,10 +10,11 @@ import shutil
 import onnx
 import pytest
 
-from rkaudio.families.piper import decoder
-from rkaudio.board.window_walk import WindowContract, walk
+from rkaudio.board.piper import PiperWindow
+from rkaudio.families.piper import FAMILY, decoder
+from rkaudio.core.manifest import engine_contract
+from rkaudio.gates.walk_vs_full import WalkBesideFull
 from rkaudio.host.backends import OnnxBackend
-from rkaudio.host.piper import engine_contract
 from tests.low_floor import offset_flow
 
 pytestmark = pytest.mark.slow  # joe's weights, edited
@@ -33,7 +34,9 @@ def low_floor_voice(joe, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def low_floor_export(low_floor_voice):
-    return decoder.export(low_floor_voice, low_floor_voice.parent, WINDOW, CONTEXT, False, "rk3588")[0]
+    return decoder.export(FAMILY.job("decoder", target="rk3588", out=low_floor_voice.parent,
+                                     source={"voice_onnx": low_floor_voice},
+                                     options={"window": WINDOW, "context": CONTEXT}))[0]
 
 
 def test_low_floor_voice_exports_with_its_window_gates_held_to_the_floor(low_floor_export):
@@ -56,19 +59,20 @@ def test_planted_faults_still_fail_the_low_floor_export(low_floor_voice, low_flo
     piece = decoder.slice_voice(model)
     latents = decoder.voice_latents(model, piece.seam, voice.config)
     # A context of 16 slices: the flow reaches ~32 (joe: 16.4 dB worst window).
-    short_context = decoder.fixed_window_model(piece, WINDOW, 16, False, "low-floor", 22050)
-    verdicts = decoder.selfcheck(short_context, piece, latents, noise_length=3 * WINDOW + WINDOW // 2)
+    short_context, window = decoder.fixed_window_model(piece, WINDOW, 16, False, "low-floor", 22050)
+    verdicts = decoder.selfcheck(short_context, window, piece, latents, noise_length=3 * WINDOW + WINDOW // 2)
     interior = [v for v in verdicts if "worst interior" in v.name]
     assert interior and not any(v.passed for v in interior), [v.line() for v in interior]
     assert all(v.value < v.threshold - 10 for v in interior), [v.line() for v in interior]
     # One padded frame marked real, in the export that passed above, at its own floor.
-    contract = WindowContract.from_contract(engine_contract(low_floor_export.onnx))
-    z = decoder.short_latent(latents[0], contract.window)
+    window = PiperWindow.of(engine_contract(low_floor_export.onnx))
+    z = decoder.short_latent(latents[0], window.window)
     full = OnnxBackend(piece.model, threads=1)
     reference = decoder.full_decode(full, z, None)
     floor = decoder.decode_floor(piece.model, z, None, reference)
     runner = OnnxBackend(low_floor_export.onnx, threads=1)
-    good = decoder.padded_verdict("real", reference, walk(runner, z, contract), False, floor)
-    bad = decoder.padded_verdict("planted", reference, walk(OnePaddedFrameReal(runner), z, contract), False, floor)
+    good = decoder.padded_verdict("real", WalkBesideFull.run(runner, z, window, reference), False, floor)
+    bad = decoder.padded_verdict("planted", WalkBesideFull.run(OnePaddedFrameReal(runner), z, window, reference),
+                                 False, floor)
     assert good.passed and good.threshold < decoder.MIN_PADDED_DB, good.line()
     assert not bad.passed and bad.value < bad.threshold - 20, bad.line()

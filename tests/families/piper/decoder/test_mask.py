@@ -8,11 +8,12 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from rkaudio.board.piper import PiperWindow
 from rkaudio.families.piper import decoder
 from rkaudio.gates import opscan
+from rkaudio.gates.walk_vs_full import WalkBesideFull
 from rkaudio.host.backends import OnnxBackend
-from rkaudio.board.window_walk import WindowContract, walk
-from rkaudio.core.contract import get_contract
+from rkaudio.core.contract import contract_of, get_contract
 from rkaudio.surgery.graph.polyphase_levels import overflowing_levels
 
 
@@ -26,34 +27,32 @@ class MaskOfOnes:
         return self.inner.run({**feeds, decoder.MASK: np.ones_like(feeds[decoder.MASK])})
 
 
-def _walk(export, z, backend_wrapper=None):
+def _walk(joe, export, z, backend_wrapper=None) -> WalkBesideFull:
+    """`z` walked over the exported engine (through `backend_wrapper` when given), beside joe's full decode of it."""
     runner = OnnxBackend(export.onnx, threads=1)
-    contract = WindowContract.from_contract(get_contract(export.onnx))
-    return walk(backend_wrapper(runner) if backend_wrapper else runner, z, contract)
+    window = PiperWindow.of(contract_of(export.onnx))
+    return WalkBesideFull.run(backend_wrapper(runner) if backend_wrapper else runner, z, window,
+                              decoder.full_decode(joe.full, z, None))
 
 
 @pytest.mark.slow
 def test_dec_mask_lifts_a_47_slice_tail_and_leaves_interiors_unchanged(joe, joe_exports):
     z = decoder.short_latent(joe.latents[0], 109, 47)
-    reference = decoder.full_decode(joe.full, z, None)
-    plain, masked = _walk(joe_exports[False], z), _walk(joe_exports[True], z)
-    from rkaudio.board.numeric import snr_db
-
-    plain_db, masked_db = snr_db(reference, plain.output), snr_db(reference, masked.output)
+    plain, masked = _walk(joe, joe_exports[False], z), _walk(joe, joe_exports[True], z)
+    plain_db, masked_db = plain.global_snr(), masked.global_snr()
     assert masked_db > 100.0 and plain_db < 60.0, (plain_db, masked_db)
-    assert decoder.padded_verdict("47", reference, plain, dec_mask=False).passed
-    assert decoder.padded_verdict("47", reference, masked, dec_mask=True).passed
+    assert decoder.padded_verdict("47", plain, dec_mask=False).passed
+    assert decoder.padded_verdict("47", masked, dec_mask=True).passed
     long = joe.latents[0]["z"]
-    np.testing.assert_array_equal(_walk(joe_exports[False], long).output, _walk(joe_exports[True], long).output)
+    np.testing.assert_array_equal(_walk(joe, joe_exports[False], long).output,
+                                  _walk(joe, joe_exports[True], long).output)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dec_mask", [False, True])
 def test_mask_of_one_over_padding_is_caught(joe, joe_exports, dec_mask):
     z = decoder.short_latent(joe.latents[0], 109, 47)
-    reference = decoder.full_decode(joe.full, z, None)
-    bad = _walk(joe_exports[dec_mask], z, MaskOfOnes)
-    verdict = decoder.padded_verdict("mask 1 over padding", reference, bad, dec_mask)
+    verdict = decoder.padded_verdict("mask 1 over padding", _walk(joe, joe_exports[dec_mask], z, MaskOfOnes), dec_mask)
     assert not verdict.passed, verdict.line()
 
 
@@ -94,15 +93,17 @@ def test_export_records_the_window_contract(joe_exports):
     assert (contract["window"], contract["context"], contract["emitted"], contract["hop"]) == (109, 32, 45, 256)
     assert contract["latent_channels"] == 192 and contract["strides"] == [8, 8, 4]
     assert contract["sample_rate"] == 22050 and contract["dec_mask"] is True
+    # one speaker, no level in polyphase form: present as null, as every published contract holds them
+    assert (contract["polyphase"], contract["cond_input"], contract["cond_channels"]) == (None, None, None)
     for export in joe_exports.values():  # the real default exports pass every raised threshold
         assert all(v.passed for v in export.verdicts), [v.line() for v in export.verdicts]
 
 
 @pytest.mark.slow
 def test_polyphase_joe_engine_is_the_same_map(joe):
-    plain = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050)
-    phased = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050, phase_levels=1)
-    assert get_contract(phased)["polyphase"] == 4
+    plain, window = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050)
+    phased, phased_window = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050, target="rk3576")
+    assert (window.polyphase, phased_window.polyphase) == (None, 4)
     feeds = {decoder.LATENT: joe.latents[0]["z"][:, :, :93], decoder.MASK: np.ones((1, 1, 93), np.float32)}
     from rkaudio.board.numeric import snr_db
 

@@ -7,10 +7,8 @@ import pytest
 
 from rkaudio.families.piper import decoder
 from rkaudio.board.numeric import snr_db
+from rkaudio.gates.walk_vs_full import WalkBesideFull
 from rkaudio.host.backends import OnnxBackend
-from rkaudio.board.window_walk import WindowContract, walk
-
-from rkaudio.core.contract import get_contract
 
 
 def multispeaker_feeds(length: int, speaker: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -44,20 +42,21 @@ def test_seam_finds_the_speaker_embedding(speaker):
 @pytest.mark.parametrize("dec_mask", [False, True])
 def test_windowed_decode_with_g_matches_full_decode(speaker, dec_mask):
     piece, latents = speaker
-    engine = decoder.fixed_window_model(piece, window=100, context=32, dec_mask=dec_mask, voice_name="ms",
-                                        sample_rate=16000)
-    contract = WindowContract.from_contract(get_contract(engine))
+    engine, window = decoder.fixed_window_model(piece, window=100, context=32, dec_mask=dec_mask, voice_name="ms",
+                                                sample_rate=16000)
+    assert (window.cond_input, window.cond_channels) == (decoder.COND, 8)
     full, windowed = OnnxBackend(piece.model, threads=1), OnnxBackend(engine, threads=1)
     z = decoder.white_noise_latent(piece.channels, 290)
     outputs = []
     for item in latents:
-        reference = decoder.full_decode(full, z, item["g"])
-        result = walk(windowed, z, contract, {decoder.COND: item["g"]})
-        verdicts, _ = decoder.window_verdicts("ms", reference, result, decoder.MIN_INTERIOR_DB)
+        compared = WalkBesideFull.run(windowed, z, window, decoder.full_decode(full, z, item["g"]),
+                                      decoder.cond_feeds(item["g"]))
+        verdicts = decoder.window_verdicts("ms", compared, decoder.MIN_INTERIOR_DB)
         assert verdicts and all(v.passed for v in verdicts), [v.line() for v in verdicts]
-        outputs.append(result.output)
+        outputs.append(compared.output)
     assert snr_db(outputs[0], outputs[1]) < 20.0  # g really conditions the decoder
     short = z[:, :, :37]
-    result = walk(windowed, short, contract, {decoder.COND: latents[0]["g"]})
-    verdict = decoder.padded_verdict("ms short", decoder.full_decode(full, short, latents[0]["g"]), result, dec_mask)
+    compared = WalkBesideFull.run(windowed, short, window, decoder.full_decode(full, short, latents[0]["g"]),
+                                  decoder.cond_feeds(latents[0]["g"]))
+    verdict = decoder.padded_verdict("ms short", compared, dec_mask)
     assert verdict.passed, verdict.line()

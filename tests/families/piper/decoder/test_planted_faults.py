@@ -12,18 +12,21 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from rkaudio.board.piper import PiperWindow
 from rkaudio.families.piper import decoder
+from rkaudio.core.manifest import engine_contract
 from rkaudio.core.paths import REPO_ROOT
-from rkaudio.board.window_walk import WalkResult, WindowContract, plan_windows, walk
+from rkaudio.board.window_walk import WalkResult, plan_windows
+from rkaudio.gates.walk_vs_full import WalkBesideFull
 from rkaudio.host.backends import OnnxBackend
-from rkaudio.host.piper import engine_contract
 
 
 @pytest.mark.slow
 def test_interior_gate_fails_a_context_of_24_slices(joe):
     """The flow reaches ~32 slices on joe: the spec's 93/45/24 window is not exact (74.9 dB measured)."""
-    model = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050)
-    verdicts = decoder.selfcheck(model, joe.piece, joe.latents, noise_length=3 * 93 + 93 // 2, target="rk3588")
+    model, window = decoder.fixed_window_model(joe.piece, 93, 24, False, "joe", 22050)
+    verdicts = decoder.selfcheck(model, window, joe.piece, joe.latents, noise_length=3 * 93 + 93 // 2,
+                                 target="rk3588")
     interior = [v for v in verdicts if "worst interior" in v.name]
     assert interior and not any(v.passed for v in interior), [v.line() for v in interior]
     assert all(60.0 < v.value < decoder.MIN_INTERIOR_DB - 10.0 for v in interior), [v.line() for v in interior]
@@ -47,36 +50,37 @@ class OnePaddedFrameReal:
 @pytest.mark.parametrize("dec_mask", [False, True])
 def test_tail_gate_fails_one_padded_frame_marked_real(joe, joe_exports, dec_mask):
     export = joe_exports[dec_mask]
-    contract = WindowContract.from_contract(engine_contract(export.onnx))
-    z = decoder.short_latent(joe.latents[0], contract.window)
+    window = PiperWindow.of(engine_contract(export.onnx))
+    z = decoder.short_latent(joe.latents[0], window.window)
     reference = decoder.full_decode(joe.full, z, None)
     runner = OnnxBackend(export.onnx, threads=1)
-    good = decoder.padded_verdict("real", reference, walk(runner, z, contract), dec_mask)
-    bad = decoder.padded_verdict("planted", reference, walk(OnePaddedFrameReal(runner), z, contract), dec_mask)
+    good = decoder.padded_verdict("real", WalkBesideFull.run(runner, z, window, reference), dec_mask)
+    bad = decoder.padded_verdict("planted", WalkBesideFull.run(OnePaddedFrameReal(runner), z, window, reference),
+                                 dec_mask)
     assert good.passed and not bad.passed, (good.line(), bad.line())
     assert bad.value < good.threshold - 30.0, bad.line()  # measured 42.7 dB plain, 16.5 dB with --dec-mask
 
 
-def _walk_result(reference: np.ndarray, window=20, context=4, hop=2) -> tuple[WalkResult, np.ndarray]:
+def _walk_beside(reference: np.ndarray, window=20, context=4, hop=2) -> WalkBesideFull:
     """A walk over `reference`'s length whose output is the reference with a -120 dB relative error."""
     windows = plan_windows(reference.size // hop, window, context, window - 2 * context)
     test = reference * (1.0 + 1e-6 * np.random.default_rng(0).standard_normal(reference.size))
-    return WalkResult(test.reshape(1, 1, -1), windows, hop), reference
+    return WalkBesideFull(reference, WalkResult(test.reshape(1, 1, -1), windows, hop))
 
 
 def test_gates_judge_the_whole_reference_not_a_quiet_window():
     rng = np.random.default_rng(1)
     audio = 0.3 * rng.standard_normal(2 * 100)
     audio[40:80] = 0.0  # one silent stretch (an interior window's worth): a pause, not a silent checkpoint
-    result, reference = _walk_result(audio)
-    verdicts, rows = decoder.window_verdicts("speech with a pause", reference, result, decoder.MIN_INTERIOR_DB)
+    compared = _walk_beside(audio)
+    verdicts = decoder.window_verdicts("speech with a pause", compared, decoder.MIN_INTERIOR_DB)
     assert verdicts and all(v.passed and math.isfinite(v.value) for v in verdicts), [v.line() for v in verdicts]
-    assert any(row["snr_db"] == math.inf for row in rows)  # the quiet window's own figure is kept as it is
+    assert any(row["snr_db"] == math.inf for row in compared.rows())  # the quiet window's own figure is kept as it is
     for degenerate, words in ((np.zeros(200), "silent"), (np.full(200, 0.25), "constant"),
                               (1e-9 * rng.standard_normal(200), "silent"),
                               (np.where(np.arange(200) == 7, np.nan, audio), "non-finite")):
         result = WalkResult(np.zeros((1, 1, 200)), plan_windows(100, 20, 4, 12), 2)
-        verdicts, _ = decoder.window_verdicts("degenerate", degenerate, result, decoder.MIN_INTERIOR_DB)
+        verdicts = decoder.window_verdicts("degenerate", WalkBesideFull(degenerate, result), decoder.MIN_INTERIOR_DB)
         assert verdicts and all(not v.passed and math.isnan(v.value) and words in v.detail for v in verdicts), \
             [v.line() for v in verdicts]
 

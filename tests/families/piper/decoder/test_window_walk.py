@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rkaudio.board.contract import EngineContract
 from rkaudio.board.window_walk import WindowContract, plan_windows, walk
 
 SHAPES = [(93, 24, 45), (256, 32, 192), (128, 28, 72)]
@@ -76,9 +77,9 @@ def test_walk_with_too_little_context_is_not_exact():
 
 def test_contract_round_trip_and_errors():
     contract = WindowContract(93, 24, 45, 256, "z", "output", "y_mask", 192)
-    assert WindowContract.from_contract({**contract.fields(), "family": "piper"}) == contract
-    with pytest.raises(ValueError, match="window key"):
-        WindowContract.from_contract({"window": 93})
+    assert WindowContract.of(EngineContract.from_json({**contract.to_fields(), "family": "piper"})) == contract
+    with pytest.raises(ValueError, match="no field 'context'"):
+        WindowContract.of(EngineContract.from_json({"window": 93}))
     with pytest.raises(ValueError, match="cannot hold"):
         WindowContract(93, 24, 46, 256, "z", "output")
     with pytest.raises(ValueError, match="channels"):

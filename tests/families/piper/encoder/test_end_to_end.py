@@ -21,7 +21,11 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 @real_checkpoint
 def ladder_export(tmp_path_factory):
-    return encoder.export(None, [48, 32], tmp_path_factory.mktemp("encoder_ladder"))
+    from rkaudio.families.piper import FAMILY
+
+    out = tmp_path_factory.mktemp("encoder_ladder")
+    return encoder.export(FAMILY.job("duration_encoder", target="rk3588", out=out, options={"frames": [48, 32]},
+                                     gates={"max_drift_pct": None}))
 
 
 def test_golden_runs_each_width_once_on_its_self_check_sequence(ladder_export):

@@ -24,7 +24,7 @@ def voice():
 @pytest.mark.slow
 @pytest.mark.parametrize("width", [128, 192])
 def test_export_gates_pass(voice, tmp_path, width):
-    record = encoder.export_width(voice, width, tmp_path)
+    record = encoder.export_width(_encoder_job(tmp_path), voice, width)
     by_name = {v.name.split("[")[0]: v for v in record.verdicts}
     assert all(v.passed for v in record.verdicts), [v.line() for v in record.verdicts]
     assert by_name["relshift_rewrite_vs_raw"].value >= 120 and by_name["padded_vs_exact"].value >= 110
@@ -38,7 +38,8 @@ def test_export_gates_pass(voice, tmp_path, width):
 def test_export_refuses_a_graph_that_keeps_a_shift_chain(voice, tmp_path, monkeypatch):
     monkeypatch.setattr(encoder, "npu_form", lambda raw: raw)  # skip the rewrite: the chains stay in
     with pytest.raises(GateFailure) as failure:
-        pipeline.build([encoder.export_width(voice, 48, tmp_path)], tmp_path, None, context="piper encoder export")
+        pipeline.build([encoder.export_width(_encoder_job(tmp_path), voice, 48)], tmp_path, None,
+                       context="piper encoder export")
     failed = {v.name: v for v in failure.value.verdicts}
     assert failed["relative-shift chains"].value == 12  # two per attention layer, six layers
 
@@ -71,7 +72,7 @@ def test_a_width_past_the_drift_threshold_is_refused_before_the_build(tmp_path, 
     golden all name the kept width only; the kept width's drift verdict travels in its contract."""
     require_converter("2.3.2")
     _forced_drift(monkeypatch, {32: [0.5, -1.0], 48: [1.0, 9.5]})
-    records = encoder.export(None, [48, 32], tmp_path, max_drift_pct=7.0, target="rk3588")
+    records = encoder.export(_encoder_job(tmp_path, [48, 32], max_drift_pct=7.0))
     assert [r.onnx.name for r in records] == ["piper_encoder_w32.onnx"]
     assert not list(tmp_path.glob("piper_encoder_w48.*"))
     drift = {v.name: v for v in records[0].verdicts}["duration_drift[N=32]"]
@@ -99,19 +100,19 @@ def test_a_width_past_the_drift_threshold_is_refused_before_the_build(tmp_path, 
 def test_every_width_refused_is_a_gate_failure(tmp_path, monkeypatch):
     _forced_drift(monkeypatch, {32: [8.0], 48: [-9.0]})
     with pytest.raises(GateFailure, match="every width drifts past the threshold") as failure:
-        encoder.export(None, [32, 48], tmp_path, max_drift_pct=7.0, target="rk3588")
+        encoder.export(_encoder_job(tmp_path, [32, 48], max_drift_pct=7.0))
     assert [v.name for v in failure.value.verdicts] == ["duration_drift[N=32]", "duration_drift[N=48]"]
     assert not list(tmp_path.glob("piper_encoder_w*.onnx"))
 
 
-def _encoder_job(tmp_path, **gates):
-    """The job `convert piper --encoder --frames 128` makes (its gates: the declared defaults, `gates` over them)."""
-    from rkaudio.pipeline.declaration import Job
+def _encoder_job(tmp_path, frames=(128,), **gates):
+    """The job `convert piper --encoder --frames 128` makes for rk3588 (its gates: the declared defaults, `gates`
+    over them)."""
     from rkaudio.families.piper import FAMILY
 
-    component = FAMILY.component("duration_encoder")
-    gates = FAMILY.gates_model(component).model_validate({"max_regtask_lines": 0, "fail_on_cpu_ops": True, **gates})
-    return Job(FAMILY, component, FAMILY.source(), component.options(frames=[128]), gates, "rk3588", tmp_path, "2.3.2")
+    return FAMILY.job("duration_encoder", target="rk3588", out=tmp_path, toolkit="2.3.2",
+                      options={"frames": list(frames)},
+                      gates={"max_regtask_lines": 0, "fail_on_cpu_ops": True, **gates})
 
 
 def test_drift_threshold_with_onnx_is_refused(tmp_path):
