@@ -1,11 +1,10 @@
-"""The contract an exported ONNX carries: one JSON document in its `metadata_props` under `rkaudio`.
-
-Required keys: `family` (CLI name), `component` (exec_plan component), `role` (artifact role),
-`exec_plan_option`; then whatever the runtime needs (window, context, emitted, hop, cache layout, buckets),
-optional `ladder_key`, `exec_params`, `package_files`, `reference_onnx`, `feed_dtypes` ({input name: numpy
-dtype name}: an input the runtime feeds in another dtype than the ONNX's, `fed_inputs`) and the export stage's
-`export_verdicts`. Every later stage (build, manifest, packaging, runtime) reads it back from here, so
-nothing is restated downstream. onnx is imported only by the two functions that touch a model."""
+"""The contract an exported ONNX carries: one JSON document in its `metadata_props` under `rkaudio`, the JSON of
+`rkaudio.board.contract.EngineContract` (its fields and what each means are stated there, the family's own in its
+`ContractFields`). This module is the contract's ONNX side: `make_contract` (through `Job.contract`), `set_contract`
+/ `store_contract` to write it, `contract_of` to read it back as the model (`get_contract`: the raw JSON, for the
+serialiser), `fed_inputs`, and the producer record. Every later stage (build, manifest, packaging, runtime) reads the
+contract back from the ONNX or the manifest, so nothing is restated downstream. onnx is imported only by the
+functions that touch a model."""
 from __future__ import annotations
 
 import json
