@@ -45,11 +45,13 @@ def test_io_bytes_count_each_input_as_fed_and_each_output_as_returned():
 
 
 def test_a_contracts_feed_dtypes_name_what_the_manifest_says_is_fed():
+    from rkaudio.board.contract import EngineContract
     from rkaudio.core.contract import fed_inputs
 
     entries = [{"name": "x", "shape": [2], "dtype": "float32"}, {"name": "k", "shape": [2], "dtype": "float32"}]
-    assert [e["dtype"] for e in fed_inputs(entries, {"feed_dtypes": {"k": "float16"}})] == ["float32", "float16"]
-    assert fed_inputs(entries, {}) == entries
+    assert [e["dtype"] for e in fed_inputs(entries, EngineContract(feed_dtypes={"k": "float16"}))] == \
+        ["float32", "float16"]
+    assert fed_inputs(entries, EngineContract()) == entries
 
 
 def test_every_term_moves_with_its_own_constant_only():
