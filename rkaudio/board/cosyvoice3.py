@@ -6,7 +6,8 @@ cond [B,80,S] and the RoPE tables rope_cos/rope_sin [heads,S,dim_head]; it retur
 (upstream `solve_euler`): the unconditional row has mu, spks and cond zeroed, and the step uses
 (1 + r) * cond_out - r * uncond_out (r = 0.7). A B=2 engine takes both rows in one call, a B=1 engine two
 calls. Past the largest rung the ladder refuses (a CPU fallback is the consumer's choice, not ours). A rung
-too big to compile whole is split by depth into parts chained through `hidden` [B,S,dim] (`Chain`).
+too big to compile whole is split by depth into parts chained through `hidden` (`Chain`; [B,S,dim], or
+[B,dim,S] where the contract's io says so).
 
 An engine's contract fields are `RungFields` (where it sits in the ladder, what graph it is) and `FlowFields`
 (what the ODE over the ladder reads, the same for every rung).
@@ -26,7 +27,7 @@ from rkaudio.board.golden import by_role
 
 INPUT_NAMES = ["x", "mask", "mu", "t_freq", "spks", "cond", "rope_cos", "rope_sin"]
 OUTPUT_NAME = "dphi_dt"
-HIDDEN_NAME = "hidden"  # [B, S, dim] between the parts of a depth-split rung
+HIDDEN_NAME = "hidden"  # [B, S, dim] or [B, dim, S] (the contract's io) between the parts of a split rung
 CHAIN_INPUT_NAMES = [HIDDEN_NAME, "mask", "t_freq", "rope_cos", "rope_sin"]  # the inputs of a later part
 UNCONDITIONAL_ZEROED = ["mu", "spks", "cond"]  # the CFG row upstream feeds with these zeroed
 DEFAULT_STEPS = 10

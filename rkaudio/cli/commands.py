@@ -13,7 +13,7 @@ from rkaudio.engine.build import BuildOptions, build_engine
 from rkaudio.cli.diagnose import diagnose
 from rkaudio.release.recipes import DIST_DIR, RECIPES_DIR
 from rkaudio.cli.families import declaration, register as register_families
-from rkaudio.cli.options import normalised_target, FailOnCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, TargetOption, ToolkitOption
+from rkaudio.cli.options import normalised_target, FailOnCpuOps, MaxCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, TargetOption, ToolkitOption
 from rkaudio.core.errors import SetupError
 from rkaudio.board.soc import FP16_TARGETS
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
@@ -26,6 +26,7 @@ def build(
     toolkit: ToolkitOption = DEFAULT_TOOLKIT,
     max_regtask_lines: MaxRegtaskLines = BuildOptions.max_regtask_lines,
     fail_on_cpu_ops: FailOnCpuOps = BuildOptions.fail_on_cpu_ops,
+    max_cpu_ops: MaxCpuOps = BuildOptions.max_cpu_ops,
     selfcheck: Annotated[Optional[Path], typer.Option(
         "--selfcheck", help="Inputs for the simulator check: an .npz whose keys are the ONNX input names. "
         "Default: standard-normal inputs (seed 0) for float inputs, zeros for integer inputs.")] = None,
@@ -46,7 +47,7 @@ def build(
 
     model = load_model(onnx_path)  # a truncated, foreign or NaN-carrying file stops here, in one line
     options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
-                           fail_on_cpu_ops=fail_on_cpu_ops, min_simulator_snr_db=min_snr_db, timeout_s=timeout)
+                           fail_on_cpu_ops=fail_on_cpu_ops, max_cpu_ops=max_cpu_ops, min_simulator_snr_db=min_snr_db, timeout_s=timeout)
     with tempfile.TemporaryDirectory(prefix="rkaudio-selfcheck-") as scratch:
         if selfcheck is None:
             inputs, _ = graph_io(model)

@@ -60,4 +60,5 @@ def gate_option(name: str):
 
 MaxRegtaskLines = gate_option("max_regtask_lines")
 FailOnCpuOps = gate_option("fail_on_cpu_ops")
+MaxCpuOps = gate_option("max_cpu_ops")
 MinSnrDb = gate_option("min_simulator_snr_db")

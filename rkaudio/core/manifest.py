@@ -55,21 +55,31 @@ def exec_plan_fragment(contract: EngineContract, rknn_name: str) -> dict:
     return {contract.exec_plan_option: {contract.component: entry}}
 
 
-def shape_set_entry(entry: dict, inputs: list, outputs: list, regtask_report, table, predicted_board_ms) -> dict:
+def cpu_op_price(op: dict) -> str:
+    """" (12 KB, 0.05 ms predicted)" for a priced CPU op of a manifest (older manifests: "")."""
+    if op.get("rw_kb") is None:
+        return ""
+    predicted = op.get("predicted_ms")
+    return f" ({op['rw_kb']:,.0f} KB" + (f", {predicted:.3g} ms predicted)" if predicted is not None else ")")
+
+
+def shape_set_entry(entry: dict, inputs: list, outputs: list, regtask_report, table, predicted_board_ms,
+                    ops: dict) -> dict:
     """One shape set of a dynamic engine in its manifest: its tensors as fed and returned, the contract fields it
     stands for, and its own figures from its own layer table (the compiler builds one graph per set)."""
     return {"inputs": list(inputs), "outputs": list(outputs), "contract": entry["contract"],
-            "regtask": regtask_report.to_json(), "ops": table.ops_json(), "est_cycles": table.est_cycles,
+            "regtask": regtask_report.to_json(), "ops": ops, "est_cycles": table.est_cycles,
             "rw_kb": table.rw_kb, "weight_bytes": table.weight_bytes, "internal_bytes": table.internal_bytes,
             "predicted_board_ms": predicted_board_ms}
 
 
 def build_manifest(*, contract: EngineContract, target: str, toolkit: str, inputs, outputs, onnx_path: Path,
-                   rknn_path: Path, build_log: Path, regtask_report, table, verdicts, simulator: dict,
+                   rknn_path: Path, build_log: Path, regtask_report, table, ops: dict, verdicts, simulator: dict,
                    build_stats: dict | None = None, predicted_board_ms: dict | None = None,
                    shape_sets: list | None = None) -> dict:
     """The manifest of one engine (see HACKING.md); `inputs`/`outputs` are the tensor entries a caller feeds and
-    gets ({"name", "shape", "dtype"}: `rkaudio.core.contract.fed_inputs`), `table` a LayerTable, `predicted_board_ms`
+    gets ({"name", "shape", "dtype"}: `rkaudio.core.contract.fed_inputs`), `table` a LayerTable, `ops` its op counts
+    with each CPU op priced (rkaudio.gates.board_time.priced_ops), `predicted_board_ms`
     rkaudio.gates.board_time.predict's figure (None: no constants for the target). An engine of several shape sets gives
     the figures of its largest set there and every set's in `shape_sets` (`shape_set_entry`)."""
     producer = contract.producer or producer_info()
@@ -90,7 +100,7 @@ def build_manifest(*, contract: EngineContract, target: str, toolkit: str, input
         "build": build_stats or {},
         "build_log": Path(build_log).name,
         "regtask": regtask_report.to_json(),
-        "ops": table.ops_json(),
+        "ops": ops,
         "engine_io": table.io_dtypes(),
         "est_cycles": table.est_cycles,
         "rw_kb": table.rw_kb,
@@ -199,7 +209,7 @@ def summary_lines(data: dict) -> list[str]:
         f"  ops: {ops.get('npu')} NPU, {ops.get('cpu')} CPU compute, {ops.get('cpu_boundary')} CPU I/O glue; "
         f"est. cycles {data['est_cycles']:,}, traffic {data['rw_kb']:,.0f} KB",
     ]
-    lines += [f"    cpu: {op['type']} {op['name']}" for op in ops.get("cpu_ops", [])]
+    lines += [f"    cpu: {op['type']} {op['name']}" + cpu_op_price(op) for op in ops.get("cpu_ops", [])]
     lines.append("  " + board_time_line(data.get("predicted_board_ms")))
     for number, entry in enumerate(data.get("shape_sets", [])):
         shapes = ", ".join(f"{t['name']} {t['shape']}" for t in entry["inputs"]

@@ -76,6 +76,8 @@ class Regtask(Entry):
 class CpuOp(Entry):
     name: str
     type: str
+    rw_kb: Optional[float] = None  # its traffic (manifests before issue #42 have none)
+    predicted_ms: Optional[float] = None  # its share of the board-time model's cpu_ops term
 
 
 class Ops(Entry):

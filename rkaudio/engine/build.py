@@ -29,6 +29,7 @@ class BuildOptions:
     # 3.75x its field gave voiced clipped noise) where the simulator shows nothing. Every command's default is this one.
     max_regtask_lines: int = 0
     fail_on_cpu_ops: bool = False
+    max_cpu_ops: int | None = None  # fail past this many CPU compute ops (fail_on_cpu_ops: 0); None: not gated
     min_simulator_snr_db: float = 35.0
     timeout_s: float | None = None  # the child is killed with SIGKILL past this (reported like any signal)
     reproduce: bool = False  # compile a second time and fail unless both engines are byte-identical
@@ -304,8 +305,9 @@ def _judge(build: _Build, compiled: _Compiled, export_verdicts) -> _Judged:
     for suffix, report, table in zip(build.set_names, regtask_reports, tables):
         verdicts.append(_for_set(regtask.regtask_verdict(report, options.max_regtask_lines), suffix))
         advice[verdicts[-1].name] = regtask.ADVICE
-        if options.fail_on_cpu_ops:
-            verdicts.append(_for_set(layer_table.cpu_ops_verdict(table), suffix))
+        allowed_cpu_ops = 0 if options.fail_on_cpu_ops else options.max_cpu_ops
+        if allowed_cpu_ops is not None:
+            verdicts.append(_for_set(layer_table.cpu_ops_verdict(table, allowed_cpu_ops), suffix))
             advice[verdicts[-1].name] = layer_table.ADVICE
     if options.reproduce:
         verdicts.append(reproduce_verdict(build.onnx_path, options, build.partial_rknn, build.out_dir))
@@ -335,13 +337,14 @@ def _record(build: _Build, compiled: _Compiled, judged: _Judged) -> dict:
         fed = fed_inputs([spec.to_json() for spec in set_inputs], build.contract)
         returned = [spec.to_json() for spec in set_outputs]
         per_set.append((fed, returned, report, table, board_time.predict(
-            board_time.CallFigures.from_table(table, fed, returned), build.options.target)))
-    fed, returned, regtask_report, table, predicted = per_set[-1]
+            board_time.CallFigures.from_table(table, fed, returned), build.options.target),
+            board_time.priced_ops(table, build.options.target)))
+    fed, returned, regtask_report, table, predicted, ops = per_set[-1]
     data = manifest.build_manifest(
         contract=build.contract,
         target=build.options.target, toolkit=build.options.toolkit, inputs=fed, outputs=returned,
         onnx_path=build.onnx_path, rknn_path=build.final_rknn, build_log=build.log_path,
-        regtask_report=regtask_report, table=table, verdicts=judged.verdicts,
+        regtask_report=regtask_report, table=table, ops=ops, verdicts=judged.verdicts,
         simulator=compiled.simulation.figures, build_stats=compiled.build_stats, predicted_board_ms=predicted,
         shape_sets=[manifest.shape_set_entry(entry, *figures) for entry, figures in zip(build.sets, per_set)])
     manifest.write_manifest(build.final_manifest, data)

@@ -104,6 +104,20 @@ def predict(figures: CallFigures, target: str, constants: dict | None = None) ->
             "figures": figures.to_json(), "basis": socs[target]["basis"]}
 
 
+def priced_ops(table: LayerTable, target: str, constants: dict | None = None) -> dict:
+    """The layer table's op counts (`LayerTable.ops_json`) with each CPU compute op's traffic and the ms the model
+    predicts it costs (its share of the cpu_ops term; none where `target` has no constants): what a cell that keeps
+    a CPU op ships with, so the op and its price are named in the manifest, the summary and the model card."""
+    ops = table.ops_json()
+    socs = load_constants() if constants is None else constants
+    rate = Constants.from_json(socs[target]["constants"]).ms_per_cpu_mb if target in socs else None
+    for entry, layer in zip(ops["cpu_ops"], table.cpu_compute):
+        entry["rw_kb"] = round(layer.rw_kb, 3)
+        if rate is not None:
+            entry["predicted_ms"] = round(layer.rw_kb * 1024 / MB * rate, 4)
+    return ops
+
+
 def figures_from_log(manifest: dict, log_text: str) -> CallFigures:
     """The figures of a built engine: its manifest's I/O and its build log's layer table."""
     return CallFigures.from_table(parse_layer_table(log_text), manifest["inputs"], manifest["outputs"])

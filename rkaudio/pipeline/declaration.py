@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields as dataclass_fields
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
@@ -87,6 +87,9 @@ class BuildGates(Table):
     fail_on_cpu_ops: bool = option(
         _BUILD_DEFAULTS["fail_on_cpu_ops"], "Fail if the layer table places any compute op on the CPU "
         "(Input/OutputOperator and their rank-adapting Reshapes do not count).")
+    max_cpu_ops: Optional[int] = option(
+        _BUILD_DEFAULTS["max_cpu_ops"], "Fail past this many compute ops on the CPU (each is named in the manifest "
+        "with the predicted ms it costs); unset: not gated, --fail-on-cpu-ops: 0.", ge=0)
     min_simulator_snr_db: float = option(
         _BUILD_DEFAULTS["min_simulator_snr_db"], "Fail when the simulator's output is below this SNR (dB) against "
         "onnxruntime fp32 (the exact fp32 twin where the engine graph has one).", flag="--min-snr-db")

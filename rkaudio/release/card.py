@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rkaudio.board.files import SUMS_NAME
 from rkaudio.board.verdict import worst_snr_db
+from rkaudio.core.manifest import cpu_op_price
 
 CARD_NAME = "README.md"
 
@@ -51,9 +52,21 @@ def model_card(recipe: dict, target: str, manifests: list[dict], plan: dict, sou
         "self-test below measures them again on the board. The predicted board time is a model ("
         "rkaudio/gates/board_time.py: the layer table's cycles, elementwise traffic and layers, and the call's I/O, with "
         "constants fitted to board measurements); the self-test prints it beside the measured latency.", "",
+        *cpu_op_section(manifests),
         "## exec_plan", "```json", json.dumps(plan, indent=2), "```", "",
         "## On the board", "Copy this folder to the board (Python 3.8+, numpy, rknn-toolkit-lite2), then in it:",
         "```", "python3 selftest.py", "```",
         f"It checks every file against {SUMS_NAME}, the runtime version, every engine and the end-to-end goldens; "
         "exit 0 means every gate passed.", ""]
     return "\n".join(lines)
+
+
+def cpu_op_section(manifests: list[dict]) -> list[str]:
+    """The card's "CPU ops" section: every op an engine runs on the board's CPU, with its traffic and predicted ms
+    (none when every op is on the NPU)."""
+    lines = [f"- `{m['rknn']['path']}`: {op['type']} `{op['name']}`" + cpu_op_price(op)
+             for m in manifests for op in m["ops"].get("cpu_ops", [])]
+    if not lines:
+        return []
+    return ["## CPU ops", "These ops run on the board's CPU (each a round trip of its tensor through DDR); the "
+            "predicted ms is their share of the board-time model's cpu_ops term.", *lines, ""]

@@ -172,11 +172,27 @@ def summary_row(package: str, status: str, manifests: list[dict] = (), gate_resu
         "worst_snr_db": worst_snr_db(gates),
         "engine_bytes": sum(m["rknn"]["bytes"] for m in manifests) if manifests else None,
         "cpu_ops": sum(m["ops"]["cpu"] for m in manifests) if manifests else None,
+        "cpu_op_types": cpu_op_types(manifests),
         "regtask_lines": sum(m["regtask"]["lines"] for m in manifests) if manifests else None,
         "predicted_board_ms": predicted_span(manifests),
         "kit_bytes": kit.kit_size(package_dir) if package_dir is not None else None,
         "package_bytes": kit.tree_bytes(package_dir) if package_dir is not None else None,
     }
+
+
+def cpu_op_types(manifests: list[dict]) -> str | None:
+    """The CPU ops of a package's engines by type, with their predicted ms summed: "3 Transpose 0.21 ms; 1 Mul"
+    (None when there are none)."""
+    by_type: dict[str, list] = {}
+    for op in (op for m in manifests for op in m["ops"].get("cpu_ops", [])):
+        by_type.setdefault(op["type"], []).append(op.get("predicted_ms"))
+    if not by_type:
+        return None
+    parts = []
+    for op_type, costs in sorted(by_type.items(), key=lambda item: -len(item[1])):
+        priced = [c for c in costs if c is not None]
+        parts.append(f"{len(costs)} {op_type}" + (f" {sum(priced):.3g} ms" if priced else ""))
+    return "; ".join(parts)
 
 
 def predicted_span(manifests: list[dict]) -> str | None:

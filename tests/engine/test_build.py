@@ -87,6 +87,11 @@ def test_cli_regtask_gate_rk3566_fails_rk3588_passes(graph, tmp_path, require_co
     assert shown.returncode == 0, shown.stderr
     assert "regtask: 0 lines" in shown.stdout and "[PASS] simulator_snr[y]" in shown.stdout
     assert "cpu: Sin sin0" in shown.stdout and f"predicted board time: {predicted['ms']:,.1f} ms" in shown.stdout
+    # each CPU op is priced: its traffic and its share of the cpu_ops term, which the shares add up to
+    costs = [op["predicted_ms"] for op in manifest["ops"]["cpu_ops"]]
+    assert all(op["rw_kb"] > 0 for op in manifest["ops"]["cpu_ops"]) and all(cost > 0 for cost in costs)
+    assert sum(costs) == pytest.approx(predicted["terms"]["cpu_ops"], abs=0.01)
+    assert f"cpu: Sin sin0 ({manifest['ops']['cpu_ops'][0]['rw_kb']:,.0f} KB" in shown.stdout
 
 
 def test_cpu_ops_gate_fails_on_floor(graph, tmp_path, require_converter):
@@ -97,6 +102,22 @@ def test_cpu_ops_gate_fails_on_floor(graph, tmp_path, require_converter):
     (verdict,) = failure.value.verdicts
     assert verdict.name == "cpu_compute_ops" and verdict.value == 1 and "Floor:floor0" in verdict.detail
     assert_no_engine_left(tmp_path, "conv_floor")
+
+
+def test_max_cpu_ops_gate(graph, tmp_path, require_converter):
+    """`--max-cpu-ops N` passes a build with N CPU ops, names and prices them, and fails one with more."""
+    require_converter()
+    onnx_path = graph("conv_floor", activation="Floor")
+    refused = run_convert("build", str(onnx_path), "--target", "rk3588", "--out", str(tmp_path / "refused"),
+                          "--max-cpu-ops", "0")
+    assert refused.returncode == 3 and "[FAIL] cpu_compute_ops: 1 ops (threshold 0)" in refused.stderr
+    assert_no_engine_left(tmp_path / "refused", "conv_floor")
+    allowed = run_convert("build", str(onnx_path), "--target", "rk3588", "--out", str(tmp_path / "allowed"),
+                          "--max-cpu-ops", "1")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "[PASS] cpu_compute_ops: 1 ops (threshold 1)" in allowed.stdout
+    (op,) = json.loads((tmp_path / "allowed" / "conv_floor.manifest.json").read_text())["ops"]["cpu_ops"]
+    assert op["type"] == "Floor" and op["predicted_ms"] > 0
 
 
 def test_simulator_gate_fails_on_fp16_overflow(graph, inputs_npz, tmp_path, require_converter):

@@ -70,17 +70,22 @@ def test_summary_row_sums_engines_and_takes_the_worst_snr():
     manifests = [
         {"gates": [{"name": "snr", "value": 61.5, "unit": "dB", "passed": True},
                    {"name": "regtask", "value": 0, "unit": "lines", "passed": True}],
-         "rknn": {"bytes": 1000}, "ops": {"cpu": 1}, "regtask": {"lines": 0}, "predicted_board_ms": {"ms": 412.25}},
+         "rknn": {"bytes": 1000}, "regtask": {"lines": 0}, "predicted_board_ms": {"ms": 412.25},
+         "ops": {"cpu": 1, "cpu_ops": [{"name": "t0", "type": "Transpose", "rw_kb": 8.0, "predicted_ms": 0.25}]}},
         {"gates": [{"name": "snr", "value": "inf", "unit": "dB", "passed": True},
                    # lower is better, in its own unit: never the worst SNR
                    {"name": "fp16_floor_gap[y]", "value": -8.4, "unit": GAP_UNIT, "passed": True},
                    # lower is better in dB (a masked-padding leak, cosyvoice3): an at-most gate is not an SNR
                    at_most("mask_one_detected[S=110]", 37.7, 40.0, "dB").to_json()],
-         "rknn": {"bytes": 2000}, "ops": {"cpu": 2}, "regtask": {"lines": 3}, "predicted_board_ms": {"ms": 20.71}},
+         "rknn": {"bytes": 2000}, "regtask": {"lines": 3}, "predicted_board_ms": {"ms": 20.71},
+         # a manifest from before the ops were priced: counted, unpriced
+         "ops": {"cpu": 2, "cpu_ops": [{"name": "t1", "type": "Transpose", "rw_kb": 4.0, "predicted_ms": 0.125},
+                                       {"name": "m0", "type": "Mul"}]}},
     ]
     row = summary_row("pkg_rk3588", "ok", manifests)
     assert row == {"package": "pkg_rk3588", "status": "ok", "gates": "5/5", "worst_snr_db": 61.5,
-                   "engine_bytes": 3000, "cpu_ops": 3, "regtask_lines": 3, "kit_bytes": None, "package_bytes": None,
+                   "engine_bytes": 3000, "cpu_ops": 3, "cpu_op_types": "2 Transpose 0.375 ms; 1 Mul",
+                   "regtask_lines": 3, "kit_bytes": None, "package_bytes": None,
                    "components": None, "predicted_board_ms": "20.7-412.2"}  # alternatives (rungs): a range, no sum
     skipped = summary_row("other_rk3588", "missing source")
     assert skipped["gates"] == "-" and skipped["engine_bytes"] is None

@@ -15,7 +15,9 @@ IsNaN/Not/Neg/Tile and no -inf (rknn-toolkit2 marks IsNaN/Not/Neg unsupported an
   scale-safe form (`layer_norm(..., form="safe")`, see there). Plain is the default: rknn-toolkit2 fuses it into
   exNorm, which holds a planted |x| ~ 1e4 residual on the rk3588 simulator (where a literal fp16 LayerNorm
   overflows), while the safe form crashes the 2.3.2 compiler (fuse_ops: _swap_transpose_expand, tiny model);
-- a rung may be split by depth (`blocks`): the parts are chained through `hidden` [B, S, dim]."""
+- a rung may be split by depth (`blocks`): the parts are chained through `hidden`, [B, S, dim] (`rows`) or
+  [B, dim, S] (`channels`: the RK3566 compiler runs a Transpose of a row-major [B, S, dim] output on its CPU, of a
+  channel-first one none, and none in the part that takes it either way)."""
 from __future__ import annotations
 
 import math
@@ -31,6 +33,7 @@ from rkaudio.board.cosyvoice3 import CHAIN_INPUT_NAMES, HIDDEN_NAME, INPUT_NAMES
 MASK_BIAS = 1.0e4  # additive key bias magnitude: finite in fp16, exp(-1e4) == 0 in fp16, fp32 and fp64
 SAFE_LN_FLOOR = 1.0e-3  # the scale-safe LN divides by max|x| + this (any positive divisor is exact)
 LN_FORMS = ("plain", "safe")
+HIDDEN_LAYOUTS = ("rows", "channels")  # hidden [B, S, dim] or [B, dim, S] between the parts of a split rung
 OUTPUT_NAMES = [OUTPUT_NAME]
 
 
@@ -72,7 +75,7 @@ class EstimatorGraph(nn.Module):
     rope_cos/rope_sin [heads,S,dim_head] -> dphi_dt [B,mel,S] at one fixed S (the shapes come from the inputs)."""
 
     def __init__(self, model: DiT, ln_form: str = "plain", rotate_all_heads: bool = False, ignore_mask: bool = False,
-                 blocks: tuple | None = None):
+                 blocks: tuple | None = None, hidden_layout: str = "rows"):
         super().__init__()
         # A depth split (`blocks` = (start, stop) of the transformer blocks): the first part takes the estimator's
         # inputs and ends at the hidden state [B, S, dim]; a later part takes `hidden` (+ mask, t_freq, the RoPE
@@ -85,6 +88,9 @@ class EstimatorGraph(nn.Module):
         self.output_names = [OUTPUT_NAME if self.last else HIDDEN_NAME]
         if ln_form not in LN_FORMS:
             raise ValueError(f"layer norm form {ln_form!r}: one of {', '.join(LN_FORMS)}")
+        if hidden_layout not in HIDDEN_LAYOUTS:
+            raise ValueError(f"hidden layout {hidden_layout!r}: one of {', '.join(HIDDEN_LAYOUTS)}")
+        self.channels_first_hidden = hidden_layout == "channels"
         if model.long_skip_connection is not None:
             raise NotImplementedError("long_skip_connection=True is not exported (cosyvoice3.yaml has it off)")
         self.model, self.ln_form = model, ln_form
@@ -141,7 +147,10 @@ class EstimatorGraph(nn.Module):
             rope_sin = rope_sin[:1].expand_as(rope_sin)
         t = m.time_embed.time_mlp(feeds["t_freq"])
         silu_t = F.silu(t)
-        h = self._embed(feeds["x"], feeds["mu"], feeds["spks"], feeds["cond"]) if self.first else feeds[HIDDEN_NAME]
+        if self.first:
+            h = self._embed(feeds["x"], feeds["mu"], feeds["spks"], feeds["cond"])
+        else:
+            h = feeds[HIDDEN_NAME].transpose(1, 2) if self.channels_first_hidden else feeds[HIDDEN_NAME]
 
         mask = feeds["mask"]
         if self.ignore_mask:
@@ -160,7 +169,7 @@ class EstimatorGraph(nn.Module):
             project_in, out_linear = block.ff.ff[0][0], block.ff.ff[2]
             h = h + gate_mlp[:, None] * out_linear(gelu_tanh(project_in(ff_in)))
         if not self.last:
-            return h
+            return h.transpose(1, 2) if self.channels_first_hidden else h
         scale, shift = self._chunks(m.norm_out.linear, silu_t, 2)
         h = self._modulate(h, scale, shift)
         return m.proj_out(h).transpose(1, 2)

@@ -5,7 +5,11 @@
   frames (>= 100 dB);
 - `mask_one_detected[S]`: the same padded input with mask 1 over the padding must move the engine's real frames
   below that bar (the mask is wired, so the gate above can fail);
-- `forbidden_ops[S]`: no IsNaN/Not/Neg/Tile and no non-finite constant (plus `rkaudio.gates.opscan`);
+- `forbidden_ops[S]`: no IsNaN/Not/Neg/Tile and no non-finite constant in the traced graph (plus
+  `rkaudio.gates.opscan` on the written one);
+- `attention_logit_max[S]`, `attention_row_max_floor[S]`: on a target whose attention form is `exp_ratio`
+  (`ATTENTION`), the attention logits on the self-check inputs within the form's bound
+  (`rkaudio.gates.logit_bound`);
 - `ode_snr`: the 10-step CFG ODE through `rkaudio.board.cosyvoice3` over onnxruntime vs upstream's solver over the
   float64 reference (>= 80 dB on the mel), at the smallest rung."""
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 
 from rkaudio.board.cosyvoice3 import FlowFields, RungFields
 from rkaudio.pipeline import pipeline
+from rkaudio.pipeline.attention import AttentionForms
 
 MIN_EXPORT_SNR_DB = 100.0
 MIN_PADDING_SNR_DB = 100.0
@@ -28,6 +33,14 @@ MIN_ODE_SNR_DB = 80.0
 FORBIDDEN_OPS = ("IsNaN", "Not", "Neg", "Tile")
 CHECK_T = 0.3  # the time the single-call gates use
 GOLDEN_LOOP = "rkaudio.board.cosyvoice3:golden_loop"
+# The attention form of every rung and part per target: the RK3566 runs each block's Softmax and its rank-4 head
+# layout on its CPU (tiny s32: 4 CPU ops native, 0 in the exp-ratio form; simulator 61.3 dB against a 61.0 dB fp16
+# floor; real shape S=112: 0, S=110: 90, as at every S not a multiple of 8). The exp-ratio form's Neg is its own
+# and runs on that NPU: `forbidden_ops` judges the traced graph.
+ATTENTION = AttentionForms(forms={"rk3566": "exp_ratio"})
+# The layout of `hidden` between the parts of a split rung per target (engine_graph.HIDDEN_LAYOUTS; others `rows`):
+# the RK3566 compiler puts a Transpose of a [B, S, dim] output on its CPU (tiny s24 part 1 of 2), none of [B, dim, S].
+HIDDEN_LAYOUTS = {"rk3566": "channels"}
 
 
 def onnx_name(length: int, batch: int = 1, part: int = 0, parts: int = 1) -> str:
@@ -44,8 +57,9 @@ def time_freqs(freq_dim: int = 256) -> np.ndarray:
 
 
 def rung_fields(model, length: int, batch: int, ln_form: str, blocks: tuple | None = None, part: int = 0,
-                parts: int = 1) -> RungFields:
-    """The contract fields of the engine of rung `length` (or of its part `part` of `parts`, blocks `blocks`)."""
+                parts: int = 1, hidden_layout: str = "rows") -> RungFields:
+    """The contract fields of the engine of rung `length` (or of its part `part` of `parts`, blocks `blocks`,
+    chained through `hidden` in `hidden_layout`)."""
     from rkaudio.families.cosyvoice3.dit import FREQ_EMBED_DIM, parameter_count
     from rkaudio.board.cosyvoice3 import CHAIN_INPUT_NAMES, HIDDEN_NAME, INPUT_NAMES, OUTPUT_NAME
 
@@ -57,13 +71,14 @@ def rung_fields(model, length: int, batch: int, ln_form: str, blocks: tuple | No
         [{"name": OUTPUT_NAME, "shape": [batch, mel, length]}]
     chain = None
     if parts > 1:
-        hidden = {"name": HIDDEN_NAME, "shape": [batch, length, model.dim]}
+        axes = "[B, dim, S]" if hidden_layout == "channels" else "[B, S, dim]"
+        hidden = {"name": HIDDEN_NAME, "shape": hidden_shape(batch, length, model.dim, hidden_layout)}
         if part > 0:
             inputs = [hidden] + [{"name": name, "shape": shapes[name]} for name in CHAIN_INPUT_NAMES[1:]]
         if part < parts - 1:
             outputs = [hidden]
         chain = {"part": part, "parts": parts, "blocks": list(blocks),
-                 "carries": f"{HIDDEN_NAME} [B, S, dim] from part {part} to part {part + 1}"
+                 "carries": f"{HIDDEN_NAME} {axes} from part {part} to part {part + 1}"
                  if part < parts - 1 else "the velocity"}
     return RungFields(length=length, chain=chain,
                       estimator={"dim": model.dim, "depth": model.depth, "heads": heads, "dim_head": dim_head},
@@ -88,6 +103,11 @@ def flow_fields(model, cfm: dict, batch: int) -> FlowFields:
               "mlp": "in the engine (t_freq is the host's float32 sinusoid)"},
         rope={"heads": model.heads, "dim_head": model.dim_head, "rot_dim": int(2 * inv_freq.size),
               "inv_freq": [float(v) for v in inv_freq], "rotated": "the first rot_dim channels of q/k (head 0)"})
+
+
+def hidden_shape(batch: int, length: int, dim: int, layout: str) -> list[int]:
+    """The shape of `hidden` between the parts of a split rung in `layout` (engine_graph.HIDDEN_LAYOUTS)."""
+    return [batch, dim, length] if layout == "channels" else [batch, length, dim]
 
 
 def prompt_frames(frames: int) -> int:
@@ -137,9 +157,9 @@ def reference_call(model, feeds: dict, frames: int, t: float = CHECK_T) -> np.nd
 
 
 def export_onnx(model, length: int, onnx_path: Path, batch: int = 1, ln_form: str = "plain",
-                blocks: tuple | None = None, **planted):
-    """Trace the engine graph (or the depth-split part `blocks` = (start, stop)) at fixed (batch, length), fold
-    it, and save it (no contract yet)."""
+                blocks: tuple | None = None, hidden_layout: str = "rows", **planted):
+    """Trace the engine graph (or the depth-split part `blocks` = (start, stop), chained through `hidden` in
+    `hidden_layout`) at fixed (batch, length), fold it, and save it (no contract yet)."""
     import onnx
     import torch
 
@@ -147,9 +167,9 @@ def export_onnx(model, length: int, onnx_path: Path, batch: int = 1, ln_form: st
     from rkaudio.board.cosyvoice3 import HIDDEN_NAME
     from rkaudio.surgery.graph.fold import fold_fixed
 
-    graph = EstimatorGraph(model, ln_form=ln_form, blocks=blocks, **planted).eval()
+    graph = EstimatorGraph(model, ln_form=ln_form, blocks=blocks, hidden_layout=hidden_layout, **planted).eval()
     feeds = make_inputs(model, length, length, 0, batch=batch)
-    feeds[HIDDEN_NAME] = np.zeros((batch, length, model.dim), dtype=np.float32)
+    feeds[HIDDEN_NAME] = np.zeros(hidden_shape(batch, length, model.dim, hidden_layout), dtype=np.float32)
     args = tuple(torch.from_numpy(feeds[name]) for name in graph.input_names)
     onnx_path = Path(onnx_path)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,9 +222,8 @@ def padded_frames(length: int) -> int:
     return length - max(1, length // 4)
 
 
-def rung_verdicts(model, model64, onnx_path, length: int, seed: int, batch: int = 1) -> tuple[list, dict]:
-    """The single-call gates of one rung (`onnx_path`: the ONNX or an open backend); returns (verdicts, the
-    self-check feeds)."""
+def rung_verdicts(model, model64, onnx_path, length: int, seed: int, batch: int = 1) -> list:
+    """The single-call gates of one rung (`onnx_path`: the ONNX or an open backend) on inputs of `seed`."""
     from rkaudio.gates.snr import snr_verdict
     from rkaudio.board.numeric import snr_db
     from rkaudio.board.verdict import at_most
@@ -225,7 +244,7 @@ def rung_verdicts(model, model64, onnx_path, length: int, seed: int, batch: int 
     verdicts.append(at_most(f"mask_one_detected[S={length}]", snr_db(masked, marked), MIN_PADDING_SNR_DB, "dB",
                             "the same padding marked 1 must move the real frames below the padding bar (the "
                             "mask is wired)"))
-    return verdicts, full
+    return verdicts
 
 
 def ode_inputs(mel: int, spk: int, frames: int, seed: int) -> dict:
@@ -279,13 +298,13 @@ def parts_for(parts, lengths: list[int]) -> dict:
 def export(job, model, cfm: dict, say: Callable[[str], None] = print) -> list:
     """Export `job`'s ladder of `model` (the DiT, `cfm` its flow-matching params) into `job.out`: one rung per
     `options.lengths` (ascending) at `options.batch` and `options.ln_form`, each whole or split by depth into
-    `options.parts` (a count, or S -> count) chained through `hidden`; gate each rung (a chain as one estimator) on
-    inputs of `options.seed`, gate the ODE at the smallest rung, declare the end-to-end golden (the same ODE) and
-    return the records."""
+    `options.parts` (a count, or S -> count) chained through `hidden` (in the target's HIDDEN_LAYOUTS), each graph
+    in the target's ATTENTION form; gate each rung (a chain as one estimator) on inputs of `options.seed`, gate the
+    ODE at the smallest rung, declare the end-to-end golden (the same ODE) and return the records."""
     import onnx
 
     from rkaudio.families.cosyvoice3.aperture import APERTURE_NAME
-    from rkaudio.families.cosyvoice3.engine_graph import split_blocks
+    from rkaudio.families.cosyvoice3.engine_graph import part_input_names, split_blocks
     from rkaudio.core.contract import store_contract
     from rkaudio.gates import opscan
     from rkaudio.host.backends import OnnxBackend
@@ -297,6 +316,7 @@ def export(job, model, cfm: dict, say: Callable[[str], None] = print) -> list:
     if not lengths or lengths[0] < 4:
         raise ValueError(f"rung lengths {lengths}: each must be at least 4 frames")
     split = parts_for(options.parts, lengths)
+    hidden_layout = HIDDEN_LAYOUTS.get(str(job.target), "rows")
     out_dir = Path(job.out)
     model = model.float().eval()
     flow = flow_fields(model, cfm, batch)
@@ -309,42 +329,44 @@ def export(job, model, cfm: dict, say: Callable[[str], None] = print) -> list:
     for length in lengths:
         count = split[length]
         ranges = split_blocks(model.depth, count)
-        paths, statics = [], []
+        # self-check feeds per part: the first part takes the rung's inputs, a later one the hidden state the
+        # parts before it give (onnxruntime fp32, in the target's form) on those inputs
+        current = make_inputs(model, length, length, seed, batch=batch)
+        paths, statics, part_feeds = [], [], []
         for part, blocks in enumerate(ranges):
             path = out_dir / onnx_name(length, batch, part, count)
             say(f"export cosyvoice3 flow estimator S={length} B={batch}"
                 + (f" part {part + 1}/{count} (blocks {blocks[0]}..{blocks[1] - 1})" if count > 1 else "")
                 + f" -> {path.name}")
-            exported = export_onnx(model, length, path, batch=batch, ln_form=ln_form,
-                                   blocks=blocks if count > 1 else None)
+            traced = export_onnx(model, length, path, batch=batch, ln_form=ln_form,
+                                 blocks=blocks if count > 1 else None, hidden_layout=hidden_layout)
+            feeds = {name: current[name] for name in part_input_names(part == 0)}
+            exported, bounds = ATTENTION.apply(traced, job.target, feeds, suffix=f"[S={length}]")
+            forbidden_ops = forbidden_verdict(traced, length)
+            del traced
             key = length if part == 0 else length + part / 100  # the ladder lists rungs in length order, parts in order
-            fields = rung_fields(model, length, batch, ln_form, blocks, part, count)
+            fields = rung_fields(model, length, batch, ln_form, blocks, part, count, hidden_layout)
             # package_files: per-rung NPU address-space estimates, written once the rungs are built
             store_contract(exported, job.contract("main", ladder_key=key, package_files=[APERTURE_NAME],
                                                   **fields.to_fields(), **flow.to_fields()))
             onnx.save(exported, str(path))
             problems = opscan.scan(exported, job.target)
             opscan.warn(problems)
-            statics.append([forbidden_verdict(exported, length) if count == 1 else
-                            _part_name(forbidden_verdict(exported, length), part), opscan.verdict(problems)])
+            statics.append([verdict if count == 1 else _part_name(verdict, part)
+                            for verdict in (forbidden_ops, opscan.verdict(problems), *bounds)])
+            if part < count - 1:
+                current[HIDDEN_NAME] = OnnxBackend(exported).run(feeds)[HIDDEN_NAME]
+            part_feeds.append(feeds)
             del exported
             gc.collect()
             paths.append(path)
         model64 = copy.deepcopy(model).double()  # per rung: not resident while the next rung traces (2.6 GB)
         backends = [OnnxBackend(path) for path in paths]
         backend = backends[0] if count == 1 else Chain(backends)
-        rung, full = rung_verdicts(model, model64, backend, length, seed, batch)
+        rung = rung_verdicts(model, model64, backend, length, seed, batch)
         if length == smallest:
             rung.append(ode_verdict({length: backend}, flow, model64, inputs,
                                     cfg_rate=float(cfm["inference_cfg_rate"])))
-        # self-check feeds per part: the first part takes the rung's inputs, a later one the hidden state the
-        # parts before it give (onnxruntime fp32) on those inputs
-        part_feeds, current = [], dict(full)
-        for part, part_backend in enumerate(backends):
-            names = list(part_backend.input_names)
-            part_feeds.append({name: current[name] for name in names})
-            if part < count - 1:
-                current[HIDDEN_NAME] = part_backend.run(part_feeds[-1])[HIDDEN_NAME]
         del backend, backends, model64
         gc.collect()
         records_by_length[length] = [

@@ -21,6 +21,7 @@ transposed convs are polyphase convs, and the SnakeBeta sine can be the NPU's na
 (`with_sine_form`)."""
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -193,6 +194,10 @@ class Attention(nn.Module):
             v_rep = v_all.repeat_interleave(group, dim=1)
         else:
             v_rep = v_all
+        pad = int(mask.shape[-1]) - int(k_rot.shape[2])  # python ints: the graph stays fixed-shape
+        if pad:  # zero keys and values the mask hides, aligning the window (Transformer.key_multiple)
+            zeros = k_rot.new_zeros(1, k_rot.shape[1], pad, self.head_dim)
+            k_rot, v_rep = torch.cat([k_rot, zeros], dim=2), torch.cat([v_rep, zeros], dim=2)
         scores = torch.matmul(q, k_rot.transpose(2, 3)) * self.head_dim**-0.5 + mask
         out = torch.matmul(torch.softmax(scores, dim=-1), v_rep)
         out = out.transpose(1, 2).reshape(1, frames, self.heads * self.head_dim)
@@ -248,6 +253,9 @@ class Transformer(nn.Module):
         self.kv_len = dims["sliding_window"] - 1
         self.head_dim = dims["head_dim"]
         self.rope_theta = dims["rope_theta"]
+        # Keys per attention window (history + current frames), padded with masked zero keys to a multiple of this
+        # (`StreamingDecoder.with_key_multiple`); 1: no padding.
+        self.key_multiple = 1
         history = (1, dims["kv_heads"], self.kv_len, dims["head_dim"])
         # The flags entry fills its aligned slots (the oldest flags past kv_len unread), so the cache join has no zero
         # piece after it: 71 flags and 9 zeros put the whole join on the CPU (rk3588 and rk3576, real shape).
@@ -265,12 +273,15 @@ class Transformer(nn.Module):
         return angles.cos(), angles.sin()
 
     def mask(self, frames: int, valid_history: torch.Tensor) -> torch.Tensor:
-        """Additive mask [1,1,B,kv_len+B]: query i (window position kv_len+i) sees keys i..kv_len+i that hold
-        a real frame (history slots of a fresh stream are flagged 0)."""
-        keys = torch.arange(self.kv_len + frames)[None, :]
+        """Additive mask [1,1,B,kv_len+B], its key axis padded to a multiple of `key_multiple`: query i (window
+        position kv_len+i) sees keys i..kv_len+i that hold a real frame (history slots of a fresh stream are
+        flagged 0; padding keys lie past every query's band)."""
+        window = self.kv_len + int(frames)  # python ints: the graph stays fixed-shape
+        padded = -(-window // self.key_multiple) * self.key_multiple
+        keys = torch.arange(padded)[None, :]
         queries = torch.arange(frames)[:, None]
         band = ((keys >= queries) & (keys <= queries + self.kv_len)).float()
-        valid = torch.cat([valid_history, torch.ones(frames)])
+        valid = torch.cat([valid_history, torch.ones(frames)] + [torch.zeros(padded - window)] * (padded > window))
         return ((band * valid[None, :] - 1.0) * MASK_NEGATIVE)[None, None]
 
     def forward(self, x, state, new_state):
@@ -392,6 +403,13 @@ class StreamingDecoder(nn.Module):
     def with_sine_form(self, form: str) -> "StreamingDecoder":
         """A copy whose SnakeBeta sines are evaluated in `form` (rkaudio.surgery.modules.snake.SINE_FORMS)."""
         return reduce_snake_sine(self, form)
+
+    def with_key_multiple(self, multiple: int) -> "StreamingDecoder":
+        """A copy whose attention windows are padded with masked zero keys to a multiple of `multiple` keys (the
+        same outputs and cache: a masked key weighs exactly 0)."""
+        padded = copy.deepcopy(self)
+        padded.pre_transformer.key_multiple = multiple
+        return padded
 
     @property
     def cache_numel(self) -> int:

@@ -12,6 +12,7 @@ from rkaudio.pipeline.pipeline import Exported, record_export
 from rkaudio.core.paths import reference_path
 from rkaudio.gates.verdict import refuse_degenerate
 from rkaudio.board.verdict import Verdict, at_least, at_most, nothing_to_judge
+from rkaudio.pipeline.attention import AttentionForms
 
 ROLES = ("main", "first", "window")
 WINDOW_CONTEXT = 25  # left-context frames of the package's chunked_decode
@@ -39,6 +40,15 @@ VALIDITY_ENTRY = "attention.valid"
 DEFAULT_SINE_FORM = "round"
 MIN_SINE_FORM_DB = 50.0
 OPSET = 17
+# The step's attention per target (rkaudio.pipeline.attention): the RK3566 runs Softmax and the rank-4 head
+# layouts on its CPU (the tiny B=64 step: 2 exSoftmax13 and 14 head Reshapes / Transposes around them), the
+# exp-ratio form keeps them on its NPU; the others keep the native Softmax, their engines unchanged. The tiny step's
+# self-check logits reach 2.3 at most, row maxima from -0.03: inside [bound - EXP_WINDOW, bound].
+ATTENTION_FORMS = AttentionForms(forms={"rk3566": "exp_ratio"}, logit_bound=8.0)
+# Keys of an exp-ratio window (kv_len + B) padded to a multiple of this with masked zero keys: at 94, 95 or 98 keys
+# the RK3566 compiler (2.3.2) runs the K Transpose and a Transpose of the weights on its CPU, at 88, 92, 96, 100
+# or 136 neither (probes of the rank-3 core [2, 64, keys]).
+EXP_RATIO_KEY_MULTIPLE = 4
 # Ops that a decomposed LayerNorm / Softmax (a newer exporter) leaves behind; the compact export has none.
 DECOMPOSITION_MARKERS = ("Pad", "Exp", "Shape", "ConstantOfShape")
 
@@ -113,7 +123,9 @@ def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference
     graph and the simulator gate's reference), plus the self-check inputs; their contracts are `job`'s.
 
     Stateful roles (main, first): the stepwise decode (steps of `frames`) must match a full decode of the same
-    codes by `reference` (the package decoder; the step itself at full length when None)."""
+    codes by `reference` (the package decoder; the step itself at full length when None). The engine graph's
+    attention takes `job.target`'s form (ATTENTION_FORMS), judged against the traced step and its logit bound; the
+    twin keeps the native Softmax."""
     import onnx
     import torch
 
@@ -159,16 +171,25 @@ def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference
 
     exact, exact_outputs = _trace(wrap(step), feeds, names_in, names_out, twin)
     verdicts += _onnx_verdicts(exact, feeds, names_out, exact_outputs, "exact sine", step.layout, floor)
-    if sine_form == "exact":
-        engine = exact
-    else:
-        engine, engine_outputs = _trace(wrap(step.with_sine_form(sine_form)), feeds, names_in, names_out, onnx_path)
-        verdicts.append(snr_verdict(f"sine_form[{sine_form}]", exact_outputs[0], engine_outputs[0], MIN_SINE_FORM_DB,
-                                    f"torch fp32, SnakeBeta sine as {sine_form} vs exact"))
-        verdicts += _onnx_verdicts(engine, feeds, names_out, engine_outputs, f"{sine_form} sine", step.layout,
-                                   floor)
-        if sine_form == "round":
-            engine = fp16_round_shift(engine)
+    form = ATTENTION_FORMS.form(job.target)
+    engine_step, what = (step, "exact sine") if sine_form == "exact" else (step.with_sine_form(sine_form),
+                                                                           f"{sine_form} sine")
+    if form == "exp_ratio":
+        engine_step, what = engine_step.with_key_multiple(EXP_RATIO_KEY_MULTIPLE), f"{what}, aligned keys"
+    engine, engine_outputs = exact, exact_outputs
+    if engine_step is not step:
+        engine, engine_outputs = _trace(wrap(engine_step), feeds, names_in, names_out, onnx_path)
+        if sine_form != "exact":
+            verdicts.append(snr_verdict(f"sine_form[{sine_form}]", exact_outputs[0], engine_outputs[0],
+                                        MIN_SINE_FORM_DB, f"torch fp32, SnakeBeta sine as {sine_form} vs exact"))
+        verdicts += _onnx_verdicts(engine, feeds, names_out, engine_outputs, what, step.layout, floor)
+    arrays = {name: value.numpy() for name, value in feeds.items()}
+    engine, attention = ATTENTION_FORMS.apply(engine, job.target, arrays)
+    if attention:  # a form other than native: its logit bound, and the rewritten graph against the traced step
+        verdicts += attention + _onnx_verdicts(engine, feeds, names_out, engine_outputs, f"{what}, {form} attention",
+                                               step.layout, floor)
+    if sine_form == "round":
+        engine = fp16_round_shift(engine)
     refuse_degenerate(verdicts, context)  # a degenerate reference: nothing is traced or written
     health = export_health(engine)
     verdicts.append(health)
@@ -178,8 +199,7 @@ def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference
 
     onnx.save(set_contract(engine, contract), str(onnx_path))
     onnx.save(set_contract(exact, contract.with_fields(sine_form="exact")), str(twin))
-    record = record_export(onnx_path, verdicts, feeds={name: value.numpy() for name, value in feeds.items()},
-                           reference=twin)
+    record = record_export(onnx_path, verdicts, feeds=arrays, reference=twin)
     say(describe(onnx_path, contract, f"exact fp32 twin {twin.name}"))
     return record
 

@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 
 from rkaudio.core.onnx_graph import GraphIndex, constant_values, drop_unused_initializers, static_shapes
 from rkaudio.host.backends import OnnxBackend
+from rkaudio.surgery.graph.attention import divided_by_row_sum, exp_below_bound, values_and_ones, widened_depth
 
 CHAIN_OPS = ("Pad", "Reshape", "Slice")
 
@@ -196,11 +197,13 @@ def _attention_layers(model: onnx.ModelProto) -> list[_Layer]:
     return layers
 
 
-def banded_relative_attention(model: onnx.ModelProto) -> onnx.ModelProto:
+def banded_relative_attention(model: onnx.ModelProto, logit_bound: float | None = None) -> onnx.ModelProto:
     """Rewrite each relative-attention core (QK^T + skewed relative logits, masked_fill, Softmax, PV + skewed
     relative values) into the banded form, laid out as [heads, query, 1, key]: no skew chain (the NPU computes
     those wrong), only 2w+1 diagonals of constants, and the layout the toolkit's MatMul emits natively, which
-    keeps Softmax and the QK^T output on the NPU at N >= 384 (in [1, heads, N, N] both fall back to the CPU)."""
+    keeps Softmax and the QK^T output on the NPU at N >= 384 (in [1, heads, N, N] both fall back to the CPU).
+    With `logit_bound`, the RK3566 form instead (`_exp_ratio_core`): the core's tensors at rank <= 3, the Softmax as an
+    exp ratio normalised after both value paths (that compiler runs Softmax and rank-4 attention on its CPU)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
@@ -225,6 +228,10 @@ def banded_relative_attention(model: onnx.ModelProto) -> onnx.ModelProto:
         shared.setdefault(band_logits, band_constant(n, window))
         shared.setdefault(band_weights, band_constant(n, window))
         tag = f"relattn{number}"
+        if logit_bound is not None:
+            inserted[layer.anchor] = _exp_ratio_core(layer, tag, (heads, n, depth), window, logit_bound,
+                                                     GraphIndex(out), shapes, shared, masks)
+            continue
         shared[f"{tag}/emb_k"] = np.ascontiguousarray(layer.emb_k[:, n - 1 - window:n + window])[None, None]
         shared[f"{tag}/emb_v"] = np.ascontiguousarray(layer.emb_v[n - 1 - window:n + window])[None, None]
         make = helper.make_node
@@ -286,6 +293,70 @@ def banded_relative_attention(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.node.extend(kept)
     graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in shared.items())
     return drop_unused_initializers(out)
+
+
+def _exp_ratio_core(layer: _Layer, tag: str, dims: tuple[int, int, int], window: int, logit_bound: float,
+                    index: GraphIndex, shapes: dict, shared: dict, masks: dict) -> list[onnx.NodeProto]:
+    """One core in the RK3566 form, its tensors at rank <= 3: [heads, query, key], the band products as MatMuls
+    batched over query rows ([query, heads, *] @ [query, *, *]); e = exp(min(s - bound, 0)) as a Sigmoid ratio, then
+    (e @ [V | 1 | 0..] + (e . band) @ [emb_v | 0..]) divided by the ones column's row sum (the relative values add 0
+    to it): no Softmax and no max, exact up to fp16 while every logit is at most the bound."""
+    heads, n, depth = dims
+    k = 2 * window + 1
+    make = helper.make_node
+    # [query i, offset, key j] and [query i, key j, offset]; named without N: the band at N is the leading corner of
+    # the band at any longer N
+    band_rows, band_columns = f"relattn/band_rows_k{k}", f"relattn/band_columns_k{k}"
+    band = band_constant(n, window)[0]
+    shared.setdefault(band_rows, band)
+    shared.setdefault(band_columns, np.ascontiguousarray(band.transpose(0, 2, 1)))
+    shared[f"{tag}/emb_k"] = np.ascontiguousarray(layer.emb_k[:, n - 1 - window:n + window])
+    emb_v, width = layer.emb_v[n - 1 - window:n + window], widened_depth(depth)
+    shared[f"{tag}/emb_v_and_zeros"] = np.concatenate([emb_v, np.zeros((k, width - depth), np.float32)], axis=-1)
+    queries, keys, values = f"{tag}/queries", f"{tag}/keys", f"{tag}/values"
+    swap = [1, 0, 2]  # [heads, query, *] <-> [query, heads, *]
+    new = [
+        make("Reshape", [layer.queries, _int_const(shared, [heads, n, depth])], [queries], name=f"{tag}/Queries"),
+        make("Reshape", [layer.keys, _int_const(shared, [heads, depth, n])], [keys], name=f"{tag}/Keys"),
+        make("Reshape", [layer.values, _int_const(shared, [heads, n, depth])], [values], name=f"{tag}/Values"),
+        make("MatMul", [queries, keys], [f"{tag}/scores"], name=f"{tag}/QK"),
+        make("MatMul", [queries, f"{tag}/emb_k"], [f"{tag}/rel_logits"], name=f"{tag}/QRelK"),
+        make("Transpose", [f"{tag}/rel_logits"], [f"{tag}/rel_logits_rows"], perm=swap, name=f"{tag}/RelLogitsRows"),
+        make("MatMul", [f"{tag}/rel_logits_rows", band_rows], [f"{tag}/rel_bias_rows"], name=f"{tag}/RelBiasRows"),
+        make("Transpose", [f"{tag}/rel_bias_rows"], [f"{tag}/rel_bias"], perm=swap, name=f"{tag}/RelBias"),
+        make("Add", [f"{tag}/scores", f"{tag}/rel_bias"], [f"{tag}/logits"], name=f"{tag}/AddRel"),
+    ]
+    logits = f"{tag}/logits"
+    if layer.mask is not None:
+        key = (layer.mask, layer.fill)
+        if key not in masks:
+            mtag = f"relattn/mask{len(masks)}"
+            shared[f"{mtag}/one"] = np.array(1.0, dtype=np.float32)
+            shared[f"{mtag}/fill"] = np.array(layer.fill, dtype=np.float32)
+            new += [
+                make("Reshape", [layer.mask, _int_const(shared, [1, n, n])], [f"{mtag}/rows"], name=f"{mtag}/Rows"),
+                make("Sub", [f"{mtag}/one", f"{mtag}/rows"], [f"{mtag}/outside"], name=f"{mtag}/Outside"),
+                make("Mul", [f"{mtag}/outside", f"{mtag}/fill"], [f"{mtag}/bias"], name=f"{mtag}/Bias"),
+            ]
+            masks[key] = (f"{mtag}/rows", f"{mtag}/bias")
+        rows_mask, fill_bias = masks[key]
+        new += [make("Mul", [logits, rows_mask], [f"{tag}/kept"], name=f"{tag}/Keep"),
+                make("Add", [f"{tag}/kept", fill_bias], [f"{tag}/masked"], name=f"{tag}/Fill")]
+        logits = f"{tag}/masked"
+    new += exp_below_bound(logits, logit_bound, tag, shared)
+    widened = values_and_ones(values, tag, index, {**shapes, values: (heads, n, depth)}, {}, shared, new)
+    new += [
+        make("MatMul", [f"{tag}/exp", widened], [f"{tag}/weighted_and_sum"], name=f"{tag}/WeightedAndSum"),
+        make("Transpose", [f"{tag}/exp"], [f"{tag}/exp_rows"], perm=swap, name=f"{tag}/ExpRows"),
+        make("MatMul", [f"{tag}/exp_rows", band_columns], [f"{tag}/rel_weights_rows"], name=f"{tag}/RelWeightsRows"),
+        make("Transpose", [f"{tag}/rel_weights_rows"], [f"{tag}/rel_weights"], perm=swap, name=f"{tag}/RelWeights"),
+        make("MatMul", [f"{tag}/rel_weights", f"{tag}/emb_v_and_zeros"], [f"{tag}/rel_values"], name=f"{tag}/RelV"),
+        make("Add", [f"{tag}/weighted_and_sum", f"{tag}/rel_values"], [f"{tag}/weighted"], name=f"{tag}/AddRelV"),
+    ]
+    new += divided_by_row_sum(f"{tag}/weighted", depth, 3, f"{tag}/attended", tag, shared)
+    new.append(make("Reshape", [f"{tag}/attended", _int_const(shared, [1, heads, n, depth])], [layer.output],
+                    name=f"{tag}/Attended4"))
+    return new
 
 
 def _int_const(shared: dict, values: list[int]) -> str:

@@ -143,3 +143,26 @@ def test_tiny_ladder_builds_for_rk3588(tmp_path, require_converter):
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "   24 " in run.stdout and "   32 " in run.stdout and "rung set(s) fit 3900 MiB" in run.stdout
+
+
+def test_tiny_ladder_builds_for_rk3566_with_no_cpu_op(tmp_path, require_converter):
+    """rk3566: every rung and part in the exp-ratio attention form (export.ATTENTION), the split rung chained
+    through a channel-first `hidden`, built with max_cpu_ops 0: no REGTASK line, no CPU op, the simulator over the
+    gate and within the fp16 floor's margin, the logit-bound verdicts in each manifest."""
+    require_converter()
+    out = tmp_path / "engines"
+    run = convert("--random-weights", "small", "--lengths", "32,24", "--parts", "24:2", "--target", "rk3566",
+                  "--out", str(out), "--max-cpu-ops", "0")
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    for stem, rung in (("cosyvoice3_flow_s24_p1of2", "S=24 part 1"), ("cosyvoice3_flow_s24_p2of2", "S=24 part 2"),
+                       ("cosyvoice3_flow_s32", "S=32")):
+        manifest = json.loads((out / f"{stem}.manifest.json").read_text())
+        gates = {g["name"]: g for g in manifest["gates"]}
+        assert manifest["regtask"]["lines"] == 0 and gates["regtask_lines"]["value"] == 0
+        assert manifest["ops"]["cpu_ops"] == [] and gates["cpu_compute_ops"]["threshold"] == 0
+        sim = [g for name, g in gates.items() if name.startswith(("simulator_snr", "fp16_floor_gap"))]
+        assert len(sim) == 2 and all(g["passed"] for g in sim)
+        for name in (f"attention_logit_max[{rung}]", f"attention_row_max_floor[{rung}]"):
+            assert gates[name]["passed"], gates[name]
+    hidden = json.loads((out / "cosyvoice3_flow_s24_p1of2.manifest.json").read_text())["contract"]["io"]["outputs"]
+    assert hidden == [{"name": "hidden", "shape": [1, 64, 24]}]

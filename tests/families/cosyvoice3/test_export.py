@@ -96,7 +96,7 @@ def unmasked(tmp_path_factory, tiny_model):
 
 
 def test_padding_gates_fail_when_the_mask_is_not_wired(unmasked, tiny_model, tiny_model64):
-    verdicts = {v.name: v for v in E.rung_verdicts(tiny_model, tiny_model64, unmasked, 24, seed=0)[0]}
+    verdicts = {v.name: v for v in E.rung_verdicts(tiny_model, tiny_model64, unmasked, 24, seed=0)}
     assert not verdicts["padding_exact[S=24]"].passed and verdicts["padding_exact[S=24]"].value < 60
     assert not verdicts["mask_one_detected[S=24]"].passed  # mask 1 over the padding changes nothing: caught
 
@@ -115,7 +115,7 @@ def test_mask_one_over_padding_is_caught(tiny_export, tiny_model):
 def test_export_snr_fails_on_a_wrong_graph(tmp_path, tiny_model, tiny_model64):
     path = tmp_path / "all_heads.onnx"
     E.export_onnx(tiny_model, 24, path, rotate_all_heads=True)
-    verdicts = {v.name: v for v in E.rung_verdicts(tiny_model, tiny_model64, path, 24, seed=0)[0]}
+    verdicts = {v.name: v for v in E.rung_verdicts(tiny_model, tiny_model64, path, 24, seed=0)}
     assert not verdicts["export_snr[S=24]"].passed and verdicts["export_snr[S=24]"].value < 80
 
 

@@ -71,6 +71,21 @@ def test_tiny_cache_carries_state(tiny_reference, tiny_step):
     assert snr_db(full[..., 16 * samples :], second.numpy()) < 40.0
 
 
+def test_keys_padded_to_a_multiple_change_nothing(tiny_step):
+    """The RK3566 export's window of kv_len + B keys padded with masked zero keys (`with_key_multiple`): a fresh
+    stream's step, then a warm one, give the same pcm and cache to fp32 rounding (a masked key weighs exactly 0)."""
+    padded = tiny_step.with_key_multiple(4)
+    codes = random_codes(TINY_CONFIG, 32, seed=3)
+    cache = padded_cache = tiny_step.zero_cache()
+    with torch.no_grad():
+        for start in (0, 16):  # B=16: 31 + 16 = 47 keys, padded to 48
+            pcm, cache = tiny_step(codes[..., start : start + 16], cache)
+            padded_pcm, padded_cache = padded(codes[..., start : start + 16], padded_cache)
+            assert snr_db(pcm.numpy(), padded_pcm.numpy()) > MIN_MATCH_DB
+            torch.testing.assert_close(padded_cache, cache, rtol=1e-5, atol=1e-6)
+    assert tiny_step.pre_transformer.key_multiple == 1  # the copy's padding, not the step's
+
+
 def test_tiny_cache_layout(tiny_step):
     assert tiny_step.cache_numel == independent_cache_numel(TINY_CONFIG)
     assert tiny_step.samples_per_frame == math.prod(TINY_CONFIG["upsample_rates"] + TINY_CONFIG["upsampling_ratios"])

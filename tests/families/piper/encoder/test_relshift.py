@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 import onnxruntime as ort
 import pytest
 
@@ -123,3 +124,66 @@ def test_band_constant_is_shared_and_small(attention_graphs):
     # one tensor per use (logits, weights), each [1, N, 2w+1, N]: 9 diagonals x N^2, not N^3
     assert len(bands) == 2
     assert all(list(b.dims) == [1, width, 2 * WINDOW + 1, width] for b in bands)
+
+
+def _feeds(width: int, length: int) -> dict:
+    x = np.random.default_rng(2).standard_normal((1, CHANNELS, width)).astype(np.float32)
+    mask = np.zeros((1, 1, width), dtype=np.float32)
+    mask[..., :length] = 1
+    return {"x": x, "x_mask": mask}
+
+
+def _rk3566_error(attention, model: onnx.ModelProto, width: int) -> float:
+    """Largest |rk3566 form - float64 reference| on the real frames, over a full and a padded input; the padded
+    queries (rows with every key masked) must come out finite."""
+    worst = 0.0
+    for length in (width, 17):
+        feeds = _feeds(width, length)
+        got = _run(model, feeds)
+        assert np.isfinite(got).all()
+        worst = max(worst, float(np.max(np.abs(got[..., :length] - _reference(attention, feeds["x"],
+                                                                             feeds["x_mask"])[..., :length]))))
+    return worst
+
+
+def test_rk3566_form_matches_float64_reference_at_its_logit_bound(attention_graphs):
+    """The exp-ratio form (no Softmax, the row sum from the ones column of [V | 1]) equals softmax attention while
+    every logit is at most the bound; the bound here is the largest logit of the inputs, rounded up."""
+    from rkaudio.gates.logit_bound import logit_bound_verdicts
+    from rkaudio.pipeline.attention import attention_logits
+
+    attention, width, raw, _ = attention_graphs
+    logits = {}
+    for length in (width, 17):
+        for name, value in attention_logits(raw, _feeds(width, length)).items():
+            logits[f"{name}@{length}"] = value
+    bound = math.ceil(max(float(np.max(v)) for v in logits.values()))
+    assert all(v.passed for v in logit_bound_verdicts(logits, bound))
+    form = banded_relative_attention(raw, logit_bound=bound)
+    ops = {node.op_type for node in form.graph.node}
+    assert not ops & {"Softmax", "Exp", "ReduceMax", "Pad", "Where", "Equal"} and "Sigmoid" in ops
+    assert shift_chain_verdict(form).passed
+    assert _rk3566_error(attention, form, width) < 2e-5
+
+
+@pytest.mark.parametrize("fault", ["bound below the largest logit", "ones column of [V | 1] dropped"])
+def test_rk3566_form_planted_fault_fails_the_reference(attention_graphs, fault):
+    attention, width, raw, _ = attention_graphs
+    largest = max(float(np.max(v)) for v in _logits(raw, width).values())
+    if fault == "bound below the largest logit":
+        form = banded_relative_attention(raw, logit_bound=largest - 1.0)
+    else:
+        form = banded_relative_attention(raw, logit_bound=math.ceil(largest))
+        ones = [node for node in form.graph.node if node.op_type == "Concat" and "ValuesAndOnes" in node.name]
+        assert ones
+        for node in ones:  # the row sum column becomes 0: every row normalised by the floor instead
+            initializer = next(i for i in form.graph.initializer if i.name == node.input[1])
+            initializer.CopyFrom(numpy_helper.from_array(np.zeros_like(numpy_helper.to_array(initializer)),
+                                                         initializer.name))
+    assert _rk3566_error(attention, form, width) > 1e-3
+
+
+def _logits(raw: onnx.ModelProto, width: int) -> dict:
+    from rkaudio.pipeline.attention import attention_logits
+
+    return attention_logits(raw, _feeds(width, width))
