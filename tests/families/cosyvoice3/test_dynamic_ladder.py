@@ -30,7 +30,8 @@ def builds(tmp_path_factory):
     manifests, folders = {}, {}
     for ladder in ("static", "dynamic"):
         work = tmp_path_factory.mktemp(ladder)
-        cut = {**recipe, "options": {**recipe["options"], "lengths": LENGTHS, "ladder": ladder}}
+        lengths = {target: LENGTHS for target in recipe["targets"]}  # the recipe's lengths are per target
+        cut = {**recipe, "options": {**recipe["options"], "lengths": lengths, "ladder": ladder}}
         results, _ = recipes.build_cell(cut, "flow", "rk3588", "2.3.2", work, family, "small", random_weights=True)
         manifests[ladder] = [result.manifest_data for result in results]
         folders[ladder] = results[0].rknn.parent
