@@ -247,26 +247,7 @@ def banded_relative_attention(model: onnx.ModelProto, logit_bound: float | None 
                  name=f"{tag}/RelBias"),
             make("Add", [f"{tag}/scores", f"{tag}/rel_bias"], [f"{tag}/logits"], name=f"{tag}/AddRel"),
         ]
-        logits = f"{tag}/logits"
-        if layer.mask is not None:
-            key = (layer.mask, layer.fill)
-            if key not in masks:
-                mtag = f"relattn/mask{len(masks)}"
-                shared[f"{mtag}/one"] = np.array(1.0, dtype=np.float32)
-                shared[f"{mtag}/fill"] = np.array(layer.fill, dtype=np.float32)
-                new += [
-                    make("Reshape", [layer.mask, _int_const(shared, [1, n, 1, n])], [f"{mtag}/rows"],
-                         name=f"{mtag}/Rows"),
-                    make("Sub", [f"{mtag}/one", f"{mtag}/rows"], [f"{mtag}/outside"], name=f"{mtag}/Outside"),
-                    make("Mul", [f"{mtag}/outside", f"{mtag}/fill"], [f"{mtag}/bias"], name=f"{mtag}/Bias"),
-                ]
-                masks[key] = (f"{mtag}/rows", f"{mtag}/bias")
-            rows_mask, fill_bias = masks[key]
-            # masked_fill(mask == 0, fill) as logits*mask + (1-mask)*fill: exact for a 0/1 mask, no Equal/Where
-            # (those run on the CPU).
-            new += [make("Mul", [logits, rows_mask], [f"{tag}/kept"], name=f"{tag}/Keep"),
-                    make("Add", [f"{tag}/kept", fill_bias], [f"{tag}/masked"], name=f"{tag}/Fill")]
-            logits = f"{tag}/masked"
+        logits = _masked(f"{tag}/logits", layer, tag, [1, n, 1, n], shared, masks, new)
         new += [
             make("Softmax", [logits], [f"{tag}/weights"], axis=3, name=f"{tag}/Softmax"),
             make("Reshape", [f"{tag}/weights", _int_const(shared, [1, heads, n, n])], [f"{tag}/weights4"],
@@ -326,23 +307,7 @@ def _exp_ratio_core(layer: _Layer, tag: str, dims: tuple[int, int, int], window:
         make("Transpose", [f"{tag}/rel_bias_rows"], [f"{tag}/rel_bias"], perm=swap, name=f"{tag}/RelBias"),
         make("Add", [f"{tag}/scores", f"{tag}/rel_bias"], [f"{tag}/logits"], name=f"{tag}/AddRel"),
     ]
-    logits = f"{tag}/logits"
-    if layer.mask is not None:
-        key = (layer.mask, layer.fill)
-        if key not in masks:
-            mtag = f"relattn/mask{len(masks)}"
-            shared[f"{mtag}/one"] = np.array(1.0, dtype=np.float32)
-            shared[f"{mtag}/fill"] = np.array(layer.fill, dtype=np.float32)
-            new += [
-                make("Reshape", [layer.mask, _int_const(shared, [1, n, n])], [f"{mtag}/rows"], name=f"{mtag}/Rows"),
-                make("Sub", [f"{mtag}/one", f"{mtag}/rows"], [f"{mtag}/outside"], name=f"{mtag}/Outside"),
-                make("Mul", [f"{mtag}/outside", f"{mtag}/fill"], [f"{mtag}/bias"], name=f"{mtag}/Bias"),
-            ]
-            masks[key] = (f"{mtag}/rows", f"{mtag}/bias")
-        rows_mask, fill_bias = masks[key]
-        new += [make("Mul", [logits, rows_mask], [f"{tag}/kept"], name=f"{tag}/Keep"),
-                make("Add", [f"{tag}/kept", fill_bias], [f"{tag}/masked"], name=f"{tag}/Fill")]
-        logits = f"{tag}/masked"
+    logits = _masked(f"{tag}/logits", layer, tag, [1, n, n], shared, masks, new)
     new += exp_below_bound(logits, logit_bound, tag, shared)
     widened = values_and_ones(values, tag, index, {**shapes, values: (heads, n, depth)}, {}, shared, new)
     new += [
@@ -357,6 +322,30 @@ def _exp_ratio_core(layer: _Layer, tag: str, dims: tuple[int, int, int], window:
     new.append(make("Reshape", [f"{tag}/attended", _int_const(shared, [1, heads, n, depth])], [layer.output],
                     name=f"{tag}/Attended4"))
     return new
+
+
+def _masked(logits: str, layer: _Layer, tag: str, rows_shape: list[int], shared: dict, masks: dict,
+            new: list) -> str:
+    """The logits after the layer's masked_fill(mask == 0, fill), as logits*mask + (1-mask)*fill: exact for a 0/1
+    mask, no Equal/Where (those run on the CPU). The mask, reshaped to `rows_shape`, and its fill bias are built once
+    per (mask, fill) and shared by the layers (`masks`); nodes are appended to `new`."""
+    if layer.mask is None:
+        return logits
+    make, key = helper.make_node, (layer.mask, layer.fill)
+    if key not in masks:
+        mtag = f"relattn/mask{len(masks)}"
+        shared[f"{mtag}/one"] = np.array(1.0, dtype=np.float32)
+        shared[f"{mtag}/fill"] = np.array(layer.fill, dtype=np.float32)
+        new += [
+            make("Reshape", [layer.mask, _int_const(shared, rows_shape)], [f"{mtag}/rows"], name=f"{mtag}/Rows"),
+            make("Sub", [f"{mtag}/one", f"{mtag}/rows"], [f"{mtag}/outside"], name=f"{mtag}/Outside"),
+            make("Mul", [f"{mtag}/outside", f"{mtag}/fill"], [f"{mtag}/bias"], name=f"{mtag}/Bias"),
+        ]
+        masks[key] = (f"{mtag}/rows", f"{mtag}/bias")
+    rows_mask, fill_bias = masks[key]
+    new += [make("Mul", [logits, rows_mask], [f"{tag}/kept"], name=f"{tag}/Keep"),
+            make("Add", [f"{tag}/kept", fill_bias], [f"{tag}/masked"], name=f"{tag}/Fill")]
+    return f"{tag}/masked"
 
 
 def _int_const(shared: dict, values: list[int]) -> str:
