@@ -1,6 +1,6 @@
 """Which attention form a family's graphs take on each target (issue #42): `native` (the exporter's Softmax) or
-`exp_ratio` (`rkaudio.surgery.graph.attention.exp_ratio_attention`: heads at rank 3, exp as a Sigmoid ratio under a
-logit bound, the row sum in the value MatMul; the RK3566 runs Softmax and rank-4 attention layouts on its CPU).
+`exp_ratio` (`rkaudio.surgery.graph.attention.exp_ratio_attention`: heads at rank 3, exp as a Sigmoid ratio under
+each row's max or a constant logit bound, the row sum in the value MatMul; the RK3566 runs Softmax and rank-4 attention layouts on its CPU).
 A family states its table once (`AttentionForms`), justified by bench/attention_forms.py, and applies it to each
 exported graph with `AttentionForms.apply`, which also judges the logit bound on the self-check inputs."""
 from __future__ import annotations
@@ -38,11 +38,12 @@ def attention_logits(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarra
 
 @dataclass(frozen=True)
 class AttentionForms:
-    """A family's attention form per target (absent targets: native) and the logit bound of its exp-ratio form
-    (every logit at most this on the self-check inputs; the exp's fp16 window reaches EXP_WINDOW below it)."""
+    """A family's attention form per target (absent targets: native) and the shift of its exp-ratio form: None, each
+    row's max (any logits; a Relu tree of log2(keys) levels), or a constant logit bound (fewer ops; every logit at
+    most it on the self-check inputs, each row's max within EXP_WINDOW below it)."""
 
     forms: dict = field(default_factory=dict)
-    logit_bound: float = 8.0
+    logit_bound: float | None = None
 
     def __post_init__(self):
         unknown = sorted(set(self.forms.values()) - set(FORMS))

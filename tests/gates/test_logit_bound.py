@@ -1,12 +1,13 @@
 """The logit-bound gate of the exp-ratio attention form on hand-made logits: both verdicts pass inside
 [bound - EXP_WINDOW, bound], `attention_logit_max` fails above the bound, `attention_row_max_floor` fails on a row
-whose largest logit is under the window, a fully masked row is not a row, and no Softmax is refused."""
+whose largest logit is under the window, a fully masked row is not a row, and no Softmax is refused. Without a
+bound (the row-max shift) one verdict, `attention_logit_max_abs`, fails past the clip in front of the max tree."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rkaudio.gates.logit_bound import EXP_WINDOW, logit_bound_verdicts
+from rkaudio.gates.logit_bound import EXP_WINDOW, ROW_MAX_LOGIT_CLIP, logit_bound_verdicts
 
 BOUND = 8.0
 MASKED = -1.0e4
@@ -63,6 +64,17 @@ def test_a_fully_masked_row_is_ignored():
     # only masked rows: nothing under the window
     alone = by_name(logit_bound_verdicts({"softmax": np.full((1, 1, 2, 4), MASKED, np.float32)}, BOUND))
     assert alone["attention_row_max_floor"].passed and "0 rows" in alone["attention_row_max_floor"].detail
+
+
+def test_the_row_max_shift_bounds_only_the_clip():
+    wide = logits([[40.0, -20.0]])
+    wide[0, 0, 1, 1:] = np.finfo(np.float32).min  # a mask far past the clip is not a logit
+    (verdict,) = logit_bound_verdicts({"softmax": wide}, None, suffix="[main]")
+    assert verdict.name == "attention_logit_max_abs[main]" and verdict.passed
+    assert verdict.value == 40.0 and verdict.threshold == ROW_MAX_LOGIT_CLIP and "row-max" in verdict.detail
+    wide[0, 0, 0, 2] = ROW_MAX_LOGIT_CLIP + 1.0
+    (verdict,) = logit_bound_verdicts({"softmax": wide}, None)
+    assert not verdict.passed and verdict.value == ROW_MAX_LOGIT_CLIP + 1.0 and "clips logits" in verdict.advice
 
 
 def test_no_softmax_is_refused():

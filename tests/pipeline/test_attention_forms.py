@@ -62,6 +62,18 @@ def test_logits_above_the_bound_fail_their_verdict():
     assert not top.passed and top.value == pytest.approx(FORMS.logit_bound + 1.5, abs=1e-5) and top.advice
 
 
+def test_the_row_max_shift_is_the_default_and_records_the_largest_logit():
+    model, p = attention_graph(np.random.default_rng(7), mask_heads=HEADS)
+    row_maxima = np.full((HEADS, ROWS), FORMS.logit_bound + 20.0)  # far above any bound
+    feeds = bounded_feeds(np.random.default_rng(8), p, row_maxima)
+    rewritten, verdicts = AttentionForms(forms={"rk3566": "exp_ratio"}).apply(model, "rk3566", feeds)
+    assert rewritten.SerializeToString() == exp_ratio_attention(model).SerializeToString()
+    assert_exp_ratio_close(run(rewritten, feeds)[:, :-1], reference(p, feeds, False)[:, :-1])
+    (verdict,) = verdicts
+    assert verdict.name == "attention_logit_max_abs" and verdict.passed
+    assert verdict.value == pytest.approx(FORMS.logit_bound + 20.0, abs=1e-4)
+
+
 def test_unknown_forms_and_graphs_without_softmax_are_refused():
     with pytest.raises(ValueError, match="flash"):
         AttentionForms(forms={"rk3566": "flash"})

@@ -1,7 +1,9 @@
 """The RK3566 attention form (issue #42) against a float64 numpy softmax attention: `squeeze_unit_batch` (heads at
-rank 3), `softmax_as_exp_ratio` (exp as a Sigmoid ratio under the logit bound, the row sum one more value column)
-and their composition, on small self-attention graphs with MatMul+Add or Gemm projections and an additive mask; the
-logits at the edges of [bound - EXP_WINDOW, bound]; and planted faults the reference comparison must catch."""
+rank 3), `softmax_as_exp_ratio` (exp as a Sigmoid ratio under each row's max or a logit bound, the row sum one more
+value column) and their composition, on small self-attention graphs with MatMul+Add or Gemm projections and an
+additive mask; the logits at the edges of [bound - EXP_WINDOW, bound]; the row-max shift on logits no bound holds
+(far above it, rows spread wider than the window, finfo.min masks); and planted faults the reference comparison must
+catch."""
 from __future__ import annotations
 
 import numpy as np
@@ -269,6 +271,52 @@ def test_planted_faults_fail_the_reference_comparison():
     row_maxima[1, :3] = BOUND - EXP_WINDOW - 2.0
     assert_departs(exp_ratio_attention(multi_head, BOUND), multi_p,
                    bounded_feeds(np.random.default_rng(4), multi_p, row_maxima))
+
+
+def wide_logit_feeds(rng, p: dict) -> dict:
+    """Feeds whose rows' largest logits run from -20 to 40 (no bound holds them all: 60 > EXP_WINDOW), the causal
+    mask at finfo(float32).min (an fp16 -inf), the last row fully masked."""
+    row_maxima = np.linspace(-20.0, 40.0, HEADS * ROWS).reshape(HEADS, ROWS)
+    feeds = bounded_feeds(rng, p, row_maxima)
+    feeds["mask"] = np.where(feeds["mask"] == MASKED, np.finfo(np.float32).min, feeds["mask"]).astype(np.float32)
+    return feeds
+
+
+def test_row_max_shift_matches_float64_at_any_logit_scale():
+    rng = np.random.default_rng(5)
+    model, p = attention_graph(rng, mask_heads=HEADS)
+    feeds = wide_logit_feeds(rng, p)
+    logits = reference_logits(p, feeds)
+    open_maxima = logits.max(axis=-1)[:, :-1]
+    assert open_maxima.max() - open_maxima.min() > 2 * EXP_WINDOW and logits.max() > BOUND + 20
+    rewritten = exp_ratio_attention(model)  # no bound: each row's max
+    onnx.checker.check_model(rewritten)
+    assert not {"Softmax", "Exp", "ReduceMax", "Max"} & set(ops(rewritten))
+    # a tree over ROWS = 6 keys: 6 -> 3 -> 2 (overlapping halves) -> 1, one Sub/Relu/Add per level
+    assert ops(rewritten).count("Relu") == 3 + 1
+    got = run(rewritten, feeds)
+    assert np.all(np.isfinite(got))
+    assert_exp_ratio_close(open_rows(got), open_rows(reference(p, feeds, False)))
+    # the constant-bound form cannot follow these rows
+    assert_departs(exp_ratio_attention(model, BOUND), p, feeds)
+
+
+def test_row_max_planted_faults_fail_the_reference_comparison():
+    rng = np.random.default_rng(6)
+    model, p = attention_graph(rng, mask_heads=HEADS)
+    feeds = wide_logit_feeds(rng, p)
+    rewritten = exp_ratio_attention(model)
+    want = open_rows(reference(p, feeds, False))
+    assert_exp_ratio_close(open_rows(run(rewritten, feeds)), want)
+    for fault in (with_initializer(rewritten, "scale", lambda value: value * 1.05),
+                  # the clip in front of the tree set inside the logits' range: rows above it flatten
+                  with_initializer(rewritten, "logit_clip_high", lambda value: np.float32(10.0)),
+                  # the tree's last level reads its lower half twice: a row whose max sits in the upper half shifts
+                  # by less than its max, and its weights saturate at exp(0)
+                  with_initializer(with_initializer(rewritten, "max1/upper_start", lambda value: value - 1),
+                                   "max1/upper_end", lambda value: value - 1)):
+        with pytest.raises(AssertionError):
+            assert_exp_ratio_close(open_rows(run(fault, feeds)), want)
 
 
 def test_squeeze_leaves_rank4_tensors_outside_attention_alone():

@@ -36,8 +36,9 @@ GOLDEN_LOOP = "rkaudio.board.cosyvoice3:golden_loop"
 # The attention form of every rung and part per target: the RK3566 runs each block's Softmax and its rank-4 head
 # layout on its CPU (tiny s32: 4 CPU ops native, 0 in the exp-ratio form; simulator 61.3 dB against a 61.0 dB fp16
 # floor; real shape S=112: 0, S=110: 90, as at every S not a multiple of 8). The exp-ratio form's Neg is its own
-# and runs on that NPU: `forbidden_ops` judges the traced graph.
-ATTENTION = AttentionForms(forms={"rk3566": "exp_ratio"})
+# and runs on that NPU: `forbidden_ops` judges the traced graph. Its shift is the constant bound 8 (every rung's
+# self-check logits inside [8 - EXP_WINDOW, 8]), not each row's max: the rk3566 cell was built and measured so.
+ATTENTION = AttentionForms(forms={"rk3566": "exp_ratio"}, logit_bound=8.0)
 # The layout of `hidden` between the parts of a split rung per target (engine_graph.HIDDEN_LAYOUTS; others `rows`):
 # the RK3566 compiler puts a Transpose of a [B, S, dim] output on its CPU (tiny s24 part 1 of 2), none of [B, dim, S].
 HIDDEN_LAYOUTS = {"rk3566": "channels"}

@@ -2,9 +2,9 @@
 
 Why (issue #42's probes, rknn-toolkit2 2.3.2, rk3566): the compiler wraps a MatMul of two rank-4 activations, and a
 rank-4 head-split Transpose, in CPU Transposes, and keeps the same ops at rank 3 on the NPU; it runs Softmax and Exp
-on the CPU (ReduceMax and MaxPool too, so no max can be subtracted there), and Sigmoid, Neg, Relu, Div on the NPU.
-So heads run at rank 3 (`squeeze_unit_batch`), exp is a ratio of two Sigmoids of logits shifted below a bound, and
-the row sum is one more column of the value MatMul (`softmax_as_exp_ratio`).
+on the CPU (ReduceMax, MaxPool and Max too), and Sigmoid, Neg, Relu, Div, Slice on the NPU. So heads run at rank 3
+(`squeeze_unit_batch`), exp is a ratio of two Sigmoids of logits shifted below each row's max (a Relu tree: `row_max`)
+or a constant bound, and the row sum is one more column of the value MatMul (`softmax_as_exp_ratio`).
 
 Both passes work on ONNX whose shapes are pinned (`rkaudio.surgery.graph.fold.fold_fixed`)."""
 from __future__ import annotations
@@ -16,6 +16,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from rkaudio.core.onnx_graph import GraphIndex, constant_values, drop_unused_initializers, node_attr, static_shapes
+from rkaudio.gates.logit_bound import ROW_MAX_LOGIT_CLIP
 
 # Elementwise ops whose rank follows their inputs (numpy broadcasting: dropping a leading 1 changes nothing).
 ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Neg", "Sigmoid", "Relu", "Where", "Equal", "Max", "Min", "Sqrt", "Pow",
@@ -188,10 +189,12 @@ def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto
     return live[::-1]
 
 
-def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float) -> onnx.ModelProto:
-    """Each Softmax over the last axis that feeds one MatMul (weights @ values) as exp(min(s - bound, 0)) =
-    Sigmoid(-r) / Sigmoid(r), r = Relu(bound - s), times [values | 1], divided by that last column: the RK3566 runs
-    Softmax and Exp on its CPU and these ops on its NPU; exact (up to fp16) while every logit is at most the bound."""
+def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float | None = None) -> onnx.ModelProto:
+    """Each Softmax over the last axis that feeds one MatMul (weights @ values) as exp(min(s - shift, 0)) =
+    Sigmoid(-r) / Sigmoid(r), r = Relu(shift - s), times [values | 1], divided by that last column: the RK3566 runs
+    Softmax and Exp on its CPU and these ops on its NPU. The shift is each row's max (`row_max`; exact up to fp16
+    for any logits) or, given, the constant `logit_bound` (fewer ops; exact while every logit is at most it and each
+    row's max within EXP_WINDOW under it)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
@@ -208,7 +211,7 @@ def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float) -> onnx.Mod
         logits, depth = node.input[0], shapes[values][-1]
         tag = node.name or node.output[0]
         make = helper.make_node
-        new = exp_below_bound(logits, logit_bound, tag, added)
+        new = exp_below_bound(logits, logit_bound, tag, added, keys=shapes[logits][-1])
         widened = values_and_ones(values, tag, index, shapes, constants, added, new)
         new.append(make("MatMul", [f"{tag}/exp", widened], [f"{tag}/weighted"], name=f"{tag}/WeightedAndSum"))
         new += divided_by_row_sum(f"{tag}/weighted", depth, len(shapes[values]), matmul.output[0], tag, added)
@@ -227,19 +230,67 @@ def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float) -> onnx.Mod
     return drop_unused_initializers(out)
 
 
-def exp_below_bound(logits: str, logit_bound: float, tag: str, added: dict) -> list[onnx.NodeProto]:
-    """Nodes computing `{tag}/exp` = exp(min(logits - bound, 0)) as Sigmoid(-r) / Sigmoid(r), r = Relu(bound - logits)
-    (ops the RK3566 runs on its NPU); their constants go into `added`."""
+def exp_below_bound(logits: str, logit_bound: float | None, tag: str, added: dict,
+                    keys: int | None = None) -> list[onnx.NodeProto]:
+    """Nodes computing `{tag}/exp` = exp(min(logits - shift, 0)) as Sigmoid(-r) / Sigmoid(r), r = Relu(shift - logits)
+    (ops the RK3566 runs on its NPU): the shift is `logit_bound`, or with None each row's largest logit over its
+    `keys` last-axis entries (`row_max`); their constants go into `added`."""
     make = helper.make_node
-    added[f"{tag}/bound"] = np.array(logit_bound, dtype=np.float32)
+    if logit_bound is None:
+        if keys is None:
+            raise ValueError("exp_below_bound: the row-max shift needs the number of keys (the last axis' length)")
+        shift_nodes = row_max(logits, keys, tag, added)
+        shift = shift_nodes[-1].output[0]
+        logits = shift_nodes[0].output[0]  # the clipped logits the tree saw
+    else:
+        shift_nodes, shift = [], f"{tag}/bound"
+        added[shift] = np.array(logit_bound, dtype=np.float32)
     return [
-        make("Sub", [f"{tag}/bound", logits], [f"{tag}/below"], name=f"{tag}/Below"),
+        *shift_nodes,
+        make("Sub", [shift, logits], [f"{tag}/below"], name=f"{tag}/Below"),
         make("Relu", [f"{tag}/below"], [f"{tag}/depth"], name=f"{tag}/Depth"),
         make("Neg", [f"{tag}/depth"], [f"{tag}/shifted"], name=f"{tag}/Shifted"),
         make("Sigmoid", [f"{tag}/shifted"], [f"{tag}/numerator"], name=f"{tag}/Numerator"),
         make("Sigmoid", [f"{tag}/depth"], [f"{tag}/denominator"], name=f"{tag}/Denominator"),
         make("Div", [f"{tag}/numerator", f"{tag}/denominator"], [f"{tag}/exp"], name=f"{tag}/Exp"),
     ]
+
+
+def row_max(logits: str, keys: int, tag: str, added: dict) -> list[onnx.NodeProto]:
+    """Nodes computing each row's largest logit over the last axis ([..., 1]) as a tree of max(a, b) = b + Relu(a - b)
+    over halves (ops the RK3566 runs on its NPU; ReduceMax, MaxPool and Max it runs on its CPU). The first node clips
+    the logits to +-ROW_MAX_LOGIT_CLIP (its output is the clipped logits): a -inf or finfo.min mask would make a - b
+    inf - inf in fp16. An odd width takes two overlapping halves (a max does not mind an entry counted twice)."""
+    make = helper.make_node
+    clipped = f"{tag}/clipped_logits"
+    added.setdefault("exp_ratio/logit_clip_low", np.array(-ROW_MAX_LOGIT_CLIP, dtype=np.float32))
+    added.setdefault("exp_ratio/logit_clip_high", np.array(ROW_MAX_LOGIT_CLIP, dtype=np.float32))
+    added.setdefault("exp_ratio/last_axis", np.array([-1], dtype=np.int64))
+    nodes = [make("Clip", [logits, "exp_ratio/logit_clip_low", "exp_ratio/logit_clip_high"], [clipped],
+                  name=f"{tag}/ClipLogits")]
+    current, width = clipped, keys
+    while width > 1:
+        half = (width + 1) // 2
+        level = f"{tag}/max{half}"
+        for name, value in ((f"{level}/lower_end", half), (f"{level}/upper_start", width - half),
+                            (f"{level}/upper_end", width)):
+            added[name] = np.array([value], dtype=np.int64)
+        added.setdefault("exp_ratio/zero", np.array([0], dtype=np.int64))
+        nodes += [
+            make("Slice", [current, "exp_ratio/zero", f"{level}/lower_end", "exp_ratio/last_axis"], [f"{level}/lower"],
+                 name=f"{level}/Lower"),
+            make("Slice", [current, f"{level}/upper_start", f"{level}/upper_end", "exp_ratio/last_axis"],
+                 [f"{level}/upper"], name=f"{level}/Upper"),
+            make("Sub", [f"{level}/lower", f"{level}/upper"], [f"{level}/excess"], name=f"{level}/Excess"),
+            make("Relu", [f"{level}/excess"], [f"{level}/lower_above"], name=f"{level}/LowerAbove"),
+            make("Add", [f"{level}/upper", f"{level}/lower_above"], [f"{level}/max"], name=f"{level}/Max"),
+        ]
+        current, width = f"{level}/max", half
+    if current == clipped:  # one key: its own max
+        nodes.append(make("Identity", [clipped], [f"{tag}/row_max"], name=f"{tag}/RowMax"))
+    else:
+        nodes[-1].output[0] = f"{tag}/row_max"
+    return nodes
 
 
 def divided_by_row_sum(weighted: str, depth: int, rank: int, output: str, tag: str,
@@ -353,6 +404,6 @@ def _exp_ratio_site(node: onnx.NodeProto, index: GraphIndex, shapes: dict) -> tu
     return users[0], matmul.input[1]
 
 
-def exp_ratio_attention(model: onnx.ModelProto, logit_bound: float) -> onnx.ModelProto:
+def exp_ratio_attention(model: onnx.ModelProto, logit_bound: float | None = None) -> onnx.ModelProto:
     """The RK3566 attention form: heads at rank 3, then each softmax-weighted sum as an exp ratio over [values | 1]."""
     return softmax_as_exp_ratio(squeeze_unit_batch(model), logit_bound)
