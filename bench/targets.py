@@ -29,20 +29,19 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SKIPPED = ("example_conv",)  # no checkpoint and no real shape: the example is not a promised model
 SHAPE = "real"  # random weights where a checkpoint is missing: the published shapes
 COLUMNS = ["package", "component", "engine", "target", "source", "engine_bytes", "est_cycles_per_unit", "unit",
-           "regtask_lines", "cpu_ops", "simulator_db", "fp16_floor_db", "peak_rss_bytes", "peak_stage",
-           "stage_peak_rss_bytes", "cell_s", "status", "measured_at", "commit"]
+           "real_time_factor", "regtask_lines", "cpu_ops", "simulator_db", "fp16_floor_db", "peak_rss_bytes",
+           "peak_stage", "stage_peak_rss_bytes", "cell_s", "status", "measured_at", "commit"]
 
 
 def work_unit(family: str, contract: dict) -> tuple[float, str]:
-    """(engine calls per unit of work, the unit): est_cycles x calls is the row's cost per unit."""
-    if "emitted" in contract:  # a window walk: each call emits `emitted` input frames' worth of audio
-        return 1 / contract["emitted"], "emitted frame"
-    if family == "cosyvoice3":  # classifier-free guidance: two B=1 calls per ODE step, or one B=2 call
-        return 2 / contract["batch"], "ODE step"
-    if family == "audio8":  # one decoder step and every head shard per token; encoder, adapter, prefill once
-        return 1, "token" if contract["role"].startswith("step") or contract["role"] == "head" else "utterance"
-    frame_units = {"qwen3_vocoder": "code frame", "piper": "phoneme token"}  # a step / encoder call's `frames`
-    return 1 / contract["frames"], frame_units.get(family, "frame")
+    """(engine calls per second of real time, what the seconds are of): the family's declaration
+    (`Family.real_time`, what the real-time gate divides by); est_cycles x calls is the row's cost per second."""
+    from rkaudio.board.contract import EngineContract
+    from rkaudio.cli.families import declaration
+
+    real_time = declaration(family).real_time
+    covered = real_time(EngineContract.from_json(contract)) if real_time is not None else None
+    return (1.0, "call") if covered is None else (1 / covered.seconds, covered.unit)
 
 
 def engine_row(manifest: dict, family: str) -> dict:
@@ -51,10 +50,12 @@ def engine_row(manifest: dict, family: str) -> dict:
     floors = [float(o["fp16_floor_snr_db"]) for o in manifest["simulator"].values() if "fp16_floor_snr_db" in o]
     simulator = [float(g["value"]) for g in manifest["gates"] if g["name"].startswith("simulator_snr")]
     stages = manifest["build"].get("stage_peak_rss_bytes") or {}
+    real_time = [g["value"] for g in manifest["gates"] if g["name"].startswith("real_time_factor")]
     peak_stage = max(stages, key=stages.get) if stages else None
     return {"engine": Path(manifest["rknn"]["path"]).name.removesuffix(".rknn"),
             "engine_bytes": manifest["rknn"]["bytes"],
             "est_cycles_per_unit": round(manifest["est_cycles"] * calls), "unit": unit,
+            "real_time_factor": real_time[-1] if real_time and real_time[-1] != "nan" else None,
             "regtask_lines": manifest["regtask"]["lines"], "cpu_ops": manifest["ops"]["cpu"],
             "simulator_db": round(min(simulator), 1) if simulator else None,
             "fp16_floor_db": round(min(floors), 1) if floors else None,
@@ -67,6 +68,7 @@ def build_cell_rows(package: str, component: str, target: str, random_weights: b
     from rkaudio.cli.families import declaration
     from rkaudio.release import recipes
     from rkaudio.core.errors import GateFailure, MissingSource
+    from rkaudio.gates.real_time import only_real_time_failed
     from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
     recipe = recipes.load_recipe(recipes.RECIPES_DIR / f"{package}.toml", declaration)
@@ -79,7 +81,8 @@ def build_cell_rows(package: str, component: str, target: str, random_weights: b
             # which engine, and each failing gate's own line (its figure and what it found): the cell's build
             # directory is gone when the row is read
             failed = "; ".join(v.line().removeprefix("[FAIL] ") for v in failure.verdicts if not v.passed)
-            return [{"status": f"FAILED: {failure.context}: {failed}"}]
+            verdict = "refused (computed)" if only_real_time_failed(failure.verdicts) else "FAILED"
+            return [{"status": f"{verdict}: {failure.context}: {failed}"}]
         except MissingSource as missing:  # no checkpoint here, and the family has no random weights
             return [{"status": f"missing source: {missing}"}]
     return [{**engine_row(result.manifest_data, recipe["family"]), "source": source, "status": "ok"}
@@ -157,14 +160,18 @@ def gigabytes(value) -> str:
 
 def markdown(rows: list[dict]) -> str:
     """targets.md: how to regenerate a cell, then the table."""
-    head = ["package", "component", "engine", "target", "source", "engine MB", "est. cycles / unit", "REGTASK",
-            "CPU ops", "simulator dB", "fp16 floor dB", "peak RSS GB (stage)", "cell s", "status", "measured"]
+    head = ["package", "component", "engine", "target", "source", "engine MB", "est. cycles / unit", "x real time",
+            "REGTASK", "CPU ops", "simulator dB", "fp16 floor dB", "peak RSS GB (stage)", "cell s", "status",
+            "measured"]
     lines = [
         "# Every component on every promised target (issue #26)",
         "",
         "One row per engine of each (component, target) cell (a ladder: one row per rung), or one row saying why the "
         "cell is not built. Source: the recipe's checkpoint where this machine has it, else random weights at the "
-        "published shapes. Est. cycles are the toolkit's per call, times the calls one unit of work takes. Peak "
+        "published shapes. Est. cycles are the toolkit's per call, times the calls one second of real time takes "
+        "(the family's `real_time`: seconds of audio produced, of input audio, of generated mel over the ODE, of "
+        "speech); `x real time` is the real-time gate's figure, predicted board ms per second of it / 1000 "
+        "(rk3566: unfitted constants). Peak "
         "RSS is the compiler child's, the highest of its stages; `cell s` is the whole cell: export, compiles, "
         "simulator runs.",
         "",
@@ -182,7 +189,8 @@ def markdown(rows: list[dict]) -> str:
         cycles = f"{r['est_cycles_per_unit']:,} / {r['unit']}" if r["est_cycles_per_unit"] is not None else "-"
         peak = f"{gigabytes(r['peak_rss_bytes'])} ({r['peak_stage']})" if r["peak_rss_bytes"] else "-"
         cells = [r["package"], r["component"], r["engine"], r["target"], r["source"],
-                 f"{r['engine_bytes'] / 1e6:.1f}" if r["engine_bytes"] else None, cycles, r["regtask_lines"],
+                 f"{r['engine_bytes'] / 1e6:.1f}" if r["engine_bytes"] else None, cycles, r.get("real_time_factor"),
+                 r["regtask_lines"],
                  r["cpu_ops"], r["simulator_db"], r["fp16_floor_db"], peak, r["cell_s"], r["status"],
                  f"{r['measured_at'][:10]} {r['commit'][:10]}" if r["measured_at"] else None]
         lines.append("| " + " | ".join("-" if c is None else str(c) for c in cells) + " |")

@@ -24,6 +24,9 @@ CODES, CACHE_IN, PCM, CACHE_OUT = "codes", "cache_in", "pcm", "cache_out"
 # Steps exported before the contract named `codes_dtype` take int64 code ids (published packages); later ones
 # float32 (the exporter's one-hot quantizer runs on the NPU only on float inputs).
 CODES_DTYPE_BEFORE = "int64"
+# Qwen3-TTS "12 Hz": 24 kHz audio, 1920 samples per code frame. A toy config keeps the frame rate, so its audio
+# lasts as long as the codes do.
+CODE_FRAME_RATE_HZ = 12.5
 
 
 @dataclass(frozen=True)

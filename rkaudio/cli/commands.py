@@ -13,7 +13,8 @@ from rkaudio.engine.build import BuildOptions, build_engine
 from rkaudio.cli.diagnose import diagnose
 from rkaudio.release.recipes import DIST_DIR, RECIPES_DIR
 from rkaudio.cli.families import declaration, register as register_families
-from rkaudio.cli.options import normalised_target, FailOnCpuOps, MaxCpuOps, MaxRegtaskLines, MinSnrDb, OutDir, TargetOption, ToolkitOption
+from rkaudio.cli.options import (normalised_target, FailOnCpuOps, MaxCpuOps, MaxRealTimeFactor, MaxRegtaskLines,
+                                 MinSnrDb, OutDir, TargetOption, ToolkitOption)
 from rkaudio.core.errors import SetupError
 from rkaudio.board.soc import FP16_TARGETS
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
@@ -27,6 +28,7 @@ def build(
     max_regtask_lines: MaxRegtaskLines = BuildOptions.max_regtask_lines,
     fail_on_cpu_ops: FailOnCpuOps = BuildOptions.fail_on_cpu_ops,
     max_cpu_ops: MaxCpuOps = BuildOptions.max_cpu_ops,
+    max_real_time_factor: MaxRealTimeFactor = BuildOptions.max_real_time_factor,
     selfcheck: Annotated[Optional[Path], typer.Option(
         "--selfcheck", help="Inputs for the simulator check: an .npz whose keys are the ONNX input names. "
         "Default: standard-normal inputs (seed 0) for float inputs, zeros for integer inputs.")] = None,
@@ -34,8 +36,9 @@ def build(
     timeout: Annotated[Optional[float], typer.Option(
         "--timeout", help="Kill the compiler child after this many seconds (reported as a failed stage).")] = None,
 ) -> None:
-    """Compile an ONNX to an fp16 .rknn in the converter venv, gate it (REGTASK lines, CPU ops, simulator SNR)
-    and write <stem>.rknn, <stem>.manifest.json and <stem>.build.log into --out."""
+    """Compile an ONNX to an fp16 .rknn in the converter venv, gate it (REGTASK lines, CPU ops, real time where the
+    family its contract names declares it, simulator SNR) and write <stem>.rknn, <stem>.manifest.json and
+    <stem>.build.log into --out."""
     import tempfile
 
     import numpy as np
@@ -43,11 +46,14 @@ def build(
     from rkaudio.toolkit.session import graph_io, random_feeds
     from rkaudio.core.manifest import summary_lines
 
+    from rkaudio.core.contract import contract_of
     from rkaudio.core.onnx_graph import load_model
 
     model = load_model(onnx_path)  # a truncated, foreign or NaN-carrying file stops here, in one line
     options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
-                           fail_on_cpu_ops=fail_on_cpu_ops, max_cpu_ops=max_cpu_ops, min_simulator_snr_db=min_snr_db, timeout_s=timeout)
+                           fail_on_cpu_ops=fail_on_cpu_ops, max_cpu_ops=max_cpu_ops,
+                           max_real_time_factor=max_real_time_factor, real_time=family_real_time(contract_of(model)),
+                           min_simulator_snr_db=min_snr_db, timeout_s=timeout)
     with tempfile.TemporaryDirectory(prefix="rkaudio-selfcheck-") as scratch:
         if selfcheck is None:
             inputs, _ = graph_io(model)
@@ -57,6 +63,17 @@ def build(
         result = build_engine(onnx_path, out, options, selfcheck=selfcheck)  # a dead child: BuildError, exit 4
     typer.echo("\n".join(summary_lines(result.manifest_data)))
     typer.echo(f"wrote {result.rknn}, {result.manifest.name}, {result.build_log.name}")
+
+
+def family_real_time(contract):
+    """The real time per call (`Family.real_time`) of the family an ONNX's contract names; None for a plain ONNX or a
+    family rkaudio does not have."""
+    if not contract.family:
+        return None
+    try:
+        return declaration(contract.family.replace("-", "_")).real_time
+    except SetupError:
+        return None
 
 
 def inspect(

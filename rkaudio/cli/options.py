@@ -61,4 +61,5 @@ def gate_option(name: str):
 MaxRegtaskLines = gate_option("max_regtask_lines")
 FailOnCpuOps = gate_option("fail_on_cpu_ops")
 MaxCpuOps = gate_option("max_cpu_ops")
+MaxRealTimeFactor = gate_option("max_real_time_factor")
 MinSnrDb = gate_option("min_simulator_snr_db")

@@ -9,6 +9,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from rkaudio.engine.analysis import analyse_in_child, checked_feeds
 from rkaudio.core.errors import BuildError, GateFailure
@@ -16,6 +17,7 @@ from rkaudio.core.paths import build_log_name, engine_name, manifest_name
 from rkaudio.board.contract import EngineContract
 from rkaudio.board.shapes import keyed, matching_set, of_set, shape_sets
 from rkaudio.board.verdict import Verdict
+from rkaudio.gates.real_time import RealTime
 from rkaudio.toolkit.session import ConverterChild, graph_io, log_tail
 from rkaudio.board.soc import Target
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT, Toolkit
@@ -30,6 +32,12 @@ class BuildOptions:
     max_regtask_lines: int = 0
     fail_on_cpu_ops: bool = False
     max_cpu_ops: int | None = None  # fail past this many CPU compute ops (fail_on_cpu_ops: 0); None: not gated
+    # fail an engine that keeps a CPU op past this predicted board time per second of real time
+    # (rkaudio.gates.real_time; 1.0: slower than real time); None: not gated
+    max_real_time_factor: float | None = 1.0
+    # the real time one call of an engine covers, from its contract: its family's declaration (`Family.real_time`,
+    # set by the pipeline); None: the gate says it is not judged
+    real_time: Callable[[EngineContract], RealTime | None] | None = None
     min_simulator_snr_db: float = 35.0
     timeout_s: float | None = None  # the child is killed with SIGKILL past this (reported like any signal)
     reproduce: bool = False  # compile a second time and fail unless both engines are byte-identical
@@ -173,6 +181,7 @@ class _Judged:
     verdicts: list[Verdict]
     regtask_reports: list
     tables: list
+    priced: list  # per shape set: (inputs as fed, outputs as returned, predicted_board_ms, priced ops)
 
 
 def build_engine(onnx_path, out_dir, options: BuildOptions, selfcheck=None, export_verdicts=(),
@@ -288,9 +297,9 @@ def _simulate(build: _Build, child, golden_feeds) -> _Simulation:
 
 
 def _judge(build: _Build, compiled: _Compiled, export_verdicts) -> _Judged:
-    """Every verdict in the manifest's order (export, fp16 constants, REGTASK and CPU ops per shape set,
+    """Every verdict in the manifest's order (export, fp16 constants, REGTASK, CPU ops and real time per shape set,
     reproducibility, simulator); a GateFailure with the failing ones' advice."""
-    from rkaudio.gates import layer_table, regtask
+    from rkaudio.gates import layer_table, real_time, regtask
 
     options = build.options
     log_text = build.log_path.read_text(errors="replace")
@@ -300,15 +309,21 @@ def _judge(build: _Build, compiled: _Compiled, export_verdicts) -> _Judged:
     except ValueError as error:
         raise BuildError("parse log", str(error), log_tail(build.log_path), build.log_path) from None
     regtask_reports = [regtask.parse_regtask(part) for part in parts]
+    priced = [_priced(build, compiled, entry, table) for entry, table in zip(build.sets or [None], tables)]
     verdicts = [*export_verdicts, build.constants]
     advice = {}
-    for suffix, report, table in zip(build.set_names, regtask_reports, tables):
+    for suffix, report, table, view, (_, _, predicted, _) in zip(build.set_names, regtask_reports, tables,
+                                                                 build.contract.views(), priced):
         verdicts.append(_for_set(regtask.regtask_verdict(report, options.max_regtask_lines), suffix))
         advice[verdicts[-1].name] = regtask.ADVICE
         allowed_cpu_ops = 0 if options.fail_on_cpu_ops else options.max_cpu_ops
         if allowed_cpu_ops is not None:
             verdicts.append(_for_set(layer_table.cpu_ops_verdict(table, allowed_cpu_ops), suffix))
             advice[verdicts[-1].name] = layer_table.ADVICE
+        if options.max_real_time_factor is not None:
+            gated = _real_time_verdict(options, view, predicted, len(table.cpu_compute))
+            verdicts.append(_for_set(gated, suffix))
+            advice[verdicts[-1].name] = real_time.ADVICE
     if options.reproduce:
         verdicts.append(reproduce_verdict(build.onnx_path, options, build.partial_rknn, build.out_dir))
         advice[verdicts[-1].name] = REPRODUCE_ADVICE
@@ -320,25 +335,45 @@ def _judge(build: _Build, compiled: _Compiled, export_verdicts) -> _Judged:
         hints = list(dict.fromkeys(advice[v.name] for v in failed if v.name in advice))
         raise GateFailure(failed, advice="; ".join(hints) + simulation.layer_note,
                           context=_failure_context(build.onnx_path, options), extra={"simulator": simulation.figures})
-    return _Judged(verdicts, regtask_reports, tables)
+    return _Judged(verdicts, regtask_reports, tables, priced)
+
+
+def _priced(build: _Build, compiled: _Compiled, entry: dict | None, table) -> tuple:
+    """One shape set's (inputs as fed, outputs as returned, predicted_board_ms, its ops with each CPU op priced)."""
+    from rkaudio.core.contract import fed_inputs
+    from rkaudio.gates import board_time
+
+    set_inputs, set_outputs = graph_io(build.model, entry) if entry else (compiled.inputs, compiled.outputs)
+    fed = fed_inputs([spec.to_json() for spec in set_inputs], build.contract)
+    returned = [spec.to_json() for spec in set_outputs]
+    target = build.options.target
+    return (fed, returned, board_time.predict(board_time.CallFigures.from_table(table, fed, returned), target),
+            board_time.priced_ops(table, target))
+
+
+def _real_time_verdict(options: BuildOptions, contract: EngineContract, predicted: dict | None,
+                       cpu_ops: int) -> Verdict:
+    """The real-time gate of one shape set: its prediction over the real time its contract's call covers (gated
+    only where it keeps `cpu_ops` > 0 CPU ops)."""
+    from rkaudio.gates.real_time import real_time_verdict
+
+    if options.real_time is None:
+        whose = f"for family {contract.family!r}" if contract.family else "(an ONNX of no rkaudio family)"
+        return real_time_verdict(predicted, None, options.max_real_time_factor, cpu_ops,
+                                 f"no real time per call declared {whose}")
+    covered = options.real_time(contract)
+    return real_time_verdict(predicted, covered, options.max_real_time_factor, cpu_ops,
+                             f"family {contract.family!r} declares no real time for role {contract.role!r}")
 
 
 def _record(build: _Build, compiled: _Compiled, judged: _Judged) -> dict:
     """Move the engine into place and write its manifest (a dynamic engine's top figures are its largest set's,
     every set's under `shape_sets`); the manifest's data."""
     from rkaudio.core import manifest
-    from rkaudio.core.contract import fed_inputs
-    from rkaudio.gates import board_time
 
     os.replace(build.partial_rknn, build.final_rknn)
-    per_set = []
-    for entry, report, table in zip(build.sets or [None], judged.regtask_reports, judged.tables):
-        set_inputs, set_outputs = graph_io(build.model, entry) if entry else (compiled.inputs, compiled.outputs)
-        fed = fed_inputs([spec.to_json() for spec in set_inputs], build.contract)
-        returned = [spec.to_json() for spec in set_outputs]
-        per_set.append((fed, returned, report, table, board_time.predict(
-            board_time.CallFigures.from_table(table, fed, returned), build.options.target),
-            board_time.priced_ops(table, build.options.target)))
+    per_set = [(fed, returned, report, table, predicted, ops) for report, table, (fed, returned, predicted, ops)
+               in zip(judged.regtask_reports, judged.tables, judged.priced)]
     fed, returned, regtask_report, table, predicted, ops = per_set[-1]
     data = manifest.build_manifest(
         contract=build.contract,

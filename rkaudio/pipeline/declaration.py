@@ -20,6 +20,7 @@ from rkaudio.board.contract import EngineContract
 from rkaudio.board.soc import Target
 from rkaudio.core.contract import make_contract
 from rkaudio.engine.build import BuildOptions
+from rkaudio.gates.real_time import RealTime
 from rkaudio.toolkit.versions import Toolkit
 
 
@@ -90,6 +91,10 @@ class BuildGates(Table):
     max_cpu_ops: Optional[int] = option(
         _BUILD_DEFAULTS["max_cpu_ops"], "Fail past this many compute ops on the CPU (each is named in the manifest "
         "with the predicted ms it costs); unset: not gated, --fail-on-cpu-ops: 0.", ge=0)
+    max_real_time_factor: Optional[float] = option(
+        _BUILD_DEFAULTS["max_real_time_factor"], "Fail an engine that keeps a CPU op past this predicted board time "
+        "per second of real time (the predicted board ms per call over the real time one call covers, which the "
+        "family declares: 1.0 is real time; an all-NPU engine records it); unset: not gated.", gt=0)
     min_simulator_snr_db: float = option(
         _BUILD_DEFAULTS["min_simulator_snr_db"], "Fail when the simulator's output is below this SNR (dB) against "
         "onnxruntime fp32 (the exact fp32 twin where the engine graph has one).", flag="--min-snr-db")
@@ -104,9 +109,11 @@ class LadderChoice(Table):
         "until a board run of its kit passes (the simulator has missed board failures of dynamic engines).")
 
 
-def build_options(gates: BaseModel, target: str, toolkit: str, reproduce: bool = False) -> BuildOptions:
-    """The `BuildOptions` of a validated gates table (its shared keys; the rest are the family's own gates)."""
-    return BuildOptions(target=target, toolkit=toolkit, reproduce=reproduce,
+def build_options(gates: BaseModel, target: str, toolkit: str, reproduce: bool = False,
+                  real_time: Callable | None = None) -> BuildOptions:
+    """The `BuildOptions` of a validated gates table (its shared keys; the rest are the family's own gates), with
+    the family's `real_time` (what the real-time gate divides by)."""
+    return BuildOptions(target=target, toolkit=toolkit, reproduce=reproduce, real_time=real_time,
                         **{name: getattr(gates, name) for name in BuildGates.model_fields})
 
 
@@ -175,7 +182,10 @@ class Family:
     of `shape` ("real": the published shapes; "small": the tests' model), written under `directory` where the
     family reads files, returned as the family's command-level `[source]` fields; `recipe` is the recipe part it
     stands in for (a family of several sizes reads which one from it). None: the family's checkpoint ships in the
-    export venv (or it needs none), so a recipe always builds from its own source."""
+    export venv (or it needs none), so a recipe always builds from its own source.
+    `real_time(contract) -> RealTime | None` is the real time one call of an engine covers (`rkaudio.gates.real_time`:
+    seconds of audio produced, of input audio, of generated mel over the ODE, of speech), what the real-time gate and
+    bench/targets.py divide by; None (or a role it returns None for): the gate says it is not judged."""
 
     name: str
     help: str
@@ -190,6 +200,7 @@ class Family:
     tools: dict = field(default_factory=dict)
     loops: tuple[str, ...] = ()
     random_source: Callable[[Path, str, dict], dict] | None = None
+    real_time: Callable[[EngineContract], RealTime | None] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.build_defaults) - set(BuildGates.model_fields)

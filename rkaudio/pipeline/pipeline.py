@@ -58,7 +58,8 @@ def run(job, *, skip_rknn: bool = False, from_onnx: Path | None = None, reproduc
     `build` them into `job.out` with the job's gates (no engine with --skip-rknn), then the family's after-build."""
     from rkaudio.pipeline.declaration import build_options
 
-    options = None if skip_rknn else build_options(job.gates, job.target, job.toolkit, reproduce)
+    options = None if skip_rknn else build_options(job.gates, job.target, job.toolkit, reproduce,
+                                                   job.family.real_time)
     if from_onnx is not None:
         exported = (job.family.from_onnx(job, Path(from_onnx)) if job.family.from_onnx is not None
                     else [Exported.from_onnx(from_onnx, job.family.contract_name)])

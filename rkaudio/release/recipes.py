@@ -9,8 +9,8 @@ A recipe is a TOML table:
     targets = ["rk3588", "rk3576"]
     [source]   # family-specific: where the checkpoint comes from (a path, a PyPI package name, ...)
     [options]  # family-specific export options (frames, window, ...)
-    [gates]    # thresholds: the shared build gates (min_simulator_snr_db, max_regtask_lines, fail_on_cpu_ops, max_cpu_ops)
-               # and the family's own
+    [gates]    # thresholds: the shared build gates (min_simulator_snr_db, max_regtask_lines, fail_on_cpu_ops,
+               # max_cpu_ops, max_real_time_factor) and the family's own
     [card]     # the model card (README.md): license of the source model, pipeline_tag, tags, source (one line)
     [components.<name>]  # optional: a model of several components (Piper: decoder + duration_encoder) is one
                          # package; each component table may hold `targets` (a subset; default all), `options`
@@ -35,6 +35,7 @@ from typing import Callable
 from rkaudio.release.package import KEY_NAME, assemble, onnx_dir, package_name, staged_package, summary_row
 from rkaudio.release.scheduler import available_memory, build_parallel, dist_lock, expected_peak_rss
 from rkaudio.core.errors import BuildError, GateFailure, MissingSource, PackageError, SetupError
+from rkaudio.gates.real_time import only_real_time_failed
 from rkaudio.core.paths import PACKAGE_ROOT, REPO_ROOT
 from rkaudio.board.soc import Target
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT, Toolkit
@@ -193,8 +194,12 @@ def build_package(recipe: dict, target: str, toolkit: str, dist_dir: Path, famil
         say(f"skip {name}: {missing}")
         return summary_row(name, "missing source", components=cell)
     except (GateFailure, BuildError, SetupError, PackageError) as failure:
-        say(f"FAIL {name}: {failure}\n  work dir and build logs: {failed_dir}")
         verdicts = failure.verdicts if isinstance(failure, GateFailure) else []
+        if only_real_time_failed(verdicts):  # the computed refusal: it keeps CPU ops and cannot keep up
+            say(f"refused {name} (computed): {failure}")
+            shutil.rmtree(failed_dir, ignore_errors=True)
+            return summary_row(name, "refused", gate_results=[v.to_json() for v in verdicts], components=cell)
+        say(f"FAIL {name}: {failure}\n  work dir and build logs: {failed_dir}")
         return summary_row(name, "FAILED", gate_results=[v.to_json() for v in verdicts], components=cell)
     except Exception:  # a family bug must not stop the other recipes
         say(f"FAIL {name}:\n{traceback.format_exc().rstrip()}\n  work dir and build logs: {failed_dir}")

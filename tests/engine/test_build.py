@@ -120,6 +120,53 @@ def test_max_cpu_ops_gate(graph, tmp_path, require_converter):
     assert op["type"] == "Floor" and op["predicted_ms"] > 0
 
 
+def test_real_time_gate(graph, tmp_path, require_converter):
+    """`convert build` of a family's ONNX gates the predicted board time per second of real time the family declares
+    (a Qwen3 step of 64 code frames: 5.12 s of audio) where the engine keeps a CPU op (rk3566 runs Exp there): past
+    --max-real-time-factor the build is refused, at the default (1.0) it passes with its figure. An engine with every
+    op on the NPU records its figure and is not gated; a graph no family declares says it is not judged."""
+    from rkaudio.core.contract import make_contract, set_contract
+
+    require_converter()
+
+    def qwen3_step(name: str, **graph_options) -> Path:
+        step = tmp_path / f"{name}.onnx"
+        onnx.save(set_contract(onnx.load(str(graph(f"{name}_plain", **graph_options))),
+                               make_contract("qwen3-vocoder", "speech_decoder", "main", "qwen3_tts.exec_plan",
+                                             frames=64)), str(step))
+        return step
+
+    def gate(out: Path, stem: str) -> dict:
+        manifest = json.loads((out / f"{stem}.manifest.json").read_text())
+        found = next(g for g in manifest["gates"] if g["name"] == "real_time_factor")
+        assert found["value"] == pytest.approx(manifest["predicted_board_ms"]["ms"] / 1000 / 5.12, rel=1e-3)
+        return found
+
+    with_cpu_op = qwen3_step("exp_step", activation="Exp")
+    refused = run_convert("build", str(with_cpu_op), "--target", "rk3566", "--out", str(tmp_path / "refused"),
+                          "--max-real-time-factor", "1e-9")
+    assert refused.returncode == 3 and "[FAIL] real_time_factor:" in refused.stderr, refused.stderr
+    assert "per call of 5.12 s of audio (64 code frames at 12.5 Hz)" in refused.stderr
+    assert "board-time constants are unfitted" in refused.stderr  # rk3566 has no board figure
+    assert_no_engine_left(tmp_path / "refused", "exp_step")
+
+    allowed = run_convert("build", str(with_cpu_op), "--target", "rk3566", "--out", str(tmp_path / "allowed"))
+    assert allowed.returncode == 0, allowed.stderr
+    found = gate(tmp_path / "allowed", "exp_step")
+    assert found["passed"] and found["threshold"] == 1.0 and "not gated" not in found["detail"]
+
+    all_npu = run_convert("build", str(qwen3_step("conv_step")), "--target", "rk3566", "--out", str(tmp_path / "npu"),
+                          "--max-real-time-factor", "1e-9")
+    assert all_npu.returncode == 0, all_npu.stderr
+    found = gate(tmp_path / "npu", "conv_step")
+    assert found["passed"] and found["value"] > found["threshold"] and "not gated: no op on the CPU" in found["detail"]
+
+    unjudged = run_convert("build", str(graph("conv_rt")), "--target", "rk3588", "--out", str(tmp_path / "plain"))
+    assert unjudged.returncode == 0, unjudged.stderr
+    assert ("[PASS] real_time_factor: nan x real time (threshold 1)  not judged: no real time per call declared for "
+            "family 'build_test'") in unjudged.stdout
+
+
 def test_simulator_gate_fails_on_fp16_overflow(graph, inputs_npz, tmp_path, require_converter):
     require_converter()
     # Weights that fit fp16 (the fp16_constants gate passes) but whose conv output passes 65504: fine in fp32,

@@ -22,7 +22,7 @@ from rkaudio.engine.build import EngineResult
 from rkaudio.pipeline.declaration import Component, Family, Table, option
 from rkaudio.core.errors import GateFailure, MissingSource, SetupError
 from rkaudio.core.manifest import write_manifest
-from rkaudio.board.verdict import at_least
+from rkaudio.board.verdict import at_least, at_most
 
 
 def _write_recipe(directory: Path, package: str, family: str, targets=("rk3588",), extra: str = "") -> None:
@@ -100,6 +100,12 @@ def _failing_gate(recipe, target, toolkit, work_dir):
     raise GateFailure([at_least("simulator_snr[y]", 12.0, 35.0, "dB")], advice="look for fp16 overflow")
 
 
+def _slower_than_real_time(recipe, target, toolkit, work_dir):
+    (work_dir / "model.onnx").write_text("exported before the real-time gate refused it")
+    raise GateFailure([at_most("real_time_factor", 1.7, 1.0, "x real time", "keeps 134 CPU ops")],
+                      advice="it cannot keep up on this SoC")
+
+
 def _buggy(recipe, target, toolkit, work_dir):
     raise ZeroDivisionError("a family bug")
 
@@ -107,7 +113,7 @@ def _buggy(recipe, target, toolkit, work_dir):
 @pytest.fixture
 def fake_families(monkeypatch):
     for name, build in (("fake_ok", _ok), ("fake_missing", _missing), ("fake_gate", _failing_gate),
-                        ("fake_buggy", _buggy)):
+                        ("fake_buggy", _buggy), ("fake_slow", _slower_than_real_time)):
         _family(monkeypatch, name, build)
 
 
@@ -176,6 +182,27 @@ def test_failures_leave_no_package_dir_and_the_other_recipes_still_build(tmp_pat
     assert sorted(p.name for p in (package / "rkaudio").iterdir()) == ["__init__.py", "board"]
     assert json.loads((package / "exec_plan.json").read_text()) == {
         "piper_tts.exec_plan": {"decoder": {"impl": "rknn", "artifacts": {"main": "c_ok_rk3588_engine.rknn"}}}}
+
+
+def test_a_cell_only_the_real_time_gate_fails_is_refused_not_failed(tmp_path, fake_families):
+    """The computed refusal (issue #42): a package whose one failing gate is real_time_factor (it keeps CPU ops and
+    cannot keep up) is `refused` in the summary with that gate's figure, leaves no package and no work dir, and
+    `convert engines` exits 0; any other failing gate beside it keeps it FAILED."""
+    app = _engines_app()
+    recipes_dir, dist = tmp_path / "r", tmp_path / "dist"
+    _write_recipe(recipes_dir, "slow", "fake_slow")
+    _write_recipe(recipes_dir, "good", "fake_ok")
+    lines = []
+    rows = recipes.build_all("rk3588", declaration, recipes_dir=recipes_dir, dist_dir=dist, say=lines.append)
+    assert [(r["package"], r["status"]) for r in rows] == [("good_rk3588", "ok"), ("slow_rk3588", "refused")]
+    assert rows[1]["gates"] == "0/1"
+    assert any(line.startswith("refused slow_rk3588 (computed): ") and "real_time_factor" in line for line in lines)
+    assert sorted(p.name for p in (dist / "rk3588").iterdir() if p.name != scheduler.LOCK_NAME) == ["good_rk3588"]
+    result = CliRunner().invoke(app, ["engines", "--target", "rk3588", "--recipes", str(recipes_dir), "--dist",
+                                      str(dist)])
+    assert result.exit_code == 0, result.output
+    assert [line.split()[:2] for line in result.output.splitlines()[-2:]] == [["good_rk3588", "ok"],
+                                                                             ["slow_rk3588", "refused"]]
 
 
 def test_only_selects_packages_and_rejects_unknown_names(tmp_path, fake_families):

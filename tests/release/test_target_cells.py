@@ -3,6 +3,7 @@
 and bench/targets.py turns manifests into rows and merges a re-run cell into the committed table."""
 import dataclasses
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -108,7 +109,9 @@ def test_a_cell_without_its_checkpoint_builds_from_random_weights_on_rk3566(tmp_
     (feeds,) = np.load(selfcheck_path(results[0].rknn.with_suffix(".onnx"))).values()
     assert np.allclose(feeds, np.random.default_rng(7).standard_normal((1, 16, 32)), atol=1e-2)
     row = bench_targets.engine_row(manifest, "example")
-    assert row["unit"] == "frame" and row["est_cycles_per_unit"] == round(manifest["est_cycles"] / 32)
+    # the example declares no real time per call: its cost per call, and the real-time gate not judged
+    assert row["unit"] == "call" and row["est_cycles_per_unit"] == manifest["est_cycles"]
+    assert row["real_time_factor"] is None
 
 
 def test_a_cell_without_checkpoint_or_random_weights_is_a_missing_source(tmp_path):
@@ -123,9 +126,11 @@ def test_a_cell_without_checkpoint_or_random_weights_is_a_missing_source(tmp_pat
 MANIFEST = {
     "rknn": {"path": "/x/piper_decoder_w127.rknn", "bytes": 31_000_000}, "est_cycles": 9_500_000,
     "regtask": {"lines": 0}, "ops": {"cpu": 0},
-    "contract": {"family": "piper", "role": "main", "window": 127, "context": 32, "emitted": 63},
+    "contract": {"family": "piper", "component": "decoder", "role": "main", "window": 127, "context": 32,
+                 "emitted": 63, "hop": 256, "sample_rate": 22050, "latent_input": "z", "output": "audio"},
     "gates": [{"name": "simulator_snr[audio]", "value": 41.25}, {"name": "simulator_snr[mask]", "value": "inf"},
-              {"name": "fp16_floor_gap[audio]", "value": 1.0}, {"name": "max_regtask_lines", "value": 0}],
+              {"name": "fp16_floor_gap[audio]", "value": 1.0}, {"name": "max_regtask_lines", "value": 0},
+              {"name": "real_time_factor", "value": 0.1585}],
     "simulator": {"audio": {"snr_db": 41.25, "fp16_floor_snr_db": 43.04}, "mask": {"snr_db": "inf"}},
     "build": {"peak_rss_bytes": 3_000_000_000,
               "stage_peak_rss_bytes": {"build": 2_500_000_000, "simulate": 3_000_000_000, "export": 1_000}},
@@ -134,22 +139,47 @@ MANIFEST = {
 
 def test_an_engine_row_reads_its_figures_from_the_manifest():
     row = bench_targets.engine_row(MANIFEST, "piper")
-    assert row == {"engine": "piper_decoder_w127", "engine_bytes": 31_000_000, "est_cycles_per_unit": 150_794,
-                   "unit": "emitted frame", "regtask_lines": 0, "cpu_ops": 0, "simulator_db": 41.2,
+    # per second of audio: 63 emitted frames x 256 samples / 22050 Hz per call
+    assert row == {"engine": "piper_decoder_w127", "engine_bytes": 31_000_000,
+                   "est_cycles_per_unit": round(9_500_000 * 22050 / (63 * 256)), "unit": "s of audio",
+                   "real_time_factor": 0.1585, "regtask_lines": 0, "cpu_ops": 0, "simulator_db": 41.2,
                    "fp16_floor_db": 43.0, "peak_rss_bytes": 3_000_000_000, "peak_stage": "simulate",
                    "stage_peak_rss_bytes": MANIFEST["build"]["stage_peak_rss_bytes"]}
     no_floor = {**MANIFEST, "simulator": {"audio": {"snr_db": 41.25}}}
     assert bench_targets.engine_row(no_floor, "piper")["fp16_floor_db"] is None
 
 
-@pytest.mark.parametrize("family, contract, unit, cycles", [
-    ("cosyvoice3", {"batch": 1}, "ODE step", 2_000), ("cosyvoice3", {"batch": 2}, "ODE step", 1_000),
-    ("audio8", {"role": "step_256"}, "token", 1_000), ("audio8", {"role": "head"}, "token", 1_000),
-    ("audio8", {"role": "main"}, "utterance", 1_000), ("qwen3_vocoder", {"frames": 64}, "code frame", 16),
-    ("piper", {"frames": 128}, "phoneme token", 8)])
-def test_the_unit_of_work_per_family(family, contract, unit, cycles):
+COSYVOICE3 = json.loads((REPO_ROOT / "tests" / "core" / "data" / "cosyvoice3_flow_s24_p2of2.manifest.json")
+                        .read_text())["contract"]
+AUDIO8 = {"family": "audio8", "sample_rate": 16000, "mel_bins": 128, "n_fft": 400, "hop": 160, "max_frames": 800,
+          "chunk_frames": 100, "audio_tokens": 104, "max_placeholders": 100, "prompt_length": 110,
+          "kv_buckets": [128, 256, 512], "head_shards": 2, "layers": 2, "heads": 4, "head_dim": 16, "hidden": 64,
+          "vocab": 160, "rope_theta": 1e6, "mask_value": -1e4, "kv_layout": "heads,Smax,head_dim",
+          "prompt": {"prefix_ids": [1], "audio_token_id": 5, "suffix_ids": [6], "eos_token_id": 159}}
+KOKORO = {"family": "kokoro", "component": "generator", "window": 136, "context": 28, "emitted": 80, "hop": 60,
+          "latent_input": "x", "output": "spec_phase", "inputs": ["x", "har", "style", "mask_coarse", "mask_fine"],
+          "coarse_length": 1360, "fine_length": 8161, "sample_rate": 24000, "n_fft": 20, "istft_hop": 5,
+          "sine_form": "round", "snake_fold": True, "source": "x", "exec_params": {"overlap": 0}}
+
+
+@pytest.mark.parametrize("family, contract, unit, seconds", [
+    # one of 20 calls (10 ODE steps x 2 CFG calls at B=1) over the rung's 24 mel frames at 50 Hz
+    ("cosyvoice3", COSYVOICE3, "s of generated mel", 24 / 50 / 20),
+    ("cosyvoice3", {**COSYVOICE3, "batch": 2}, "s of generated mel", 24 / 50 / 10),
+    ("audio8", {**AUDIO8, "component": "decoder", "role": "step_256"}, "s of input audio", 1 / 5),
+    ("audio8", {**AUDIO8, "component": "decoder", "role": "head"}, "s of input audio", 1 / 5),
+    ("audio8", {**AUDIO8, "component": "encoder", "role": "main"}, "s of input audio", 8.0),
+    ("qwen3_vocoder", {"family": "qwen3-vocoder", "role": "main", "frames": 64}, "s of audio", 64 / 12.5),
+    ("qwen3_vocoder", {"family": "qwen3-vocoder", "role": "window", "window": 56, "context": 8, "emitted": 48},
+     "s of audio", 48 / 12.5),
+    ("piper", {"family": "piper", "component": "duration_encoder", "frames": 128}, "s of speech", 128 / 39.5),
+    ("piper", MANIFEST["contract"], "s of audio", 63 * 256 / 22050),
+    ("kokoro", KOKORO, "s of audio", 80 * 60 * 5 / 24000),
+    ("kokoro", {**KOKORO, "exec_params": {"overlap": 8}}, "s of audio", 72 * 60 * 5 / 24000)])
+def test_the_real_time_per_call_of_each_family(family, contract, unit, seconds):
+    """bench/targets.py and the real-time gate read the family's own declaration (`Family.real_time`)."""
     calls, named = bench_targets.work_unit(family, contract)
-    assert (named, round(1_000 * calls)) == (unit, cycles)
+    assert named == unit and calls == pytest.approx(1 / seconds)
 
 
 def _row(package, component, target, status, commit):

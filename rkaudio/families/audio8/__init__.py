@@ -138,6 +138,27 @@ def check_audio8(
     decode_check(plan_dir, wav, max_new_tokens, engines)
 
 
+# Tokens per second of input speech the decoder steps and head shards are judged at: assumed, neither the family
+# nor the model card states one (Mandarin runs about 4-5 characters per second, one token each; English about 2.5-3
+# words per second at about 1.3 BPE tokens each): the upper end, 5.
+TOKENS_PER_S = 5.0
+
+
+def real_time(contract):
+    """Per second of input audio. The encoder, the adapter and the prefill run once per clip of up to the encoder's
+    max_frames x hop / sample_rate seconds (8 s); a decoder step and each head shard once per token, 1 / TOKENS_PER_S
+    seconds of speech."""
+    from rkaudio.board.audio8 import Audio8Fields
+    from rkaudio.gates.real_time import RealTime
+
+    if contract.component == "decoder":
+        return RealTime(1 / TOKENS_PER_S, "s of input audio", f"one token at {TOKENS_PER_S:g} tokens per s, assumed")
+    fields = Audio8Fields.of(contract)
+    return RealTime(fields.max_frames * fields.hop / fields.sample_rate, "s of input audio",
+                    f"one call per clip of up to {fields.max_frames} frames x {fields.hop} samples / "
+                    f"{fields.sample_rate} Hz")
+
+
 FAMILY = Family(
     name=NAME,
     help="Export Audio8-ASR's encoder, adapter, prefill, one decoder step per K/V bucket and LM head shards,\n"
@@ -151,4 +172,5 @@ FAMILY = Family(
     after_build=after_build,
     checks={"audio8": check_audio8},
     loops=("rkaudio.board.audio8:golden_loop",),
+    real_time=real_time,
 )

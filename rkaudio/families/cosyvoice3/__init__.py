@@ -273,6 +273,22 @@ def _write_aperture(directory: Path, results: list) -> None:
         print(f"wrote {path}" + (f" (rungs over the init-mapping ceiling: {refused})" if refused else ""))
 
 
+def real_time(contract):
+    """Per second of generated mel over one ODE: the rung's S frames at frame_rate_hz (every frame counted as
+    generated: with a prompt of P frames the factor is S / (S - P) times this) over the calls each engine takes in
+    one ODE, ode.steps (10, upstream's n_timesteps) x 2 CFG calls at B=1 or 1 at B=2 (a depth-split rung's part:
+    its own calls, the rung's factor the sum of its parts')."""
+    from rkaudio.board.cosyvoice3 import DEFAULT_STEPS, FlowFields, RungFields, calls_per_solve
+    from rkaudio.gates.real_time import RealTime
+
+    flow, rung = FlowFields.of(contract), RungFields.of(contract)
+    steps = int((flow.ode or {}).get("steps", DEFAULT_STEPS))
+    calls = calls_per_solve(contract, steps) // rung.parts
+    return RealTime(rung.length / flow.frame_rate_hz / calls, "s of generated mel",
+                    f"{rung.length} frames at {flow.frame_rate_hz} Hz over {calls} calls: {steps} ODE steps, "
+                    f"B={flow.batch}")
+
+
 FAMILY = Family(
     name=NAME,
     help="CosyVoice3 flow estimator: one fixed-length engine per rung (a ladder), gated against the reference DiT.",
@@ -287,4 +303,5 @@ FAMILY = Family(
     checks={"cosyvoice3": check_cosyvoice3},
     tools={"aperture": convert_aperture},
     loops=("rkaudio.board.cosyvoice3:golden_loop",),
+    real_time=real_time,
 )

@@ -20,6 +20,7 @@ from rkaudio.pipeline.declaration import Component, Family, Table, option
 from rkaudio.release.check import EngineChoice
 from rkaudio.families.inflect.defaults import CONTEXT, MIN_INTERIOR_DB, MIN_TAIL_DB, WINDOW
 from rkaudio.core.errors import GateFailure, SetupError
+from rkaudio.gates.real_time import window_walk
 
 NAME = "inflect"
 
@@ -276,4 +277,5 @@ FAMILY = Family(
     from_onnx=from_onnx,
     checks={"inflect": check_inflect},
     loops=(GOLDEN_LOOP,),
+    real_time=window_walk,  # a window walk: emitted frames x hop / sample rate
 )

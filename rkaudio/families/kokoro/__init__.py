@@ -140,6 +140,19 @@ def fresh_engine(model_onnx: Path, frames: int | None, out_dir: Path, engines) -
     return record.onnx
 
 
+def real_time(contract):
+    """A window of the generator's walk: the audio it advances by, (emitted - overlap) latent frames x hop fine
+    columns x the iSTFT hop in samples / sample rate."""
+    from rkaudio.board.kokoro import KokoroFields, KokoroWindow
+    from rkaudio.gates.real_time import RealTime
+
+    layout, fields = KokoroWindow.from_contract(contract), KokoroFields.of(contract)
+    advanced = layout.emitted - layout.overlap
+    return RealTime(advanced * layout.hop * fields.istft_hop / fields.sample_rate, "s of audio",
+                    f"{advanced} latent frames advanced x {layout.hop} fine columns x {fields.istft_hop} samples / "
+                    f"{fields.sample_rate} Hz")
+
+
 FAMILY = Family(
     name=NAME,
     help="Export (and compile) the Kokoro generator for one fixed window of --frames latent frames.",
@@ -150,4 +163,5 @@ FAMILY = Family(
     sources=source_files,
     checks={"kokoro": check_kokoro},
     loops=("rkaudio.board.kokoro:golden_loop",),
+    real_time=real_time,
 )

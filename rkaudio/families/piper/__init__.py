@@ -137,6 +137,25 @@ def check_piper(
     render_check(text=text, export=export, engine=engine, out=out, engines=engines)
 
 
+# Seconds of speech per phoneme id: en_US-joe-medium on encoder.SAMPLE_TEXT through the whole voice ONNX at its
+# config's scales, 3 runs (onnxruntime, 2026-12-05): 4,482 ids (piper-tts's framing, a pad after each phoneme) gave
+# 113.5 s of audio, 39.5 ids per second.
+PHONEME_IDS_PER_S = 39.5
+
+
+def real_time(contract):
+    """The decoder: a window walk (emitted frames x hop / sample rate). The duration encoder: its width of phoneme
+    ids, as seconds of speech at joe's measured PHONEME_IDS_PER_S (one call per chunk of up to that many ids)."""
+    from rkaudio.board.ladder import RungWidth
+    from rkaudio.gates.real_time import RealTime, window_walk
+
+    if contract.component != "duration_encoder":
+        return window_walk(contract)
+    ids = RungWidth.of(contract).frames
+    return RealTime(ids / PHONEME_IDS_PER_S, "s of speech",
+                    f"{ids} phoneme ids at {PHONEME_IDS_PER_S} per s, en_US-joe-medium's durations")
+
+
 FAMILY = Family(
     name="piper",
     help="Slice a Piper voice at the reverse-flow input, self-check the fixed window, compile the decoder.",
@@ -151,4 +170,5 @@ FAMILY = Family(
     from_onnx=from_onnx,
     checks={"piper": check_piper},
     loops=("rkaudio.board.piper:golden_loop", "rkaudio.board.ladder:golden_loop"),
+    real_time=real_time,
 )

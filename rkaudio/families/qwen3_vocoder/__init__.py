@@ -289,6 +289,18 @@ def export_stream(engines, model_dir: str | None, first: int | None, main: int |
     return [record.onnx for record in export(job, model_dir, chosen)]
 
 
+def real_time(contract):
+    """A step: the audio of its code frames; the window role: of the frames it emits; at the codec's
+    CODE_FRAME_RATE_HZ (12.5 code frames per second of audio)."""
+    from rkaudio.board.ladder import RungWidth
+    from rkaudio.board.qwen3_vocoder import CODE_FRAME_RATE_HZ
+    from rkaudio.board.window_walk import WindowSpan
+    from rkaudio.gates.real_time import RealTime
+
+    frames = WindowSpan.of(contract).emitted if contract.role == "window" else RungWidth.of(contract).frames
+    return RealTime(frames / CODE_FRAME_RATE_HZ, "s of audio", f"{frames} code frames at {CODE_FRAME_RATE_HZ} Hz")
+
+
 FAMILY = Family(
     name=NAME,
     help="Qwen3-TTS 12 Hz speech-tokenizer decoder: a stateful B-frame step (flat fp32 cache) or the window role.",
@@ -301,4 +313,5 @@ FAMILY = Family(
     after_build=pipeline.say_engines,  # each engine's CPU ops: the figure its NPU shaping is measured by
     loops=(GOLDEN_LOOP,),
     checks={"qwen3-vocoder": check_qwen3_vocoder},
+    real_time=real_time,
 )

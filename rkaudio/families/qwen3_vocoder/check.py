@@ -10,13 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from rkaudio.board.contract import EngineContract
-from rkaudio.board.qwen3_vocoder import StepContract
+from rkaudio.board.qwen3_vocoder import CODE_FRAME_RATE_HZ, StepContract
 from rkaudio.core.errors import SetupError
 
 STREAM_ROLES = ("first", "main")  # the stateful steps; the window role decodes statelessly and is no part of it
-# Qwen3-TTS "12 Hz": 24 kHz audio, 1920 samples per code frame. A toy config keeps the frame rate, so its audio
-# lasts as long as the codes do.
-CODE_FRAME_RATE_HZ = 12.5
 # One code frame per push, as a talker emits them (the golden's schedule).
 STREAM_PARAMS = {"event_frames": 1}
 

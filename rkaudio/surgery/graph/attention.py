@@ -190,8 +190,8 @@ def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto
 
 
 def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float | None = None) -> onnx.ModelProto:
-    """Each Softmax over the last axis that feeds one MatMul (weights @ values) as exp(min(s - shift, 0)) =
-    Sigmoid(-r) / Sigmoid(r), r = Relu(shift - s), times [values | 1], divided by that last column: the RK3566 runs
+    """Each Softmax over the last axis that feeds one MatMul (weights @ values) as exp(s - shift) = Sigmoid(-r) /
+    Sigmoid(r), r = shift - s (`exp_below_bound`), times [values | 1], divided by that last column: the RK3566 runs
     Softmax and Exp on its CPU and these ops on its NPU. The shift is each row's max (`row_max`; exact up to fp16
     for any logits) or, given, the constant `logit_bound` (fewer ops; exact while every logit is at most it and each
     row's max within EXP_WINDOW under it)."""
@@ -232,9 +232,13 @@ def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float | None = Non
 
 def exp_below_bound(logits: str, logit_bound: float | None, tag: str, added: dict,
                     keys: int | None = None) -> list[onnx.NodeProto]:
-    """Nodes computing `{tag}/exp` = exp(min(logits - shift, 0)) as Sigmoid(-r) / Sigmoid(r), r = Relu(shift - logits)
-    (ops the RK3566 runs on its NPU): the shift is `logit_bound`, or with None each row's largest logit over its
-    `keys` last-axis entries (`row_max`); their constants go into `added`."""
+    """Nodes computing `{tag}/exp` = exp(logits - shift) as Sigmoid(-r) / Sigmoid(r), r = shift - logits (ops the
+    RK3566 runs on its NPU), with `logit_bound` the shift and r clamped at 0 (Relu: a logit past the bound weighs 1,
+    not an fp16 overflow); with None each row's largest logit over its `keys` last-axis entries (`row_max`), r not
+    clamped: the tree rounds its a - b at a mask fill's magnitude (-1e4: by up to 5e-4 in fp32), and a shift that
+    lands under the row's true max must still weigh that logit e^(-r) > 1, or the ratio no longer cancels the shift
+    (clamped, the tiny Audio8's decode steps reached 2.35e-4 logits relative L2 against a 1e-4 gate; unclamped
+    3.7e-6). Their constants go into `added`."""
     make = helper.make_node
     if logit_bound is None:
         if keys is None:
@@ -242,13 +246,15 @@ def exp_below_bound(logits: str, logit_bound: float | None, tag: str, added: dic
         shift_nodes = row_max(logits, keys, tag, added)
         shift = shift_nodes[-1].output[0]
         logits = shift_nodes[0].output[0]  # the clipped logits the tree saw
+        depth = [make("Sub", [shift, logits], [f"{tag}/depth"], name=f"{tag}/Below")]
     else:
         shift_nodes, shift = [], f"{tag}/bound"
         added[shift] = np.array(logit_bound, dtype=np.float32)
+        depth = [make("Sub", [shift, logits], [f"{tag}/below"], name=f"{tag}/Below"),
+                 make("Relu", [f"{tag}/below"], [f"{tag}/depth"], name=f"{tag}/Depth")]
     return [
         *shift_nodes,
-        make("Sub", [shift, logits], [f"{tag}/below"], name=f"{tag}/Below"),
-        make("Relu", [f"{tag}/below"], [f"{tag}/depth"], name=f"{tag}/Depth"),
+        *depth,
         make("Neg", [f"{tag}/depth"], [f"{tag}/shifted"], name=f"{tag}/Shifted"),
         make("Sigmoid", [f"{tag}/shifted"], [f"{tag}/numerator"], name=f"{tag}/Numerator"),
         make("Sigmoid", [f"{tag}/depth"], [f"{tag}/denominator"], name=f"{tag}/Denominator"),

@@ -166,5 +166,25 @@ def test_tiny_ladder_builds_for_rk3566_with_no_cpu_op(tmp_path, require_converte
         assert len(sim) == 2 and all(g["passed"] for g in sim)
         for name in (f"attention_logit_max[{rung}]", f"attention_row_max_floor[{rung}]"):
             assert gates[name]["passed"], gates[name]
+        # per second of generated mel: each engine takes 20 calls (10 ODE steps x 2 CFG calls) per S/50 s
+        real_time, length = gates["real_time_factor"], manifest["contract"]["length"]
+        assert real_time["passed"] and real_time["threshold"] == 1.0 and "unfitted" in real_time["detail"]
+        assert real_time["value"] == pytest.approx(manifest["predicted_board_ms"]["ms"] / 1000 / (length / 50 / 20),
+                                                   rel=1e-3)
     hidden = json.loads((out / "cosyvoice3_flow_s24_p1of2.manifest.json").read_text())["contract"]["io"]["outputs"]
     assert hidden == [{"name": "hidden", "shape": [1, 64, 24]}]
+
+
+def test_a_rung_with_cpu_ops_slower_than_its_real_time_factor_is_refused(tmp_path, require_converter):
+    """--max-real-time-factor: a tiny rk3566 rung at S=18 (not a multiple of 8: its attention keeps CPU ops there;
+    0.36 s of mel per ODE of 20 calls) gated far below what it predicts is refused, naming its figure, the real time
+    it was judged by and its CPU ops; no engine is left."""
+    require_converter()
+    out = tmp_path / "engines"
+    run = convert("--random-weights", "small", "--lengths", "18", "--target", "rk3566", "--out", str(out),
+                  "--max-real-time-factor", "0.001")
+    assert run.returncode == 3, (run.stdout[-3000:], run.stderr[-3000:])
+    assert "[FAIL] real_time_factor:" in run.stderr
+    assert "per call of 0.018 s of generated mel (18 frames at 50 Hz over 20 calls: 10 ODE steps, B=1)" in run.stderr
+    assert "board-time constants are unfitted" in run.stderr and " CPU ops" in run.stderr
+    assert not list(out.glob("*.rknn"))
