@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rkaudio.pipeline.attention import AttentionForms
 from rkaudio.pipeline.pipeline import Exported, record_export
 from rkaudio.core.paths import engine_name, selfcheck_path
 from rkaudio.gates.verdict import require
@@ -25,6 +26,10 @@ from rkaudio.board.audio8 import (PLAN_FILE, Audio8AdapterFields, Audio8Fields, 
                                   rope_tables)
 
 EMBED_FILE = "embed_tokens.npy"
+# The attention form per target (rkaudio.pipeline.attention), applied to the encoder, the prefill and every step:
+# the RK3566 runs Softmax and rank-4 attention layouts on its CPU, rk3588 and rk3576 keep the exported Softmax. The
+# exp ratio shifts by each row's max: no constant bounds the logits (the small prefill's rows peak at -3.2 .. 28.8).
+ATTENTION_FORMS = AttentionForms(forms={"rk3566": "exp_ratio"}, logit_bound=None)
 OPSET = 17
 E2E_NAME = "audio8_probe"
 E2E_LOOP = "rkaudio.board.audio8:golden_loop"
@@ -69,8 +74,37 @@ def cache_free_verdict(model, name: str) -> Verdict:
     return at_most(f"cache_free[{name}]", len(found), 0, "nodes", ", ".join(found[:8]))
 
 
+def softmax_as_row_max_exp(model):
+    """Each Softmax as its unnormalised exp(s - row max), for a graph that divides by the row sum itself (the RK3566
+    runs Softmax on its CPU)."""
+    # the RK3566 step (`graphs.Layout.step_row_sum`): its Softmax over [own | cached], with no Concat of the buffers,
+    # feeds no single MatMul that `exp_ratio_attention` could fold the row sum into
+    import onnx
+    from onnx import numpy_helper
+
+    from rkaudio.core.onnx_graph import drop_unused_initializers, static_shapes
+    from rkaudio.surgery.graph.attention import exp_below_bound
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    shapes, nodes, added = static_shapes(out), [], {}
+    for node in out.graph.node:
+        if node.op_type != "Softmax":
+            nodes.append(node)
+            continue
+        exp = exp_below_bound(node.input[0], None, node.name or node.output[0], added, keys=shapes[node.input[0]][-1])
+        exp[-1].output[0] = node.output[0]
+        nodes += exp
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    out.graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in added.items())
+    return drop_unused_initializers(out)
+
+
 def _export(module, args: tuple, input_names: list[str], output_names: list[str], contract: EngineContract,
-            path: Path):
+            path: Path, shape=None):
+    """Export `module` to `path` with its shapes pinned and `contract`; `shape(model) -> model` (the target's
+    attention form) runs on the pinned graph before it is written."""
     import onnx
     import torch
 
@@ -83,6 +117,8 @@ def _export(module, args: tuple, input_names: list[str], output_names: list[str]
                           opset_version=OPSET, dynamo=False, do_constant_folding=True)
     model = fold_fixed(onnx.load(str(raw)))
     raw.unlink()
+    if shape is not None:
+        model = shape(model)
     model = set_contract(model, contract)
     onnx.save(model, str(path))
     return model
@@ -113,6 +149,8 @@ def export_all(job, model, seed: int = 0) -> dict:
     # the longest clip the encoder takes gives the most placeholders: the adapter's rows, the prefill's S
     max_placeholders = placeholder_count(encoder_config.max_frames * hop, hop)
     prompt_length = max_placeholders + prompt_extra
+    layout = graphs.LAYOUTS.get(str(job.target), graphs.Layout())
+    prompt_length = -(-prompt_length // layout.prompt_multiple) * layout.prompt_multiple
     kv_buckets = sorted(job.options.kv_buckets)
     if max_placeholders > audio_tokens:
         raise SetupError(f"{max_placeholders} placeholders exceed the encoder's {audio_tokens} tokens")
@@ -130,16 +168,27 @@ def export_all(job, model, seed: int = 0) -> dict:
                       model.prompt.eos_token_id),
     )
     rng = np.random.default_rng(seed)
-    entries, verdicts = [], []
+    entries, verdicts, attention_verdicts = [], [], []
+
+    def in_target_form(stem: str, feeds: dict[str, np.ndarray], self_normalised: bool = False):
+        def shape(onnx_model):
+            shaped, judged = ATTENTION_FORMS.apply(onnx_model, job.target, feeds, suffix=f"[{stem}]")
+            attention_verdicts.extend(judged)
+            if self_normalised and ATTENTION_FORMS.form(job.target) == "exp_ratio":
+                shaped = softmax_as_row_max_exp(shaped)
+            return shaped
+        return shape
 
     def emit(stem: str, module, feeds: dict[str, np.ndarray], outputs: list[str], component: str, role: str,
-             graph_fields: Audio8Fields, cache_free: bool = False, **shared):
+             graph_fields: Audio8Fields, cache_free: bool = False, attention: bool = False,
+             self_normalised: bool = False, **shared):
         # the board runtime reads the plan (graph roles, buckets) and the fp16 embedding table beside the engines
         contract = job.contract(role, component=component, package_files=[PLAN_FILE, EMBED_FILE], **shared,
                                 **graph_fields.to_fields())
         path = out_dir / f"{stem}.onnx"
         args = tuple(torch.from_numpy(value) for value in feeds.values())
-        onnx_model = _export(module, args, list(feeds), outputs, contract, path)
+        onnx_model = _export(module, args, list(feeds), outputs, contract, path,
+                             shape=in_target_form(stem, feeds, self_normalised) if attention else None)
         fed = contract.feed_dtypes or {}  # the self-check holds each input as the runtime feeds it
         np.savez(selfcheck_path(path), **{name: as_stored(value.astype(fed.get(name, value.dtype)))
                                           for name, value in feeds.items()})
@@ -152,13 +201,13 @@ def export_all(job, model, seed: int = 0) -> dict:
         return (scale * rng.standard_normal(shape)).astype(np.float32)
 
     features = normal(encoder_config.num_mel_bins, encoder_config.max_frames)
-    emit("encoder", graphs.EncoderGraph(model.encoder),
+    emit("encoder", graphs.EncoderGraph(model.encoder, layout),
          {"mel_chunks": mel_chunks(features, encoder_config.chunk_frames)}, ["audio_hidden"], "encoder", "main",
-         Audio8Fields(**fields))
+         Audio8Fields(**fields), attention=True)
     with torch.no_grad():
         audio_hidden = model.encoder(torch.from_numpy(features)).numpy()
     example_n = (3 * max_placeholders) // 8  # the self-check feeds: a clip of about 3 s, rows past it zero
-    emit("adapter", graphs.AdapterGraph(model.adapter),
+    emit("adapter", graphs.AdapterGraph(model.adapter, layout),
          {"audio_hidden": audio_hidden, "pool": padded_pooling(audio_tokens, example_n, max_placeholders)[None]},
          ["audio_embeddings"], "adapter", "main", Audio8AdapterFields(**fields, rows=max_placeholders))
     layers = decoder_config.num_hidden_layers
@@ -166,10 +215,10 @@ def export_all(job, model, seed: int = 0) -> dict:
     cos, sin = rope_tables(np.arange(prompt_length), head_dim, decoder_config.rope_theta)
     select = np.zeros((1, prompt_length), np.float32)
     select[0, example_n + prompt_extra - 1] = 1.0
-    emit("prefill", graphs.PrefillGraph(model.decoder, prompt_length),
+    emit("prefill", graphs.PrefillGraph(model.decoder, prompt_length, layout),
          {"inputs_embeds": normal(1, prompt_length, hidden), "cos": cos, "sin": sin, "select": select},
          ["last_hidden", *cache_names], "prefill", "main", Audio8PrefillFields(**fields, length=prompt_length),
-         cache_free=True)
+         cache_free=True, attention=True)
     cos, sin = rope_tables(np.array([7]), head_dim, decoder_config.rope_theta)
     token_hidden = normal(1, 1, hidden)
     step_inputs, step_outputs = graphs.step_input_names(layers), graphs.step_output_names(layers)
@@ -178,19 +227,21 @@ def export_all(job, model, seed: int = 0) -> dict:
         mask = np.zeros((heads, 1, bucket), dtype=np.float32)
         mask[:, :, 7:] = graphs.MASKED  # rows 0..6 written, this token's row 7 still masked
         caches = [normal(heads, bucket, head_dim) for _ in range(2 * layers)]
-        emit(f"step_s{bucket}", graphs.StepGraph(model.decoder),
+        emit(f"step_s{bucket}", graphs.StepGraph(model.decoder, layout=layout),
              dict(zip(step_inputs, [token_hidden, cos, sin, mask, *caches])), step_outputs, "decoder",
              f"step_{bucket}", Audio8StepFields(**fields, bucket=bucket), cache_free=True,
-             feed_dtypes=step_feed_dtypes)
+             feed_dtypes=step_feed_dtypes, attention=True, self_normalised=layout.step_row_sum)
     for shard, (start, stop) in enumerate(graphs.shard_ranges(vocab, head_shards)):
-        emit(f"head_{shard}", graphs.HeadShardGraph(model.decoder, start, stop), {"hidden": token_hidden},
+        head = graphs.HeadShardGraph(model.decoder, start, stop, rank3=layout.rank3_head)
+        emit(f"head_{shard}", head, {"hidden": token_hidden},
              ["logits"], "decoder", "head", Audio8HeadFields(**fields, shard=shard, rows=[start, stop]),
              cache_free=True, ladder_key=shard)
     # fp16 halves the table (Audio8-ASR-0.1B: 311 MB fp32); the runtime widens the rows it reads to fp32
     table = model.decoder.get_input_embeddings().weight.detach().numpy().astype(np.float16)
     np.save(out_dir / EMBED_FILE, table)
     plan = {"family": job.family.contract_name, "embed_table": EMBED_FILE, "graphs": entries,
-            "verdicts": [v.to_json() for v in verdicts]}
+            "verdicts": [v.to_json() for v in verdicts],
+            "attention_verdicts": [v.to_json() for v in attention_verdicts]}
     _write_plan(out_dir, plan)
     require(verdicts, advice="keep the K/V cache outside the graph: rank-3 buffers the CPU writes in place",
             context="audio8 export")
@@ -234,6 +285,7 @@ def export(job, model, stress: bool = True, say=print, clips=None) -> list[Expor
             say(f"{entry['onnx']}:")
             opscan.warn(problems)
     verdicts = refuse_degenerate(graph_verdicts(model, out_dir, stress=stress, say=say, clips=clips), "audio8 export")
+    verdicts += [Verdict.from_json(v) for v in plan["attention_verdicts"]]  # the logit bound of the target's form
     records = [record_export(out_dir / entry["onnx"], verdicts) for entry in plan["graphs"]]
     # the plan carries each graph's contract as the graph does, export verdicts included
     for entry in plan["graphs"]:

@@ -148,12 +148,21 @@ class AudioEncoder(nn.Module):
         """The encoder after chunking: x [chunks, 1, mel, chunk_frames] -> audio_hidden [tokens, output_dim]."""
         config = self.config
         chunks = x.shape[0]
+        x = self.downsample(x)
+        x = x.permute(0, 3, 1, 2).reshape(chunks, config.tokens_per_chunk, -1)
+        return self.encode_tokens(self.conv_out(x) + self.positional_embedding)
+
+    def downsample(self, x: torch.Tensor) -> torch.Tensor:
+        """[chunks, 1, mel, chunk_frames] -> [chunks, channels, freq, tokens_per_chunk]: the three strided convs."""
         x = F.gelu(self.conv2d1(x))
         x = F.gelu(self.conv2d2(x))
-        x = F.gelu(self.conv2d3(x))  # [chunks, channels, freq, tokens_per_chunk]
-        x = x.permute(0, 3, 1, 2).reshape(chunks, config.tokens_per_chunk, -1)
-        x = self.conv_out(x) + self.positional_embedding
-        tokens = chunks * config.tokens_per_chunk
+        return F.gelu(self.conv2d3(x))
+
+    def encode_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """The tokens [..., d_model] in order, chunk after chunk (positions embedded) -> audio_hidden [tokens,
+        output_dim]: the windowed layers and the output projection."""
+        config = self.config
+        tokens = x.numel() // config.d_model
         x = x.reshape(tokens // config.attention_window, config.attention_window, config.d_model)
         for layer in self.layers:
             x = layer(x)

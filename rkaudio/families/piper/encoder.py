@@ -4,7 +4,8 @@ The slice runs from the scaled token embedding `x_emb` [1, C, N] and the token m
 prior stats (`enc_p.proj`, [1, 2*inter_channels, N]) and the duration flows' conditioning (`dp.proj`). The
 embedding lookup and the mask stay on the host (a data-dependent Gather and a Range/Less run on the CPU);
 `scales` is not an input (all three feed strictly downstream of the seam). Tokens are right-padded to N.
-Relative-shift chains are rewritten to the banded form (rkaudio.surgery.graph.relshift); a graph with a chain left is refused.
+Relative-shift chains are rewritten to the banded form (rkaudio.surgery.graph.relshift) of the target's attention form
+(`ATTENTION`); a graph with a chain left is refused.
 With a drift threshold, each width's fp16 duration drift is measured in the simulator at export, and a width past it
 is refused there, before any build: nothing downstream (engines, self-test goldens, the ladder's golden) names it."""
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rkaudio.core.paths import engine_name
 from rkaudio.gates.verdict import refuse_degenerate
 from rkaudio.board.verdict import Verdict, at_least, at_most, judged
 from rkaudio.host.backends import OnnxBackend, SimulatorBackend
+from rkaudio.pipeline.attention import AttentionForms
 
 # Seam tensors of a Piper (VITS) voice ONNX, and the names the engine gives them.
 SEAM_INPUTS = {"/enc_p/Transpose_output_0": "x_emb", "/enc_p/Cast_1_output_0": "x_mask"}
@@ -34,6 +36,11 @@ DEFAULT_MAX_DRIFT_PCT = 7.0  # spec: +-7% is the scale of the flow's own seeded 
 # scale (joe on SAMPLE_TEXT: stats |x| <= 13.9, RMS 0.60; dp_cond |x| <= 1.3, RMS 0.21).
 OUTPUT_FULL_SCALE = 1.0
 LADDER_JSON = "piper_encoder_ladder.json"
+# The relative-attention form per target (`banded_relative_attention`'s form, shifted by each row's max): the RK3566
+# runs each layer's Softmax and the banded form's Transposes on its CPU (joe w128, toolkit 2.3.2: 25 CPU ops and
+# 33.4 ms predicted in the native form; 0 CPU ops, 26.2 ms, simulator 65.0/63.3 dB against fp16 floors 62.0/60.4 dB
+# in the exp-ratio form). joe's logits reach 17.4 with rows 16.3 wide: no constant bound fits them.
+ATTENTION = AttentionForms(forms={"rk3566": "exp_ratio"})
 ADVICE = ("a relative-shift chain the rewrite did not recognise, or a rewrite that changed the numbers: "
           "check the voice is a standard Piper/VITS export (window-limited relative attention)")
 
@@ -75,11 +82,24 @@ def slice_encoder(voice, width: int | None = None):
     return fold_fixed(fold_static_shapes(pinned))
 
 
-def npu_form(raw):
-    """The raw fixed-width slice with each relative-attention core in the banded form (rkaudio.surgery.graph.relshift)."""
+def npu_form(raw, target: str):
+    """The raw fixed-width slice with each relative-attention core in the banded form of `target`'s attention form
+    (`ATTENTION`, rkaudio.surgery.graph.relshift)."""
     from rkaudio.surgery.graph.relshift import banded_relative_attention
 
-    return banded_relative_attention(raw)
+    form = ATTENTION.form(target)
+    return banded_relative_attention(raw, form, ATTENTION.logit_bound if form == "exp_ratio" else None)
+
+
+def attention_verdicts(raw, target: str, feeds: dict, width: int) -> list[Verdict]:
+    """The logit gates of `target`'s exp-ratio form on the raw slice's attention logits (`feeds`), none for the
+    native form (rkaudio.gates.logit_bound)."""
+    from rkaudio.gates.logit_bound import logit_bound_verdicts
+    from rkaudio.pipeline.attention import attention_logits
+
+    if ATTENTION.form(target) == "native":
+        return []
+    return logit_bound_verdicts(attention_logits(raw, feeds), ATTENTION.logit_bound, f"[N={width}]")
 
 
 def host_prefix(voice):
@@ -205,15 +225,16 @@ def export_width(job, voice: Voice, width: int) -> Exported:
     from rkaudio.core.contract import set_contract
 
     raw = slice_encoder(voice.model, width)
-    rewritten = npu_form(raw)
-    verdicts = export_verdicts(voice, raw, rewritten, width)
+    rewritten = npu_form(raw, job.target)
+    feeds = voice.feeds(selfcheck_ids(voice, width), width)
+    verdicts = [*export_verdicts(voice, raw, rewritten, width), *attention_verdicts(raw, job.target, feeds, width)]
     contract = job.contract("main", ladder_key=width, frames=width, voice=voice.path.name, seam_inputs=SEAM_INPUTS,
                             seam_outputs=SEAM_OUTPUTS)
     out_dir = Path(job.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / f"piper_encoder_w{width}.onnx"
     onnx.save(set_contract(rewritten, contract), str(onnx_path))
-    return record_export(onnx_path, verdicts, feeds=voice.feeds(selfcheck_ids(voice, width), width))
+    return record_export(onnx_path, verdicts, feeds=feeds)
 
 
 def selfcheck_ids(voice: Voice, width: int) -> list[int]:

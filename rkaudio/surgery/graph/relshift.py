@@ -22,6 +22,15 @@ from rkaudio.host.backends import OnnxBackend
 from rkaudio.surgery.graph.attention import divided_by_row_sum, exp_below_bound, values_and_ones, widened_depth
 
 CHAIN_OPS = ("Pad", "Reshape", "Slice")
+FORMS = ("native", "exp_ratio")
+# The RK3566 form's DFT terms are [.., 4(2w+1)] wide, padded with zero columns to a multiple of this (w = 4: 36 -> 40,
+# the width its 0-CPU-op probe was built at, toolkit 2.3.2).
+DFT_COLUMN_MULTIPLE = 8
+# An identity Clip (the bounds are past fp16's 65504, so no value changes) between a MatMul by a constant and the
+# Mul by a row-varying constant after it: rknn's `_p_fuse_mul_into_gemm` folds such a Mul into the MatMul's weights,
+# which is wrong when the Mul varies along the rows (toolkit 2.3.2: a crash where the shapes do not broadcast, a
+# silent miscompile, simulator 16.9 dB, where they do).
+FUSION_BARRIER = 60000.0
 
 
 @dataclass(frozen=True)
@@ -197,13 +206,19 @@ def _attention_layers(model: onnx.ModelProto) -> list[_Layer]:
     return layers
 
 
-def banded_relative_attention(model: onnx.ModelProto, logit_bound: float | None = None) -> onnx.ModelProto:
+def banded_relative_attention(model: onnx.ModelProto, form: str = "native",
+                              logit_bound: float | None = None) -> onnx.ModelProto:
     """Rewrite each relative-attention core (QK^T + skewed relative logits, masked_fill, Softmax, PV + skewed
-    relative values) into the banded form, laid out as [heads, query, 1, key]: no skew chain (the NPU computes
-    those wrong), only 2w+1 diagonals of constants, and the layout the toolkit's MatMul emits natively, which
-    keeps Softmax and the QK^T output on the NPU at N >= 384 (in [1, heads, N, N] both fall back to the CPU).
-    With `logit_bound`, the RK3566 form instead (`_exp_ratio_core`): the core's tensors at rank <= 3, the Softmax as an
-    exp ratio normalised after both value paths (that compiler runs Softmax and rank-4 attention on its CPU)."""
+    relative values) into a banded form with no skew chain (the NPU computes those wrong). `form` "native": laid out
+    as [heads, query, 1, key], only 2w+1 diagonals of constants, and the layout the toolkit's MatMul emits natively,
+    which keeps Softmax and the QK^T output on the NPU at N >= 384 (in [1, heads, N, N] both fall back to the CPU).
+    "exp_ratio": the RK3566 form (`_exp_ratio_core`: rank 3, no Softmax, no Transpose; that compiler runs Softmax,
+    Exp and rank-4 or leading-axis layouts on its CPU), its exp shifted by each row's max (`logit_bound` None) or by
+    the constant `logit_bound`."""
+    if form not in FORMS:
+        raise ValueError(f"relative attention form {form!r}: one of {FORMS}")
+    if form == "native" and logit_bound is not None:
+        raise ValueError("relative attention: logit_bound belongs to the exp_ratio form")
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
@@ -213,13 +228,18 @@ def banded_relative_attention(model: onnx.ModelProto, logit_bound: float | None 
     shapes = static_shapes(out)
     shared: dict[str, np.ndarray] = {}
     inserted: dict[int, list[onnx.NodeProto]] = {}
-    masks: dict[tuple[str, float], tuple[str, str]] = {}
+    masks: dict = {}  # per mask (and fill): the tensors the forms build from it once
     for number, layer in enumerate(layers):
         batch, heads, n, depth = shapes[layer.queries]
         if batch != 1:
             raise ValueError(f"relative attention: batch {batch}; the banded form is written for batch 1")
         window = max(_window(layer.emb_k.T, n), _window(layer.emb_v, n))
         k = 2 * window + 1
+        tag = f"relattn{number}"
+        if form == "exp_ratio":
+            inserted[layer.anchor] = _exp_ratio_core(layer, tag, (heads, n, depth), window, logit_bound,
+                                                     GraphIndex(out), shapes, shared, masks)
+            continue
         # One band constant per use (logits, weights), each shared by all layers: the toolkit lays the two uses
         # out differently, and a single tensor used both ways is cloned per layer (27 MB more at N=512). Named
         # without N: the band at N is the leading corner of the band at any longer N, so the widths of a ladder
@@ -227,11 +247,6 @@ def banded_relative_attention(model: onnx.ModelProto, logit_bound: float | None 
         band_logits, band_weights = f"relattn/band_logits_k{k}", f"relattn/band_weights_k{k}"
         shared.setdefault(band_logits, band_constant(n, window))
         shared.setdefault(band_weights, band_constant(n, window))
-        tag = f"relattn{number}"
-        if logit_bound is not None:
-            inserted[layer.anchor] = _exp_ratio_core(layer, tag, (heads, n, depth), window, logit_bound,
-                                                     GraphIndex(out), shapes, shared, masks)
-            continue
         shared[f"{tag}/emb_k"] = np.ascontiguousarray(layer.emb_k[:, n - 1 - window:n + window])[None, None]
         shared[f"{tag}/emb_v"] = np.ascontiguousarray(layer.emb_v[n - 1 - window:n + window])[None, None]
         make = helper.make_node
@@ -268,60 +283,121 @@ def banded_relative_attention(model: onnx.ModelProto, logit_bound: float | None 
         kept.extend(inserted.get(index, []))
         if index not in removed:
             kept.append(node)
-    used = {name for node in kept for name in node.input} | {o.name for o in graph.output}
-    kept = [node for node in kept if node.op_type != "Equal" or node.output[0] in used]  # masked_fill leftovers
     del graph.node[:]
-    graph.node.extend(kept)
+    graph.node.extend(_live(kept, {o.name for o in graph.output}))
     graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in shared.items())
     return drop_unused_initializers(out)
 
 
-def _exp_ratio_core(layer: _Layer, tag: str, dims: tuple[int, int, int], window: int, logit_bound: float,
+def _exp_ratio_core(layer: _Layer, tag: str, dims: tuple[int, int, int], window: int, logit_bound: float | None,
                     index: GraphIndex, shapes: dict, shared: dict, masks: dict) -> list[onnx.NodeProto]:
-    """One core in the RK3566 form, its tensors at rank <= 3: [heads, query, key], the band products as MatMuls
-    batched over query rows ([query, heads, *] @ [query, *, *]); e = exp(min(s - bound, 0)) as a Sigmoid ratio, then
-    (e @ [V | 1 | 0..] + (e . band) @ [emb_v | 0..]) divided by the ones column's row sum (the relative values add 0
-    to it): no Softmax and no max, exact up to fp16 while every logit is at most the bound."""
+    """One core in the RK3566 form, every tensor [heads, query, *] (rank 3, no Transpose): the relative terms as a DFT
+    over the band's 2w+1 offsets (`_dft_constants`), the mask on the keys only (`_key_mask`), e = exp(logits -
+    shift) as a Sigmoid ratio (`exp_below_bound`), then (e @ [V | 1 | 0..] + relative values) divided by the ones
+    column's row sum (the relative values add 0 to it)."""
     heads, n, depth = dims
-    k = 2 * window + 1
-    make = helper.make_node
-    # [query i, offset, key j] and [query i, key j, offset]; named without N: the band at N is the leading corner of
-    # the band at any longer N
-    band_rows, band_columns = f"relattn/band_rows_k{k}", f"relattn/band_columns_k{k}"
-    band = band_constant(n, window)[0]
-    shared.setdefault(band_rows, band)
-    shared.setdefault(band_columns, np.ascontiguousarray(band.transpose(0, 2, 1)))
-    shared[f"{tag}/emb_k"] = np.ascontiguousarray(layer.emb_k[:, n - 1 - window:n + window])
-    emb_v, width = layer.emb_v[n - 1 - window:n + window], widened_depth(depth)
-    shared[f"{tag}/emb_v_and_zeros"] = np.concatenate([emb_v, np.zeros((k, width - depth), np.float32)], axis=-1)
+    dft = _dft_constants(n, window, shared)
+    make, lowest, highest = helper.make_node, "relattn/fusion_barrier_low", "relattn/fusion_barrier_high"
+    shared.setdefault(lowest, np.array(-FUSION_BARRIER, dtype=np.float32))
+    shared.setdefault(highest, np.array(FUSION_BARRIER, dtype=np.float32))
+    emb_k = layer.emb_k[:, n - 1 - window:n + window].astype(np.float64)  # [d, 2w+1]: column k is offset k - w
+    emb_v = layer.emb_v[n - 1 - window:n + window].astype(np.float64)  # [2w+1, d]
+    emb_v_and_zeros = np.concatenate([emb_v, np.zeros((len(emb_v), widened_depth(depth) - depth))], axis=-1)
+    shared[f"{tag}/emb_k_spectrum"] = _dft_padded(emb_k @ dft.keys, 1)
+    shared[f"{tag}/emb_v_spectrum"] = _dft_padded(dft.values @ emb_v_and_zeros, 0)
     queries, keys, values = f"{tag}/queries", f"{tag}/keys", f"{tag}/values"
-    swap = [1, 0, 2]  # [heads, query, *] <-> [query, heads, *]
     new = [
         make("Reshape", [layer.queries, _int_const(shared, [heads, n, depth])], [queries], name=f"{tag}/Queries"),
         make("Reshape", [layer.keys, _int_const(shared, [heads, depth, n])], [keys], name=f"{tag}/Keys"),
         make("Reshape", [layer.values, _int_const(shared, [heads, n, depth])], [values], name=f"{tag}/Values"),
         make("MatMul", [queries, keys], [f"{tag}/scores"], name=f"{tag}/QK"),
-        make("MatMul", [queries, f"{tag}/emb_k"], [f"{tag}/rel_logits"], name=f"{tag}/QRelK"),
-        make("Transpose", [f"{tag}/rel_logits"], [f"{tag}/rel_logits_rows"], perm=swap, name=f"{tag}/RelLogitsRows"),
-        make("MatMul", [f"{tag}/rel_logits_rows", band_rows], [f"{tag}/rel_bias_rows"], name=f"{tag}/RelBiasRows"),
-        make("Transpose", [f"{tag}/rel_bias_rows"], [f"{tag}/rel_bias"], perm=swap, name=f"{tag}/RelBias"),
+        make("MatMul", [queries, f"{tag}/emb_k_spectrum"], [f"{tag}/rel_spectrum"], name=f"{tag}/QRelK"),
+        make("Clip", [f"{tag}/rel_spectrum", lowest, highest], [f"{tag}/rel_spectrum_kept"],
+             name=f"{tag}/RelSpectrumBarrier"),
+        make("Mul", [f"{tag}/rel_spectrum_kept", dft.bias_phase], [f"{tag}/rel_phased"], name=f"{tag}/RelPhase"),
+        make("MatMul", [f"{tag}/rel_phased", dft.bias_basis], [f"{tag}/rel_periodic"], name=f"{tag}/RelInverse"),
+        make("Clip", [f"{tag}/rel_periodic", lowest, highest], [f"{tag}/rel_periodic_kept"],
+             name=f"{tag}/RelPeriodicBarrier"),
+        make("Mul", [f"{tag}/rel_periodic_kept", dft.band], [f"{tag}/rel_bias"], name=f"{tag}/RelBias"),
         make("Add", [f"{tag}/scores", f"{tag}/rel_bias"], [f"{tag}/logits"], name=f"{tag}/AddRel"),
     ]
-    logits = _masked(f"{tag}/logits", layer, tag, [1, n, n], shared, masks, new)
-    new += exp_below_bound(logits, logit_bound, tag, shared)
+    key_mask, logits, weights = _key_mask(layer, index, shapes, shared, masks, new), f"{tag}/logits", f"{tag}/exp"
+    if key_mask:
+        # masked keys' logits 0 rather than the fill for the row max, their weights 0 after the exp: the tree's
+        # max(a, b) = b + Relu(a - b) rounds a - b at the fill's magnitude (-1e4: 1e-3 in fp32, joe w128 at 17 of
+        # 128 tokens 90 dB against the raw slice, measured while the exp clamped a shift under the row's max).
+        # A padded row's shift is then at least 0: its weights leave fp16's normal range only where all its kept
+        # logits sit EXP_WINDOW (9.7) under 0 (joe, widths 128-512: the lowest row max is -0.41).
+        new.append(make("Mul", [logits, key_mask], [f"{tag}/kept_logits"], name=f"{tag}/KeptLogits"))
+        logits, weights = f"{tag}/kept_logits", f"{tag}/kept_exp"
+    new += exp_below_bound(logits, logit_bound, tag, shared, keys=n)
+    if key_mask:
+        new.append(make("Mul", [f"{tag}/exp", key_mask], [weights], name=f"{tag}/KeptExp"))
     widened = values_and_ones(values, tag, index, {**shapes, values: (heads, n, depth)}, {}, shared, new)
     new += [
-        make("MatMul", [f"{tag}/exp", widened], [f"{tag}/weighted_and_sum"], name=f"{tag}/WeightedAndSum"),
-        make("Transpose", [f"{tag}/exp"], [f"{tag}/exp_rows"], perm=swap, name=f"{tag}/ExpRows"),
-        make("MatMul", [f"{tag}/exp_rows", band_columns], [f"{tag}/rel_weights_rows"], name=f"{tag}/RelWeightsRows"),
-        make("Transpose", [f"{tag}/rel_weights_rows"], [f"{tag}/rel_weights"], perm=swap, name=f"{tag}/RelWeights"),
-        make("MatMul", [f"{tag}/rel_weights", f"{tag}/emb_v_and_zeros"], [f"{tag}/rel_values"], name=f"{tag}/RelV"),
+        make("MatMul", [weights, widened], [f"{tag}/weighted_and_sum"], name=f"{tag}/WeightedAndSum"),
+        make("Mul", [weights, dft.band], [f"{tag}/exp_banded"], name=f"{tag}/ExpBanded"),
+        make("MatMul", [f"{tag}/exp_banded", dft.values_basis], [f"{tag}/rel_weights_spectrum"],
+             name=f"{tag}/RelWeightsForward"),
+        make("Clip", [f"{tag}/rel_weights_spectrum", lowest, highest], [f"{tag}/rel_weights_spectrum_kept"],
+             name=f"{tag}/RelWeightsBarrier"),
+        make("Mul", [f"{tag}/rel_weights_spectrum_kept", dft.values_phase], [f"{tag}/rel_weights_phased"],
+             name=f"{tag}/RelWeightsPhase"),
+        make("MatMul", [f"{tag}/rel_weights_phased", f"{tag}/emb_v_spectrum"], [f"{tag}/rel_values"],
+             name=f"{tag}/RelV"),
         make("Add", [f"{tag}/weighted_and_sum", f"{tag}/rel_values"], [f"{tag}/weighted"], name=f"{tag}/AddRelV"),
     ]
     new += divided_by_row_sum(f"{tag}/weighted", depth, 3, f"{tag}/attended", tag, shared)
     new.append(make("Reshape", [f"{tag}/attended", _int_const(shared, [1, heads, n, depth])], [layer.output],
                     name=f"{tag}/Attended4"))
     return new
+
+
+@dataclass(frozen=True)
+class _Dft:
+    """The shared constants' names of the RK3566 form's DFT terms, and the offset-side matrices of each layer's."""
+
+    bias_phase: str  # [1, N, P]: [c_i | s_i | c_i | -s_i]
+    bias_basis: str  # [P, N]: [c_j; c_j; -s_j; -s_j] / T
+    values_basis: str  # [N, P]: [c_j | c_j | s_j | s_j]
+    values_phase: str  # [1, N, P]: [c_i | s_i | c_i | s_i]
+    band: str  # [N, N]: 1 where |j - i| <= w
+    keys: np.ndarray  # [2w+1, 4T]: emb_k @ this is the relative keys' spectrum
+    values: np.ndarray  # [4T, 2w+1]: this @ emb_v is the relative values' inverse transform
+
+
+def _dft_constants(n: int, window: int, shared: dict) -> _Dft:
+    """The band products of the RK3566 form as a length-T DFT, T = 2w+1 (the offsets j - i - (k - w) of the band
+    are distinct mod T, so [j - i = k - w] = (1/T) sum_m cos(theta_m (j - i + w - k)), theta_m = 2 pi m / T, exact):
+    rel_bias = band * (((q @ emb_k @ [ca | sa | sa | ca]) * [c_i | s_i | c_i | -s_i]) @ [c_j; c_j; -s_j; -s_j] / T)
+    rel_values = (((e * band) @ [c_j | c_j | s_j | s_j]) * [c_i | s_i | c_i | s_i]) @ [ca; sa; -sa; ca]^T / T @ emb_v
+    with c_i = cos(theta_m i), s_i = sin(theta_m i), ca/sa = cos/sin(theta_m (w - k)): MatMuls and elementwise Muls
+    at [heads, query, *] where the band products otherwise need the query rows leading (CPU Transposes on the
+    RK3566). The position-side constants go into `shared` once (named without N: each is the leading corner of its
+    value at any longer N), 4T columns padded to DFT_COLUMN_MULTIPLE."""
+    period = 2 * window + 1
+    theta = 2 * np.pi * np.arange(period) / period
+    cos_i, sin_i = np.cos(np.outer(np.arange(n), theta)), np.sin(np.outer(np.arange(n), theta))  # [N, T]
+    offsets = window - np.arange(period)  # w - k
+    cos_a, sin_a = np.cos(np.outer(offsets, theta)), np.sin(np.outer(offsets, theta))  # [2w+1, T]
+    names = _Dft(*(f"relattn/dft_k{period}/{part}" for part in
+                   ("bias_phase", "bias_basis", "values_basis", "values_phase", "band")),
+                 keys=np.concatenate([cos_a, sin_a, sin_a, cos_a], axis=1),
+                 values=np.concatenate([cos_a.T, sin_a.T, -sin_a.T, cos_a.T], axis=0) / period)
+    shared.setdefault(names.bias_phase, _dft_padded(np.concatenate([cos_i, sin_i, cos_i, -sin_i], axis=1), 1)[None])
+    shared.setdefault(names.bias_basis, _dft_padded(np.concatenate([cos_i.T, cos_i.T, -sin_i.T, -sin_i.T]) / period, 0))
+    shared.setdefault(names.values_basis, _dft_padded(np.concatenate([cos_i, cos_i, sin_i, sin_i], axis=1), 1))
+    shared.setdefault(names.values_phase, _dft_padded(np.concatenate([cos_i, sin_i, cos_i, sin_i], axis=1), 1)[None])
+    shared.setdefault(names.band, band_constant(n, window)[0].sum(axis=1))
+    return names
+
+
+def _dft_padded(values: np.ndarray, axis: int) -> np.ndarray:
+    """float32 `values` with zeros appended along `axis` (its 4T DFT entries) up to a multiple of
+    DFT_COLUMN_MULTIPLE."""
+    pad = [(0, 0)] * values.ndim
+    pad[axis] = (0, -values.shape[axis] % DFT_COLUMN_MULTIPLE)
+    return np.ascontiguousarray(np.pad(values, pad).astype(np.float32))
 
 
 def _masked(logits: str, layer: _Layer, tag: str, rows_shape: list[int], shared: dict, masks: dict,
@@ -346,6 +422,46 @@ def _masked(logits: str, layer: _Layer, tag: str, rows_shape: list[int], shared:
     new += [make("Mul", [logits, rows_mask], [f"{tag}/kept"], name=f"{tag}/Keep"),
             make("Add", [f"{tag}/kept", fill_bias], [f"{tag}/masked"], name=f"{tag}/Fill")]
     return f"{tag}/masked"
+
+
+def _key_mask(layer: _Layer, index: GraphIndex, shapes: dict, shared: dict, masks: dict, new: list) -> str | None:
+    """Name of the [1, 1, N] 0/1 key mask m of the layer's masked_fill(mask == 0, fill) (None without one), for a mask
+    built as the outer product m_i * m_j (VITS: x_mask.unsqueeze(2) * x_mask.unsqueeze(-1)); made once per mask, its
+    nodes appended to `new`. The exp_ratio form masks keys only: a padded query's row attends the kept keys instead
+    of all keys alike, and VITS never reads those rows (it multiplies x by x_mask before every conv and at the
+    encoder's end); on the RK3566 the [N, N] mask costs a CPU Transpose, the [1, 1, N] one none."""
+    if layer.mask is None:
+        return None
+    if layer.mask not in masks:
+        masks[layer.mask] = f"relattn/key_mask{len(masks)}"
+        new.append(helper.make_node("Reshape", [_key_factor(layer.mask, index, shapes),
+                                                _int_const(shared, [1, 1, shapes[layer.mask][-1]])],
+                                    [masks[layer.mask]], name=f"relattn/KeyMask{len(masks) - 1}"))
+    return masks[layer.mask]
+
+
+def _key_factor(mask: str, index: GraphIndex, shapes: dict) -> str:
+    """m of a mask built as Mul(Unsqueeze/Reshape(m) to [.., 1, N], Unsqueeze/Reshape(m) to [.., N, 1]), else
+    ValueError (the exp_ratio form masks keys only, so it only takes such a mask)."""
+    outer, n = index.producer.get(mask), shapes[mask][-1]
+    factors = [index.producer.get(name) for name in outer.input] if outer is not None and outer.op_type == "Mul" else []
+    layouts = sorted(shapes.get(name, ())[-2:] for name in (outer.input if factors else []))
+    unsqueezed = all(f is not None and f.op_type in ("Unsqueeze", "Reshape") and f.input[0] == factors[0].input[0]
+                     for f in factors)
+    if len(factors) != 2 or layouts != [(1, n), (n, 1)] or not unsqueezed:
+        raise ValueError(f"relative attention: the mask {mask} is not m_i * m_j of one key mask m (the exp_ratio form "
+                         "masks keys only)")
+    return factors[0].input[0]
+
+
+def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """`nodes` without those whose outputs nobody reads (the masked_fill's Equal; in the exp_ratio form its mask)."""
+    needed, live = set(outputs), []
+    for node in reversed(nodes):
+        if any(name in needed for name in node.output):
+            live.append(node)
+            needed.update(node.input)
+    return live[::-1]
 
 
 def _int_const(shared: dict, values: list[int]) -> str:

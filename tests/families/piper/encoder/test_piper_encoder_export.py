@@ -36,7 +36,7 @@ def test_export_gates_pass(voice, tmp_path, width):
 
 @pytest.mark.slow
 def test_export_refuses_a_graph_that_keeps_a_shift_chain(voice, tmp_path, monkeypatch):
-    monkeypatch.setattr(encoder, "npu_form", lambda raw: raw)  # skip the rewrite: the chains stay in
+    monkeypatch.setattr(encoder, "npu_form", lambda raw, target: raw)  # skip the rewrite: the chains stay in
     with pytest.raises(GateFailure) as failure:
         pipeline.build([encoder.export_width(_encoder_job(tmp_path), voice, 48)], tmp_path, None,
                        context="piper encoder export")
@@ -176,3 +176,34 @@ def test_the_width_ladder_builds_as_one_dynamic_engine(require_converter, tmp_pa
     for entry in manifest["shape_sets"]:
         assert entry["regtask"]["lines"] == 0
         assert sorted({op["type"] for op in entry["ops"]["cpu_ops"]}) == ["ReduceSum"] and entry["ops"]["cpu"] == 6
+
+
+@pytest.mark.slow
+def test_recipe_builds_joe_w128_for_rk3566_in_the_exp_ratio_form(require_converter, tmp_path):
+    """The release recipe's rk3566 duration-encoder cell, its ladder cut to w128 (the joe voice, as `convert engines`
+    builds it): the exp-ratio relative attention (no Softmax, no Transpose of its own) keeps 0 REGTASK lines, the
+    CPU ops its gates allow, and every gate passes, the row-max logit gate among the export verdicts."""
+    from rkaudio.cli.families import declaration
+    from rkaudio.core.paths import REPO_ROOT
+    from rkaudio.families.piper import FAMILY
+    from rkaudio.release import recipes
+
+    require_converter("2.3.2")
+    recipe = recipes.load_recipe(REPO_ROOT / "recipes" / "piper_joe_medium.toml", declaration)
+    encoder_part = recipe["components"]["duration_encoder"]
+    cut = {**recipe, "components": {"duration_encoder": {**encoder_part,
+                                                         "options": {**encoder_part["options"], "frames": [128]}}}}
+    (part,) = recipes.recipes_for(cut, "rk3566")
+    gates = part["gates"]
+    allowed = 0 if gates.get("fail_on_cpu_ops") else gates.get("max_cpu_ops")
+    results, built_from = recipes.build_cell(cut, "duration_encoder", "rk3566", "2.3.2", tmp_path, FAMILY)
+    assert built_from == recipes.CHECKPOINT and [r.rknn.name for r in results] == ["piper_encoder_w128.rknn"]
+    manifest = results[0].manifest_data
+    assert manifest["regtask"]["lines"] == 0 and allowed is not None and manifest["ops"]["cpu"] <= allowed
+    assert all(v["passed"] for v in manifest["gates"]), [v for v in manifest["gates"] if not v["passed"]]
+    assert "attention_logit_max_abs[N=128]" in {v["name"] for v in manifest["gates"]}
+    import onnx
+
+    model = onnx.load(str(results[0].rknn.with_suffix(".onnx")), load_external_data=False)
+    ops = {node.op_type for node in model.graph.node}
+    assert "Softmax" not in ops and "Sigmoid" in ops

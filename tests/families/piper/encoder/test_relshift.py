@@ -126,64 +126,112 @@ def test_band_constant_is_shared_and_small(attention_graphs):
     assert all(list(b.dims) == [1, width, 2 * WINDOW + 1, width] for b in bands)
 
 
-def _feeds(width: int, length: int) -> dict:
-    x = np.random.default_rng(2).standard_normal((1, CHANNELS, width)).astype(np.float32)
+def _feeds(width: int, length: int, scale: float = 1.0) -> dict:
+    x = np.random.default_rng(2).standard_normal((1, CHANNELS, width)).astype(np.float32) * np.float32(scale)
     mask = np.zeros((1, 1, width), dtype=np.float32)
     mask[..., :length] = 1
     return {"x": x, "x_mask": mask}
 
 
-def _rk3566_error(attention, model: onnx.ModelProto, width: int) -> float:
-    """Largest |rk3566 form - float64 reference| on the real frames, over a full and a padded input; the padded
-    queries (rows with every key masked) must come out finite."""
+def _rk3566_error(attention, model: onnx.ModelProto, width: int, scale: float = 1.0) -> float:
+    """Largest |rk3566 form - float64 reference| on the real frames, over a full and a padded input (x times
+    `scale`); the padded queries must come out finite."""
     worst = 0.0
     for length in (width, 17):
-        feeds = _feeds(width, length)
+        feeds = _feeds(width, length, scale)
         got = _run(model, feeds)
         assert np.isfinite(got).all()
-        worst = max(worst, float(np.max(np.abs(got[..., :length] - _reference(attention, feeds["x"],
-                                                                             feeds["x_mask"])[..., :length]))))
+        reference = _reference(attention, feeds["x"], feeds["x_mask"])[..., :length]
+        worst = max(worst, float(np.max(np.abs(got[..., :length] - reference)) / np.max(np.abs(reference))))
     return worst
 
 
-def test_rk3566_form_matches_float64_reference_at_its_logit_bound(attention_graphs):
-    """The exp-ratio form (no Softmax, the row sum from the ones column of [V | 1]) equals softmax attention while
-    every logit is at most the bound; the bound here is the largest logit of the inputs, rounded up."""
-    from rkaudio.gates.logit_bound import logit_bound_verdicts
+def _logits(raw: onnx.ModelProto, width: int, scale: float = 1.0) -> dict:
+    """The raw graph's attention logits (its Softmax inputs) on a full and a padded input (x times `scale`)."""
     from rkaudio.pipeline.attention import attention_logits
 
+    return {f"{name}@{length}": value for length in (width, 17)
+            for name, value in attention_logits(raw, _feeds(width, length, scale)).items()}
+
+
+def _assert_rk3566_ops(form: onnx.ModelProto) -> None:
+    """No op the RK3566 runs on its CPU in the form: no Softmax, Exp, max or mask select, and no Transpose of its own
+    (the band products are a DFT at [heads, query, *])."""
+    ops = {node.op_type for node in form.graph.node}
+    assert not ops & {"Softmax", "Exp", "ReduceMax", "Max", "Pad", "Where", "Equal"} and "Sigmoid" in ops
+    assert not [node.name for node in form.graph.node
+                if node.op_type == "Transpose" and node.name.startswith("relattn")]
+    assert shift_chain_verdict(form).passed
+
+
+@pytest.mark.parametrize("scale", [1.0, 6.0])
+def test_rk3566_form_matches_float64_reference_under_the_row_max(attention_graphs, scale):
+    """The exp-ratio form shifted by each row's max (no bound) equals softmax attention, also with logits far past any
+    fp16-safe constant bound (x times 6)."""
+    from rkaudio.gates.logit_bound import logit_bound_verdicts
+
     attention, width, raw, _ = attention_graphs
-    logits = {}
-    for length in (width, 17):
-        for name, value in attention_logits(raw, _feeds(width, length)).items():
-            logits[f"{name}@{length}"] = value
+    logits = _logits(raw, width, scale)
+    largest = max(float(np.max(np.where(v > -1e3, v, -np.inf))) for v in logits.values())
+    assert largest > (20.0 if scale > 1 else 0.0)
+    assert all(v.passed for v in logit_bound_verdicts(logits, None))
+    form = banded_relative_attention(raw, "exp_ratio")
+    _assert_rk3566_ops(form)
+    assert _rk3566_error(attention, form, width, scale) < 1e-5
+
+
+def test_rk3566_form_matches_float64_reference_at_its_logit_bound(attention_graphs):
+    """With a constant bound (the largest logit of the inputs, rounded up) instead of the row max, the same."""
+    from rkaudio.gates.logit_bound import logit_bound_verdicts
+
+    attention, width, raw, _ = attention_graphs
+    logits = _logits(raw, width)
     bound = math.ceil(max(float(np.max(v)) for v in logits.values()))
     assert all(v.passed for v in logit_bound_verdicts(logits, bound))
-    form = banded_relative_attention(raw, logit_bound=bound)
-    ops = {node.op_type for node in form.graph.node}
-    assert not ops & {"Softmax", "Exp", "ReduceMax", "Pad", "Where", "Equal"} and "Sigmoid" in ops
-    assert shift_chain_verdict(form).passed
-    assert _rk3566_error(attention, form, width) < 2e-5
+    form = banded_relative_attention(raw, "exp_ratio", logit_bound=bound)
+    _assert_rk3566_ops(form)
+    assert _rk3566_error(attention, form, width) < 1e-5
 
 
-@pytest.mark.parametrize("fault", ["bound below the largest logit", "ones column of [V | 1] dropped"])
+def _planted(form: onnx.ModelProto, name_part: str, change) -> onnx.ModelProto:
+    """`form` with every initializer whose name contains `name_part` replaced by change(its values)."""
+    found = [i for i in form.graph.initializer if name_part in i.name]
+    assert found
+    for initializer in found:
+        initializer.CopyFrom(numpy_helper.from_array(change(numpy_helper.to_array(initializer).copy()),
+                                                     initializer.name))
+    return form
+
+
+def _wrong_phase_column(phase: np.ndarray) -> np.ndarray:
+    phase[..., 1] *= -1.0  # the sine of the first non-zero frequency, sign flipped
+    return phase
+
+
+@pytest.mark.parametrize("fault", ["bound below the largest logit", "ones column of [V | 1] dropped",
+                                   "a wrong phase column of the relative bias", "a wrong phase column of the values"])
 def test_rk3566_form_planted_fault_fails_the_reference(attention_graphs, fault):
     attention, width, raw, _ = attention_graphs
     largest = max(float(np.max(v)) for v in _logits(raw, width).values())
     if fault == "bound below the largest logit":
-        form = banded_relative_attention(raw, logit_bound=largest - 1.0)
+        form = banded_relative_attention(raw, "exp_ratio", logit_bound=largest - 1.0)
+    elif fault == "ones column of [V | 1] dropped":  # the row sum column 0: every row normalised by the floor
+        form = _planted(banded_relative_attention(raw, "exp_ratio"), "/ones", np.zeros_like)
     else:
-        form = banded_relative_attention(raw, logit_bound=math.ceil(largest))
-        ones = [node for node in form.graph.node if node.op_type == "Concat" and "ValuesAndOnes" in node.name]
-        assert ones
-        for node in ones:  # the row sum column becomes 0: every row normalised by the floor instead
-            initializer = next(i for i in form.graph.initializer if i.name == node.input[1])
-            initializer.CopyFrom(numpy_helper.from_array(np.zeros_like(numpy_helper.to_array(initializer)),
-                                                         initializer.name))
+        part = "bias_phase" if "bias" in fault else "values_phase"
+        form = _planted(banded_relative_attention(raw, "exp_ratio"), part, _wrong_phase_column)
     assert _rk3566_error(attention, form, width) > 1e-3
 
 
-def _logits(raw: onnx.ModelProto, width: int) -> dict:
-    from rkaudio.pipeline.attention import attention_logits
-
-    return attention_logits(raw, _feeds(width, width))
+def test_rk3566_form_refuses_a_mask_it_cannot_split_into_keys(attention_graphs):
+    """The form masks keys only, so a masked_fill whose mask is not m_i * m_j of one key mask is refused."""
+    _, width, raw, _ = attention_graphs
+    other = onnx.ModelProto()
+    other.CopyFrom(raw)
+    equal = next(node for node in other.graph.node if node.op_type == "Equal")
+    other.graph.input.append(onnx.helper.make_tensor_value_info("pair_mask", onnx.TensorProto.FLOAT,
+                                                                [1, 1, width, width]))
+    equal.input[0] = "pair_mask"
+    with pytest.raises(ValueError, match="not m_i \\* m_j of one key mask"):
+        banded_relative_attention(other, "exp_ratio")
+    assert shift_chain_verdict(banded_relative_attention(other)).passed  # the native form takes any mask
