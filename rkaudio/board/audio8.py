@@ -97,9 +97,16 @@ class Audio8AdapterFields(Audio8Fields):
     rows: int  # the audio embedding rows the adapter returns (max_placeholders; those past a clip's N pool nothing)
 
 
+# The prefill's inputs_embeds axes (`Audio8PrefillFields.embeds_layout`).
+EMBEDS_BY_POSITION, EMBEDS_BY_CHANNEL = "S,hidden", "hidden,S"
+
+
 @dataclass(frozen=True)
 class Audio8PrefillFields(Audio8Fields):
     length: int  # the positions the prefill runs (prompt_length; a shorter prompt right-padded)
+    # the axes of its inputs_embeds: EMBEDS_BY_POSITION [1, S, hidden], or EMBEDS_BY_CHANNEL [1, hidden, S] (the
+    # RK3566 layout: fed channel-first, that compiler keeps the residual stream's entry on the NPU)
+    embeds_layout: str = EMBEDS_BY_POSITION
 
 
 @dataclass(frozen=True)
@@ -254,6 +261,11 @@ class Audio8Runtime:
         fed = self._backend(step_key(bucket), timings).input_dtypes
         return np.dtype(fed["full_k_0"]), np.dtype(fed["mask"])
 
+    def _contract(self, key: tuple) -> EngineContract:
+        """The contract of graph `key` (its plan entry's, or its Engine's)."""
+        graph = self._graph(key)
+        return graph.contract if self.plan_dir is None else EngineContract.from_json(graph["contract"])
+
     def _graph(self, key: tuple):
         """The plan entry or Engine of graph `key`."""
         if key not in self.graphs:
@@ -381,8 +393,11 @@ class Audio8Runtime:
         select = np.zeros((1, size), np.float32)
         select[0, length - 1] = 1.0
         cos, sin = rope_tables(np.arange(size), fields.head_dim, fields.rope_theta)
-        outputs = self._run(("prefill", "main", None), {"inputs_embeds": padded, "cos": cos, "sin": sin,
-                                                        "select": select}, timings, "prefill_ms")
+        key = ("prefill", "main", None)
+        if Audio8PrefillFields.of(self._contract(key)).embeds_layout == EMBEDS_BY_CHANNEL:
+            padded = np.ascontiguousarray(padded.transpose(0, 2, 1))
+        outputs = self._run(key, {"inputs_embeds": padded, "cos": cos, "sin": sin, "select": select}, timings,
+                            "prefill_ms")
         return outputs["last_hidden"].reshape(1, 1, -1), outputs
 
     def decode(self, inputs_embeds: np.ndarray, max_new_tokens: int, ignore_eos: bool = False,

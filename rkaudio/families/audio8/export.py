@@ -21,9 +21,9 @@ from rkaudio.core.paths import engine_name, selfcheck_path
 from rkaudio.gates.verdict import require
 from rkaudio.board.contract import EngineContract
 from rkaudio.board.verdict import Verdict, at_most
-from rkaudio.board.audio8 import (PLAN_FILE, Audio8AdapterFields, Audio8Fields, Audio8HeadFields, Audio8PrefillFields,
-                                  Audio8StepFields, Prompt, graph_key, mel_chunks, padded_pooling, placeholder_count,
-                                  rope_tables)
+from rkaudio.board.audio8 import (EMBEDS_BY_CHANNEL, EMBEDS_BY_POSITION, PLAN_FILE, Audio8AdapterFields, Audio8Fields,
+                                  Audio8HeadFields, Audio8PrefillFields, Audio8StepFields, Prompt, graph_key, mel_chunks,
+                                  padded_pooling, placeholder_count, rope_tables)
 
 EMBED_FILE = "embed_tokens.npy"
 # The attention form per target (rkaudio.pipeline.attention), applied to the encoder, the prefill and every step:
@@ -215,10 +215,14 @@ def export_all(job, model, seed: int = 0) -> dict:
     cos, sin = rope_tables(np.arange(prompt_length), head_dim, decoder_config.rope_theta)
     select = np.zeros((1, prompt_length), np.float32)
     select[0, example_n + prompt_extra - 1] = 1.0
+    embeds = normal(1, prompt_length, hidden)
+    embeds_layout = EMBEDS_BY_CHANNEL if layout.embeds_by_channel else EMBEDS_BY_POSITION
     emit("prefill", graphs.PrefillGraph(model.decoder, prompt_length, layout),
-         {"inputs_embeds": normal(1, prompt_length, hidden), "cos": cos, "sin": sin, "select": select},
-         ["last_hidden", *cache_names], "prefill", "main", Audio8PrefillFields(**fields, length=prompt_length),
-         cache_free=True, attention=True)
+         {"inputs_embeds": embeds.transpose(0, 2, 1).copy() if layout.embeds_by_channel else embeds, "cos": cos,
+          "sin": sin, "select": select},
+         ["last_hidden", *cache_names], "prefill", "main",
+         Audio8PrefillFields(**fields, length=prompt_length, embeds_layout=embeds_layout), cache_free=True,
+         attention=True)
     cos, sin = rope_tables(np.array([7]), head_dim, decoder_config.rope_theta)
     token_hidden = normal(1, 1, hidden)
     step_inputs, step_outputs = graphs.step_input_names(layers), graphs.step_output_names(layers)

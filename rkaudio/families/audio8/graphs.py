@@ -31,6 +31,10 @@ class Layout:
                              # took a CPU Transpose into the pooling MatMul)
     prompt_multiple: int = 1  # the prefill's S rounded up to this (at S=110 the rk3566 prefill kept 27 CPU ops, at
                               # 112 four)
+    embeds_by_channel: bool = False  # the prefill's inputs_embeds fed [1, hidden, S] and its selected row taken as
+                                     # (h^T @ select^T)^T (`PrefillGraph`; fed [1, S, hidden], the RK3566 compiler put
+                                     # a CPU Transpose at the residual stream's entry and one before the selecting
+                                     # MatMul: tiny model, toolkit 2.3.2)
     square_by_mul: bool = False  # the prefill's RMSNorm squares as x * x (`rms_norm`)
     heads_by_weights: bool = False  # the step's heads from per-head projection weights, its token at rank 3
                                     # (`_StepLayer`)
@@ -40,8 +44,8 @@ class Layout:
 
 
 # The layout per target (absent targets: `Layout()`).
-LAYOUTS = {"rk3566": Layout(tokens_by_conv=True, rank3_mix=True, prompt_multiple=8, square_by_mul=True,
-                            heads_by_weights=True, step_row_sum=True, rank3_head=True)}
+LAYOUTS = {"rk3566": Layout(tokens_by_conv=True, rank3_mix=True, prompt_multiple=8, embeds_by_channel=True,
+                            square_by_mul=True, heads_by_weights=True, step_row_sum=True, rank3_head=True)}
 
 
 def rotate_half_matrix(head_dim: int) -> np.ndarray:
@@ -144,7 +148,8 @@ class PrefillGraph(nn.Module):
         self.register_buffer("mask", torch.from_numpy(causal)[None], persistent=False)
 
     def forward(self, inputs_embeds, cos, sin, select):
-        h, caches = inputs_embeds, []
+        by_channel = self.layout.embeds_by_channel
+        h, caches = (inputs_embeds.transpose(1, 2) if by_channel else inputs_embeds), []
         split = lambda projected: self.heads.split(projected.flatten(0, 1))  # noqa: E731  [heads, S, head_dim]
         norm = lambda module, x: rms_norm(module, x, self.layout.square_by_mul)  # noqa: E731
         for layer in self.decoder.model.layers:
@@ -157,6 +162,8 @@ class PrefillGraph(nn.Module):
             h = h + attn.o_proj(out.transpose(0, 1).reshape(h.shape))
             h = h + layer.mlp(norm(layer.post_attention_layernorm, h))
             caches += [k, v]
+        if by_channel:  # the same row, with the residual stream as the MatMul's left operand
+            return (torch.matmul(h.transpose(1, 2), select.unsqueeze(-1)).transpose(1, 2), *caches)
         return (torch.matmul(select.unsqueeze(1), h), *caches)
 
 
