@@ -1,6 +1,7 @@
 """The attention forms per target (issue #42): the native Softmax form against the exp-ratio form
-(`rkaudio.surgery.graph.attention.exp_ratio_attention`), each graph built for every target, ranked by predicted board
-ms per call (`rkaudio.gates.board_time`), with its CPU ops, REGTASK lines and simulator SNR beside its fp16 floor.
+(`rkaudio.surgery.graph.attention.exp_ratio_attention`) with each of its shifts (the constant bound 8, each row's
+max), each graph built for every target, ranked by predicted board ms per call (`rkaudio.gates.board_time`), with its
+CPU ops, REGTASK lines and simulator SNR beside its fp16 floor.
 
 The graphs are the families' native exports for rk3588 (`--skip-rknn`) of their tiny models: the CosyVoice3 s32 rung
 and the Qwen3 step. The exp-ratio form is the shared pass applied to that graph; a family's own rk3566 extras (Qwen3's
@@ -17,6 +18,8 @@ from pathlib import Path
 TARGETS = ("rk3588", "rk3576", "rk3566")
 LOGIT_BOUND = 8.0
 TOOLKIT = "2.3.2"
+# form name -> the exp-ratio shift (None: each row's max); the native form is the export itself
+EXP_RATIO_SHIFTS = {"exp_ratio": LOGIT_BOUND, "exp_ratio_row_max": None}
 
 
 def exports(models_dir: Path, work: Path) -> dict:
@@ -76,10 +79,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         work = Path(scratch)
         for name, exported in exports(args.models, work).items():
             native = exported.onnx
-            ratio = native.with_name(f"{native.stem}_exp_ratio.onnx")
-            onnx.save(exp_ratio_attention(onnx.load(str(native)), LOGIT_BOUND), str(ratio))
+            paths = {"native": native}
+            for form, shift in EXP_RATIO_SHIFTS.items():
+                paths[form] = native.with_name(f"{native.stem}_{form}.onnx")
+                onnx.save(exp_ratio_attention(onnx.load(str(native)), shift), str(paths[form]))
             for target in args.targets.split(","):
-                for form, path in (("native", native), ("exp_ratio", ratio)):
+                for form, path in paths.items():
                     row = measure(name, form, path, exported, target, work / "engines" / target / form)
                     rows.append(row)
                     print(row, flush=True)
