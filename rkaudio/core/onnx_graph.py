@@ -155,6 +155,16 @@ def rename_tensors(model: onnx.ModelProto, names: dict[str, str]) -> onnx.ModelP
     return out
 
 
+def live_nodes(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """`nodes` (in order) without those whose outputs nothing leading to `outputs` reads: what a rewrite left dead."""
+    needed, live = set(outputs), []
+    for node in reversed(nodes):
+        if any(name in needed for name in node.output):
+            live.append(node)
+            needed.update(node.input)
+    return live[::-1]
+
+
 def drop_unused_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     """Remove initializers no node and no graph output reads (in place; returns the model)."""
     used = {name for node in model.graph.node for name in node.input} | {o.name for o in model.graph.output}

@@ -15,7 +15,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from rkaudio.core.onnx_graph import GraphIndex, constant_values, drop_unused_initializers, node_attr, static_shapes
+from rkaudio.core.onnx_graph import (GraphIndex, constant_values, drop_unused_initializers, live_nodes, node_attr,
+                                    static_shapes)
 from rkaudio.gates.logit_bound import ROW_MAX_LOGIT_CLIP
 
 # Elementwise ops whose rank follows their inputs (numpy broadcasting: dropping a leading 1 changes nothing).
@@ -150,7 +151,7 @@ def squeeze_unit_batch(model: onnx.ModelProto) -> onnx.ModelProto:
         nodes.append(helper.make_node("Reshape", [rank3[original], int_const(shapes[original], "shape")],
                                       [original], name=f"{original}/AddUnitBatch"))
     del graph.node[:]
-    graph.node.extend(_live(nodes, {o.name for o in graph.output}))
+    graph.node.extend(live_nodes(nodes, {o.name for o in graph.output}))
     graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in added.items())
     del graph.value_info[:]
     return drop_unused_initializers(out)
@@ -177,16 +178,6 @@ def _attention_parts(squeezable: list[onnx.NodeProto], constants: dict) -> list[
     cores = {root(id(node)) for node in squeezable
              if node.op_type == "MatMul" and not any(name in constants for name in node.input)}
     return [node for node in squeezable if root(id(node)) in cores]
-
-
-def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
-    """`nodes` without those whose outputs nobody reads."""
-    needed, live = set(outputs), []
-    for node in reversed(nodes):
-        if any(o in needed for o in node.output):
-            live.append(node)
-            needed.update(node.input)
-    return live[::-1]
 
 
 def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float | None = None) -> onnx.ModelProto:

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from rkaudio.core.onnx_graph import GraphIndex, constant_values, drop_unused_initializers, static_shapes
+from rkaudio.core.onnx_graph import GraphIndex, constant_values, drop_unused_initializers, live_nodes, static_shapes
 from rkaudio.host.backends import OnnxBackend
 from rkaudio.surgery.graph.attention import divided_by_row_sum, exp_below_bound, values_and_ones, widened_depth
 
@@ -284,7 +284,8 @@ def banded_relative_attention(model: onnx.ModelProto, form: str = "native",
         if index not in removed:
             kept.append(node)
     del graph.node[:]
-    graph.node.extend(_live(kept, {o.name for o in graph.output}))
+    # dead now: the masked_fill's Equal (in the exp_ratio form, its mask too)
+    graph.node.extend(live_nodes(kept, {o.name for o in graph.output}))
     graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in shared.items())
     return drop_unused_initializers(out)
 
@@ -452,16 +453,6 @@ def _key_factor(mask: str, index: GraphIndex, shapes: dict) -> str:
         raise ValueError(f"relative attention: the mask {mask} is not m_i * m_j of one key mask m (the exp_ratio form "
                          "masks keys only)")
     return factors[0].input[0]
-
-
-def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
-    """`nodes` without those whose outputs nobody reads (the masked_fill's Equal; in the exp_ratio form its mask)."""
-    needed, live = set(outputs), []
-    for node in reversed(nodes):
-        if any(name in needed for name in node.output):
-            live.append(node)
-            needed.update(node.input)
-    return live[::-1]
 
 
 def _int_const(shared: dict, values: list[int]) -> str:
