@@ -74,33 +74,6 @@ def cache_free_verdict(model, name: str) -> Verdict:
     return at_most(f"cache_free[{name}]", len(found), 0, "nodes", ", ".join(found[:8]))
 
 
-def softmax_as_row_max_exp(model):
-    """Each Softmax as its unnormalised exp(s - row max), for a graph that divides by the row sum itself (the RK3566
-    runs Softmax on its CPU)."""
-    # the RK3566 step (`graphs.Layout.step_row_sum`): its Softmax over [own | cached], with no Concat of the buffers,
-    # feeds no single MatMul that `exp_ratio_attention` could fold the row sum into
-    import onnx
-    from onnx import numpy_helper
-
-    from rkaudio.core.onnx_graph import drop_unused_initializers, static_shapes
-    from rkaudio.surgery.graph.attention import exp_below_bound
-
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    shapes, nodes, added = static_shapes(out), [], {}
-    for node in out.graph.node:
-        if node.op_type != "Softmax":
-            nodes.append(node)
-            continue
-        exp = exp_below_bound(node.input[0], None, node.name or node.output[0], added, keys=shapes[node.input[0]][-1])
-        exp[-1].output[0] = node.output[0]
-        nodes += exp
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    out.graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in added.items())
-    return drop_unused_initializers(out)
-
-
 def _export(module, args: tuple, input_names: list[str], output_names: list[str], contract: EngineContract,
             path: Path, shape=None):
     """Export `module` to `path` with its shapes pinned and `contract`; `shape(model) -> model` (the target's
@@ -175,6 +148,8 @@ def export_all(job, model, seed: int = 0) -> dict:
             shaped, judged = ATTENTION_FORMS.apply(onnx_model, job.target, feeds, suffix=f"[{stem}]")
             attention_verdicts.extend(judged)
             if self_normalised and ATTENTION_FORMS.form(job.target) == "exp_ratio":
+                from rkaudio.surgery.graph.attention import softmax_as_row_max_exp
+
                 shaped = softmax_as_row_max_exp(shaped)
             return shaped
         return shape

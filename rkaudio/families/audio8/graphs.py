@@ -39,7 +39,7 @@ class Layout:
     heads_by_weights: bool = False  # the step's heads from per-head projection weights, its token at rank 3
                                     # (`_StepLayer`)
     step_row_sum: bool = False  # the step divides by its attention weights' row sum itself, so that its Softmax
-                                # may run as a bare exp (`export.softmax_as_row_max_exp`)
+                                # may run as a bare exp (`rkaudio.surgery.graph.attention.softmax_as_row_max_exp`)
     rank3_head: bool = False  # the head shards norm at rank 3 (`HeadShardGraph`)
 
 
@@ -216,8 +216,8 @@ class _StepLayer(nn.Module):
     @staticmethod
     def _own_first_attention(own, cached, full_v, value):
         """softmax([own | cached]) @ [value ; full_v] divided by the weights' row sum (1 here; the RK3566 form runs
-        the Softmax as a bare exp, `export.softmax_as_row_max_exp`), no Concat of the buffers. The own score comes
-        first: every row is then real keys before masked ones, as a causal prefill row is (the row max tree's
+        the Softmax as a bare exp, `surgery.graph.attention.softmax_as_row_max_exp`), no Concat of the buffers. The
+        own score comes first: every row is then real keys before masked ones, as a causal prefill row is (the row max tree's
         rounding depends on that order). A constant [Smax, 8] ones-column MatMul sums the cached weights (no
         ReduceSum: its CPU Transpose)."""
         weights = torch.softmax(torch.cat([own, cached], dim=-1), dim=-1)

@@ -180,6 +180,26 @@ def _attention_parts(squeezable: list[onnx.NodeProto], constants: dict) -> list[
     return [node for node in squeezable if root(id(node)) in cores]
 
 
+def softmax_as_row_max_exp(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Each Softmax as its unnormalised exp(s - row max), for a graph that divides by its row sum itself (RK3566)."""
+    # the Audio8 RK3566 step (families/audio8/graphs.py `Layout.step_row_sum`): its Softmax over [own | cached], with
+    # no Concat of the buffers, feeds no single MatMul that `exp_ratio_attention` could fold the row sum into
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    shapes, nodes, added = static_shapes(out), [], {}
+    for node in out.graph.node:
+        if node.op_type != "Softmax":
+            nodes.append(node)
+            continue
+        exp = exp_below_bound(node.input[0], None, node.name or node.output[0], added, keys=shapes[node.input[0]][-1])
+        exp[-1].output[0] = node.output[0]
+        nodes += exp
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    out.graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in added.items())
+    return drop_unused_initializers(out)
+
+
 def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float | None = None) -> onnx.ModelProto:
     """Each Softmax over the last axis that feeds one MatMul (weights @ values) as exp(s - shift) = Sigmoid(-r) /
     Sigmoid(r), r = shift - s (`exp_below_bound`), times [values | 1], divided by that last column: the RK3566 runs

@@ -15,7 +15,8 @@ from onnx import TensorProto, helper
 
 from rkaudio.core.paths import REPO_ROOT
 from rkaudio.families.audio8 import graphs, graphs_job
-from rkaudio.families.audio8.export import export_all, softmax_as_row_max_exp
+from rkaudio.families.audio8.export import export_all
+from rkaudio.surgery.graph.attention import softmax_as_row_max_exp
 from rkaudio.host.backends import OnnxBackend
 
 RK3566 = graphs.LAYOUTS["rk3566"]
