@@ -29,6 +29,8 @@ ADVICE = "the stepwise decode or the exported graph disagrees with the reference
 # rkaudio.surgery.modules.snake.SINE_FORMS, spelled out so that `--help` and a recipe's check import no torch
 # (tests/families/qwen3_vocoder/test_cli.py holds them equal).
 SINE_FORMS = ("exact", "clip", "floor", "round")
+# rkaudio.families.qwen3_vocoder.cache.HALO_FORMS, spelled out for the same reason, after "auto".
+HALO_FORMS = ("auto", "channels_last", "tail_transpose", "tail_matmul")
 
 
 class Source(Table):
@@ -64,6 +66,11 @@ class Options(Table):
     sine_form: Literal[SINE_FORMS] = option(
         "round", "SnakeBeta sine in the engine graph: round (default; a polynomial after native fp16 rounding, all "
         "NPU), exact (Sin: CPU on rk3588), clip or floor (see rkaudio/surgery/modules/snake.py).")
+    halo_form: Literal[HALO_FORMS] = option(
+        "auto", "How the row convs meet the halos they keep in the cache: auto (default: the target's measured "
+        "fastest, rkaudio/families/qwen3_vocoder/step_export.py HALO_FORM_BY_TARGET), channels_last, tail_transpose "
+        "or tail_matmul (rkaudio/families/qwen3_vocoder/cache.py). Every form computes the same step over the same "
+        "cache.")
 
 
 # The shipped stream (recipes/qwen3_tts_0_6b_base_speech_decoder.toml), for a check's target no recipe lists.
@@ -101,7 +108,7 @@ def export(job: Job, model_dir: str | Path, engines: list[tuple[str, int, Path]]
         window = frames + E.WINDOW_CONTEXT if role == "window" else frames
         with torch.no_grad():
             exported.append(E.export_step(job, step, window, role, onnx_path, reference=reference,
-                                          sine_form=job.options.sine_form))
+                                          sine_form=job.options.sine_form, halo_form=job.options.halo_form))
     return with_end_to_end(exported, step.dims["codebook_size"])
 
 

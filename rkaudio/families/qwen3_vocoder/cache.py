@@ -85,55 +85,84 @@ class CacheLayout:
 # comes from the rows before it, or from the cache for the first row.
 
 
-def extend_rows(x: torch.Tensor, tail: torch.Tensor, context: int):
-    """x [1,R,L,C] rows of one signal, channels last; tail [1,1,context,C] the samples before it -> (extended
-    [1,R,context+L,C], each row preceded by the `context` samples before it in the signal; the new tail)."""
-    rows, length, channels = (int(d) for d in x.shape[1:])  # python ints: the graph stays fixed-shape
+def extend_rows(x: torch.Tensor, tail: torch.Tensor, context: int, channels_first: bool = False):
+    """x rows of one signal, [1,R,L,C] channels last or [1,C,R,L] channels first; tail the `context` samples before
+    it, [1,1,context,C] or [1,C,1,context] -> (extended rows, each preceded by the `context` samples before it in the
+    signal; the new tail), in x's order."""
+    row_axis, time_axis = (2, 3) if channels_first else (1, 2)
+    rows, length = int(x.shape[row_axis]), int(x.shape[time_axis])  # python ints: the graph stays fixed-shape
     spans = -(-context // length)  # how many rows back a halo reaches
     if spans == 1:
         halo = tail
         if rows > 1:
-            halo = torch.cat([halo, x[:, : rows - 1, length - context :]], dim=1)
+            halo = torch.cat([halo, x.narrow(row_axis, 0, rows - 1).narrow(time_axis, length - context, context)],
+                             dim=row_axis)
     else:
-        padding = torch.zeros(1, 1, spans * length - context, channels, dtype=x.dtype)
-        before = torch.cat([padding, tail], dim=2).reshape(1, spans, length, channels)
-        stacked = torch.cat([before, x], dim=1)  # [1, spans + R, L, C]
-        halo = torch.cat([stacked[:, spans - back : spans - back + rows] for back in range(spans, 0, -1)],
-                         dim=2)[:, :, spans * length - context :]
-    extended = torch.cat([halo, x], dim=2)
-    return extended, extended[:, rows - 1 :, -context:]
+        padding_shape = list(tail.shape)
+        padding_shape[time_axis] = spans * length - context
+        joined = torch.cat([torch.zeros(padding_shape, dtype=x.dtype), tail], dim=time_axis)
+        before_shape = list(x.shape)
+        before_shape[row_axis] = spans
+        stacked = torch.cat([joined.reshape(before_shape), x], dim=row_axis)  # spans + R rows
+        halo = torch.cat([stacked.narrow(row_axis, spans - back, rows) for back in range(spans, 0, -1)],
+                         dim=time_axis).narrow(time_axis, spans * length - context, context)
+    extended = torch.cat([halo, x], dim=time_axis)
+    last_row = (x if spans == 1 else extended).narrow(row_axis, rows - 1, 1)
+    return extended, last_row.narrow(time_axis, int(last_row.shape[time_axis]) - context, context)
 
 
 def add_row_tail(layout: CacheLayout, name: str, channels: int, context: int) -> str:
     """A row conv's tail in the cache, time-major [1, 1, context, C]: a slice of the flat cache read in that order
     is a plain NPU Reshape. Channel-major [1, C, 1, context] reshapes landed on the CPU (rk3588, 34 of them in the
-    real-shape step: the narrow context axis is the innermost one)."""
+    real-shape step: the narrow context axis is the innermost one; rk3588 and rk3566, one per read and one per write
+    in 2026-12 probes of one residual unit, and 20 CPU ops with a 87 MB engine in the tiny B=64 step on rk3588)."""
     return layout.add(name, (1, 1, context, channels))
 
 
-def extend_rows_from_cache(x: torch.Tensor, state: dict, new_state: dict, name: str, context: int) -> torch.Tensor:
-    """`extend_rows` of rows x [1,C,R,L] with the tail read from and written back to the cache entry `name`.
-    The halo is joined in the cache's own channels-last order and the extended rows transposed once after the
-    join: a tail transposed to [1,C,1,context] before it was a Transpose the compiler put on the CPU, batch-major
-    (context,C,1,1) (rk3588: 14 CPU Transposes in the real-shape B=16 step, 8 in the tiny one; joined channels
-    last, none, at the tiny step's estimated cycles).
+# How a row conv's halo meets its rows [1,C,R,L] (`extend_rows_from_cache`), all with the time-major cache tail:
+# - channels_last: the rows transposed to [1,R,L,C], joined with the tail, transposed back;
+# - tail_transpose: the rows stay channel-major; only the tail crosses, as a rank-2 [context, C] <-> [C, context]
+#   Transpose on its way in and out;
+# - tail_matmul: as tail_transpose, the time-major side of each crossing multiplied by a [context, context] identity
+#   (exact), which the compiler lowers as a MatMul instead of a layout change.
+HALO_FORMS = ("channels_last", "tail_transpose", "tail_matmul")
 
-    Still open at real shape (rk3588): a [1,C,R,L] -> [1,R,L,C] Transpose of more than 2^18 elements runs on the
-    CPU (measured alone: 64x4x1024 NPU, 64x4x1025 CPU; rk3576 none at 2.9 M), so the 12 residual units and the
-    output conv keep 13 CPU Transposes. Split pieces are fused back into one by the compiler. Sending only each
-    row's last `context` samples channels last clears them on each conv alone (and halves the traffic), but the
-    whole B=16 step then logged 481 REGTASK lines (v2@0x5048, v2@0x4038, limit 0x1fff): issue #26's note.
-    Joining channels first with the tail kept channel major in the cache and moved by grouped convs with 0/1
-    weights (a ConvTranspose from the cache's channel vector, a Conv back; taps folded to [rows, 16], the kernel
-    axis' register limit) leaves 0 CPU ops in the tiny step on rk3588 (37 instead of 79 on rk3566), but those
-    selectors hold 7.5 M weights at real shape and the B=16 compile grew past 11.4 GB until it was OOM-killed
-    (4.65 GB whole-row): reverted, commit 77f7664 has it. Joining time first, [1,L,C,R] (x permuted (0,3,1,2),
-    back by (0,2,3,1), the tail time-major as now) is all NPU on rk3588 at every real row shape, at the row conv's
-    own estimated cycles (the layer table costs both Transposes at 0 cycles), but the engine grows with L^2: one
-    96x4x7680 row conv's engine is 120.7 MB instead of 0.34 MB (14.7 MB at 192x4x2560), not in weights (the layer
-    table lists 5.8 MB per Transpose). Not taken."""
-    extended, new_state[name] = extend_rows(x.permute(0, 2, 3, 1), state[name], context)
-    return extended.permute(0, 3, 1, 2)
+
+def _time_major_rows(tail: torch.Tensor, form: str) -> torch.Tensor:
+    """tail [context, C] as the compiler should meet it in `form`."""
+    if form == "tail_matmul":
+        return torch.matmul(torch.eye(int(tail.shape[0]), dtype=tail.dtype), tail)
+    return tail
+
+
+def extend_rows_from_cache(x: torch.Tensor, state: dict, new_state: dict, name: str, context: int,
+                           form: str = "channels_last") -> torch.Tensor:
+    """`extend_rows` of rows x [1,C,R,L] with the tail read from and written back to the cache entry `name`
+    ([1,1,context,C], time-major), the halo meeting the rows in `form` (HALO_FORMS).
+
+    Why not channels_last everywhere: the rk3588 compiler runs a [1,C,R,L] -> [1,R,L,C] Transpose of more than 2^18
+    elements on the CPU (measured alone: 64x4x1024 NPU, 64x4x1025 CPU; rk3576 none at 2.9 M), so the real-shape step
+    kept 13 of them (14 / 15 CPU ops at B=16 / B=64), and the RK3566 compiler runs them on its CPU after a SnakeBeta at
+    any size. The tail forms leave the rows where they are. One residual unit on rk3588 at the real shape's widest
+    rows (96x4x7680 / 768x4x128, toolkit 2.3.2), CPU ops and predicted ms: channels_last 1 / 273.0 ms, 1 / 42.2 ms;
+    tail_transpose 0 / 265.6, 0 / 41.0; tail_matmul 0 / 252.8, 0 / 39.2. The tiny B=64 step (65 CPU ops on rk3566 in
+    channels_last): tail_transpose 53, 8.9 ms against 14.1; tail_matmul 64, 10.2 ms; on rk3588 tail_transpose keeps
+    10 rank-2 Transposes on the CPU and tail_matmul none. The family picks per target (step_export.HALO_FORMS).
+
+    Tried and dropped before (figures kept from issue #26): sending only each row's last `context` samples channels
+    last (481 REGTASK lines in the B=16 step); the tail kept channel major and moved by grouped convs with 0/1 weights
+    (7.5 M selector weights at real shape, the B=16 compile OOM-killed past 11.4 GB; commit 77f7664); the halo joined
+    time first, [1,L,C,R] (all NPU, but one 96x4x7680 row conv's engine is 120.7 MB instead of 0.34 MB)."""
+    if form == "channels_last":
+        extended, new_state[name] = extend_rows(x.permute(0, 2, 3, 1), state[name], context)
+        return extended.permute(0, 3, 1, 2)
+    if form not in HALO_FORMS:
+        raise ValueError(f"halo form {form!r}: one of {', '.join(HALO_FORMS)}")
+    channels = int(x.shape[1])
+    tail = _time_major_rows(state[name].reshape(context, channels), form).t().reshape(1, channels, 1, context)
+    extended, new_tail = extend_rows(x, tail, context, channels_first=True)
+    new_state[name] = _time_major_rows(new_tail.reshape(channels, context).t(), form).reshape(1, 1, context, channels)
+    return extended
 
 
 class RowCausalConv(nn.Module):
@@ -145,11 +174,13 @@ class RowCausalConv(nn.Module):
         self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation, groups=groups)
         self.context = (kernel - 1) * dilation
         self.tail = add_row_tail(layout, name, cin, self.context) if self.context else None
+        self.halo_form = "channels_last"  # StreamingDecoder.with_halo_form
 
     def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
         weight = self.conv.weight.unsqueeze(2)
         if self.tail is not None:
-            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context)
+            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context,
+                                       self.halo_form)
         return F.conv2d(x, weight, self.conv.bias, dilation=(1, self.conv.dilation[0]), groups=self.conv.groups)
 
 
@@ -167,10 +198,12 @@ class RowTransposedConv(nn.Module):
         self.taps = -(-kernel // stride)
         self.context = self.taps - 1
         self.tail = add_row_tail(layout, name, cin, self.context) if self.context else None
+        self.halo_form = "channels_last"  # StreamingDecoder.with_halo_form
 
     def forward(self, x: torch.Tensor, state: dict, new_state: dict) -> torch.Tensor:
         if self.tail is not None:
-            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context)
+            x = extend_rows_from_cache(x, state, new_state, self.tail, self.context,
+                                       self.halo_form)
         cout = self.conv.out_channels
         weight, bias = polyphase_weights(self.conv.weight, self.conv.bias, self.stride, row_kernel=True)
         phases = F.conv2d(x, weight, bias)  # a [1, taps] kernel: along each row only

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rkaudio.families.qwen3_vocoder.cache import (CacheLayout, RowCausalConv, RowTransposedConv, TimeMajorCausalConv,
-                                                    aligned_slots)
+from rkaudio.families.qwen3_vocoder.cache import (HALO_FORMS, CacheLayout, RowCausalConv, RowTransposedConv,
+                                                    TimeMajorCausalConv, aligned_slots)
 from rkaudio.board.qwen3_vocoder import StepContract
 from rkaudio.board.soc import ROW_SAMPLES_LIMIT
 from rkaudio.surgery.modules.snake import ROUND_SHIFT_FP32, half_turn_sin2, reduce_snake_sine
@@ -145,7 +145,8 @@ class RMSNorm(nn.Module):
     fold drops that Mul and the Div lands on the CPU (rknn-toolkit2 2.3.2, every fp16 target; the real-shape
     B=16 step: 35 CPU ops instead of 18). The tensor-by-tensor Div stays on the NPU with or without the weight
     (measured per target, 2.3.2 and 2.5.0: tests/families/qwen3_vocoder/test_norm_placement.py); Pow(-0.5) does too but
-    costs rk3566/rk3568 one more CPU Transpose."""
+    costs rk3566/rk3568 one more CPU Transpose. The square is x * x: Pow(x, 2) put a Transpose beside every norm on the
+    rk3566 CPU (5 in the tiny B=64 step; rk3588 and rk3576 none either way)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -153,7 +154,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        return self.weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        return self.weight * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps))
 
 
 class LayerScale(nn.Module):
@@ -284,7 +285,8 @@ class Transformer(nn.Module):
         valid = torch.cat([valid_history, torch.ones(frames)] + [torch.zeros(padded - window)] * (padded > window))
         return ((band * valid[None, :] - 1.0) * MASK_NEGATIVE)[None, None]
 
-    def forward(self, x, state, new_state):
+    def forward(self, x, state, new_state, rows: int):
+        """x [1,B,latent] -> [1, rows, B/rows, latent]: the output already in the decoder's rows, time-major."""
         frames = x.shape[1]
         rope = self.rope_tables(self.kv_len + frames)
         valid_flags = state[self.valid]
@@ -293,7 +295,7 @@ class Transformer(nn.Module):
         for layer, (k_name, v_name) in zip(self.layers, self.history):
             h, new_state[k_name], new_state[v_name] = layer(h, state[k_name], state[v_name], rope, mask)
         new_state[self.valid] = torch.cat([valid_flags, torch.ones(frames)])[-self.valid_slots :]
-        return self.output_proj(self.norm(h))
+        return self.output_proj(self.norm(h.reshape(1, rows, int(frames) // rows, int(h.shape[-1]))))
 
 
 class Codebook(nn.Module):
@@ -358,7 +360,10 @@ class Quantizer(nn.Module):
         one_hot = torch.relu(1.0 - (ids - self.ids).abs())  # [K, B, size]
         embedded = torch.matmul(one_hot, tables)  # [K, B, dim]
         first = F.linear(embedded[0], self.rvq_first.output_proj.weight[:, :, 0])
-        rest = F.linear(embedded[1:].sum(0), self.rvq_rest.output_proj.weight[:, :, 0])
+        # the rest's sum over codebooks as a MatMul with ones: a ReduceSum there ran on the CPU (the rk3588 dynamic
+        # ladder, the rk3566 static steps: 2 layout changes around it)
+        summed = torch.matmul(embedded.new_ones(1, quantizers - 1), embedded[1:].reshape(quantizers - 1, -1))
+        rest = F.linear(summed.reshape(frames, -1), self.rvq_rest.output_proj.weight[:, :, 0])
         return (first + rest)[None]
 
 
@@ -404,6 +409,17 @@ class StreamingDecoder(nn.Module):
         """A copy whose SnakeBeta sines are evaluated in `form` (rkaudio.surgery.modules.snake.SINE_FORMS)."""
         return reduce_snake_sine(self, form)
 
+    def with_halo_form(self, form: str) -> "StreamingDecoder":
+        """A copy whose row convs meet their halos in `form` (rkaudio.families.qwen3_vocoder.cache.HALO_FORMS; the same
+        outputs and cache)."""
+        if form not in HALO_FORMS:
+            raise ValueError(f"halo form {form!r}: one of {', '.join(HALO_FORMS)}")
+        shaped = copy.deepcopy(self)
+        for module in shaped.modules():
+            if isinstance(module, (RowCausalConv, RowTransposedConv)):
+                module.halo_form = form
+        return shaped
+
     def with_key_multiple(self, multiple: int) -> "StreamingDecoder":
         """A copy whose attention windows are padded with masked zero keys to a multiple of `multiple` keys (the
         same outputs and cache: a masked key weighs exactly 0)."""
@@ -426,9 +442,10 @@ class StreamingDecoder(nn.Module):
         state, new_state = self.layout.split(cache), {}
         frames = int(codes.shape[-1])
         hidden = self.pre_conv(self.quantizer(codes), state, new_state)
-        hidden = self.pre_transformer(hidden, state, new_state).transpose(1, 2)
         rows = frames // self.frames_per_row(frames)
-        hidden = hidden.reshape(1, self.dims["latent_dim"], rows, frames // rows)
+        # split into rows while time-major, before the output projection: [1, latent, B] reshaped into rows after it
+        # was a CPU Reshape on rk3588 (the real-shape B=16 step's last one; the tiny step with 4 rows alike)
+        hidden = self.pre_transformer(hidden, state, new_state, rows).permute(0, 3, 1, 2)
         for transposed, convnext in self.upsample:
             hidden = convnext(transposed(hidden, state, new_state), state, new_state)
         wav = self.decoder[0](hidden, state, new_state)
@@ -438,12 +455,13 @@ class StreamingDecoder(nn.Module):
         pcm = wav.clamp(-1.0, 1.0).reshape(1, -1)
         return pcm, self.layout.join(new_state)
 
-    def contract_fields(self, frames: int, sine_form: str) -> StepContract:
+    def contract_fields(self, frames: int, sine_form: str, halo_form: str) -> StepContract:
         """What the runtime and the conversion stage read back instead of restating, for a step of `frames` code
-        frames whose SnakeBeta sines are evaluated in `sine_form`."""
+        frames whose SnakeBeta sines are evaluated in `sine_form` and whose row convs meet their halos in
+        `halo_form`."""
         return StepContract(frames=frames, cache_numel=self.cache_numel, samples_per_frame=self.samples_per_frame,
                             num_quantizers=self.dims["num_quantizers"], head_dim=self.dims["head_dim"],
                             kv_len=self.kv_len, kv_heads=self.dims["kv_heads"], cache_layout=self.layout.to_json(),
                             codes_dtype=CODES_DTYPE, row_samples_limit=self.row_samples_limit,
-                            sine_degree=ROUND_SINE_DEGREE, sine_form=sine_form)
+                            sine_degree=ROUND_SINE_DEGREE, sine_form=sine_form, halo_form=halo_form)
 

@@ -49,6 +49,19 @@ ATTENTION_FORMS = AttentionForms(forms={"rk3566": "exp_ratio"}, logit_bound=8.0)
 # the RK3566 compiler (2.3.2) runs the K Transpose and a Transpose of the weights on its CPU, at 88, 92, 96, 100
 # or 136 neither (probes of the rank-3 core [2, 64, keys]).
 EXP_RATIO_KEY_MULTIPLE = 4
+# The row convs' halo form per target (rkaudio.families.qwen3_vocoder.cache.HALO_FORMS): the one with the lowest
+# predicted board ms per code frame at the real shape among those that build within 16 GB (bench/qwen3_halo_forms.py,
+# bench/results/qwen3_halo_forms.md). A target not listed takes DEFAULT_HALO_FORM.
+HALO_FORM_BY_TARGET = {"rk3566": "tail_transpose"}
+DEFAULT_HALO_FORM = "tail_matmul"
+AUTO = "auto"
+
+
+def halo_form_for(target, chosen: str = AUTO) -> str:
+    """The halo form a step for `target` is exported in: `chosen`, or the target's (HALO_FORM_BY_TARGET) for auto."""
+    return HALO_FORM_BY_TARGET.get(str(target), DEFAULT_HALO_FORM) if chosen == AUTO else chosen
+
+
 # Ops that a decomposed LayerNorm / Softmax (a newer exporter) leaves behind; the compact export has none.
 DECOMPOSITION_MARKERS = ("Pad", "Exp", "Shape", "ConstantOfShape")
 
@@ -117,7 +130,7 @@ def export_health(model, stream=None) -> Verdict:
 
 
 def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference=None, seed: int = 0,
-                sine_form: str = DEFAULT_SINE_FORM, say=print) -> Exported:
+                sine_form: str = DEFAULT_SINE_FORM, halo_form: str = AUTO, say=print) -> Exported:
     """Trace `step` for `frames` code frames, check it, and write two graphs: `onnx_path`, the engine graph
     (SnakeBeta sines in `sine_form`), and its exact fp32 twin (rkaudio.core.paths.reference_path: the host runtime's
     graph and the simulator gate's reference), plus the self-check inputs; their contracts are `job`'s.
@@ -125,7 +138,8 @@ def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference
     Stateful roles (main, first): the stepwise decode (steps of `frames`) must match a full decode of the same
     codes by `reference` (the package decoder; the step itself at full length when None). The engine graph's
     attention takes `job.target`'s form (ATTENTION_FORMS), judged against the traced step and its logit bound; the
-    twin keeps the native Softmax."""
+    twin keeps the native Softmax. Both graphs meet their row convs' halos in `halo_form` (`halo_form_for`
+    `job.target`), so they share one cache layout."""
     import onnx
     import torch
 
@@ -136,7 +150,7 @@ def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference
 
     if role not in ROLES:
         raise ValueError(f"role {role!r}: one of {ROLES}")
-    step = step.eval()
+    step = step.with_halo_form(halo_form_for(job.target, halo_form)).eval()
     quantizers, book = step.dims["num_quantizers"], step.dims["codebook_size"]
     generator = torch.Generator().manual_seed(seed)
     onnx_path = Path(onnx_path)
@@ -144,7 +158,7 @@ def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     twin = reference_path(onnx_path)
     verdicts: list[Verdict] = []
-    fields = step.contract_fields(frames, sine_form)
+    fields = step.contract_fields(frames, sine_form, halo_form_for(job.target, halo_form))
     window = {}  # the window role's span fields
 
     if role == "window":

@@ -108,17 +108,20 @@ def test_recipe_engines_are_checked_when_the_recipe_loads(tmp_path):
     """`options.engines` is a list of {role, codes_length} tables: a misspelt key, an unknown role or a sine form
     that does not exist is refused at load, naming the key (the command's --role, --sine-form alike)."""
     from rkaudio.cli.families import declaration
-    from rkaudio.families.qwen3_vocoder import SINE_FORMS
+    from rkaudio.families.qwen3_vocoder import HALO_FORMS, SINE_FORMS
+    from rkaudio.families.qwen3_vocoder.cache import HALO_FORMS as CACHE_HALO_FORMS
     from rkaudio.release.recipes import load_recipe
     from rkaudio.surgery.modules.snake import SINE_FORMS as SNAKE_FORMS
 
     assert sorted(SINE_FORMS) == sorted(SNAKE_FORMS)
+    assert HALO_FORMS == ("auto", *CACHE_HALO_FORMS)
     text = (REPO_ROOT / "recipes" / "qwen3_tts_0_6b_base_speech_decoder.toml").read_text()
     for old, new, refusal in [
         ('role = "main", codes_length = 64', 'role = "main", codes_lenght = 64',
          "options.engines.1.codes_lenght: unknown; did you mean codes_length?"),
         ('role = "main"', 'role = "mian"', "options.engines.1.role: input should be 'main', 'first' or 'window'"),
         ('[options]\n', '[options]\nsine_form = "sin"\n', "options.sine_form: input should be"),
+        ('[options]\n', '[options]\nhalo_form = "rows"\n', "options.halo_form: input should be"),
     ]:
         assert old in text
         path = tmp_path / "qwen3.toml"

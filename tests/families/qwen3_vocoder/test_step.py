@@ -106,7 +106,7 @@ def test_real_shape_stepwise_matches_full_decode():
     config = REAL_SHAPE_DECODER_CONFIG
     reference = random_reference(config, seed=3)
     step = step_of(reference, config)
-    fields = step.contract_fields(64, "round")
+    fields = step.contract_fields(64, "round", "channels_last")
     print(f"real-shape contract: cache_numel {fields.cache_numel}, head_dim {fields.head_dim}, "
           f"kv_len {fields.kv_len}, samples_per_frame {fields.samples_per_frame}")
     assert fields.cache_numel == independent_cache_numel(config)
