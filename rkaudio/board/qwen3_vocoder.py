@@ -46,7 +46,7 @@ class StepContract(ContractFields):
     row_samples_limit: Optional[int] = None  # the longest time axis, in samples, the graph holds (absent: older)
     sine_degree: Optional[int] = None  # the round SnakeBeta sine's polynomial degree (absent: older)
     sine_form: Optional[str] = None    # how the graph evaluates SnakeBeta's sine: exact, clip, floor or round
-    halo_form: Optional[str] = None    # how its row convs meet their halos (families/qwen3_vocoder/cache.py; absent: older)
+    halo_form: Optional[str] = None    # how its row convs meet their halos (qwen3_vocoder/cache.py; absent: older)
 
 
 def _padded(codes: np.ndarray, frames: int, dtype: str) -> np.ndarray:

@@ -273,7 +273,8 @@ def check_qwen3_vocoder(
 def export_stream(engines, model_dir: str | None, first: int | None, main: int | None, sine_form: str | None,
                   directory: Path) -> list[Path]:
     """The stream's steps exported from `model_dir` into `directory` at `first` / `main` code frames (0: leave that
-    step out; default: what the release recipe ships for the check's target) and `sine_form` (the recipe's)."""
+    step out; default: what the release recipe ships for the check's target), `sine_form` (the recipe's) and the
+    recipe's halo form."""
     if model_dir is None:
         raise SetupError("give --model-dir SNAPSHOT (export the steps), --engine STEP.onnx or --package DIR")
     shipped = {engine["role"]: engine["codes_length"]
@@ -290,7 +291,8 @@ def export_stream(engines, model_dir: str | None, first: int | None, main: int |
           f"{directory} ...")
     component = FAMILY.component(COMPONENT)
     options = FAMILY.options_model(component)(
-        engines=[{"role": role, "codes_length": frames} for role, frames, _ in chosen], sine_form=sine_form)
+        engines=[{"role": role, "codes_length": frames} for role, frames, _ in chosen], sine_form=sine_form,
+        halo_form=engines.recipe_option(COMPONENT, "halo_form") or "auto")
     job = Job(FAMILY, component, Source(model_dir=model_dir), options, FAMILY.gates_model(component)(),
               engines.target, directory, engines.toolkit)
     return [record.onnx for record in export(job, model_dir, chosen)]

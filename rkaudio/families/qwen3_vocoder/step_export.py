@@ -49,11 +49,14 @@ ATTENTION_FORMS = AttentionForms(forms={"rk3566": "exp_ratio"}, logit_bound=8.0)
 # the RK3566 compiler (2.3.2) runs the K Transpose and a Transpose of the weights on its CPU, at 88, 92, 96, 100
 # or 136 neither (probes of the rank-3 core [2, 64, keys]).
 EXP_RATIO_KEY_MULTIPLE = 4
-# The row convs' halo form per target (rkaudio.families.qwen3_vocoder.cache.HALO_FORMS): the one with the lowest
-# predicted board ms per code frame at the real shape among those that build within 16 GB (bench/qwen3_halo_forms.py,
-# bench/results/qwen3_halo_forms.md). A target not listed takes DEFAULT_HALO_FORM.
-HALO_FORM_BY_TARGET = {"rk3566": "tail_transpose"}
-DEFAULT_HALO_FORM = "tail_matmul"
+# The row convs' halo form per target (rkaudio.families.qwen3_vocoder.cache.HALO_FORMS), read off the real-shape rows of
+# bench/results/qwen3_halo_forms.md (its rule: within the board-time model's 5.1% error of the fastest predicted ms per
+# code frame, the fewest CPU ops). B=16, CPU ops / predicted ms: rk3588 tail_matmul 0 / 774.4, tail_transpose 16 /
+# 761.9 (a tie: tail_matmul), channels_last 13 / 936.6; rk3576 tail_transpose 0 / 1,189.0, tail_matmul 10 / 1,270.4,
+# channels_last 0 / 1,292.6; rk3566 tail_transpose 69 / 1,795.5, where the tiny step ranks it first too. A target not
+# listed takes DEFAULT_HALO_FORM, the form of the two smaller NPUs.
+HALO_FORM_BY_TARGET = {"rk3588": "tail_matmul", "rk3576": "tail_transpose", "rk3566": "tail_transpose"}
+DEFAULT_HALO_FORM = "tail_transpose"
 AUTO = "auto"
 
 

@@ -1,6 +1,6 @@
 """`ladder = "dynamic"` on the shipped recipe (issue #28), tiny random snapshot, rk3588, toolkit 2.3.2: the first
 (B=16) and main (B=64) steps become one engine that holds every recipe gate in each shape set, measures per set
-what the static engines measure (simulator SNR within 0.5 dB, est_cycles within 2%), and whose stream golden
+what the static engines measure (simulator SNR within 0.5 dB, est_cycles within 3%), and whose stream golden
 (first, then main twice, the cache carried on) the kit replays in the simulator. The command builds the same pair
 with `--ladder dynamic` or refuses what a static build alone takes. About three minutes."""
 from __future__ import annotations
@@ -62,7 +62,9 @@ def test_one_engine_holds_first_and_main_with_the_static_engines_figures(package
               f"{static['est_cycles']}, CPU ops {entry['ops']['cpu']} vs {static['ops']['cpu']}, predicted "
               f"{entry['predicted_board_ms']['ms']} vs {static['predicted_board_ms']['ms']} ms")
         assert entry["regtask"]["lines"] == 0
-        assert abs(entry["est_cycles"] - static["est_cycles"]) <= 0.02 * static["est_cycles"]
+        # 2% until issue #43; its halo forms compile 2.1% (tail_transpose) and 2.3% (tail_matmul) fewer cycles into
+        # the dynamic first set than into the static B=16 step
+        assert abs(entry["est_cycles"] - static["est_cycles"]) <= 0.03 * static["est_cycles"]
         for output in ("pcm", "cache_out"):
             dynamic_db, static_db = ladder["simulator"][f"{output}@{number}"]["snr_db"], static["simulator"][output]["snr_db"]
             assert dynamic_db >= 40.0 and abs(dynamic_db - static_db) <= 0.5, (number, output, dynamic_db, static_db)

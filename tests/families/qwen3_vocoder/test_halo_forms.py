@@ -72,3 +72,24 @@ def test_the_forms_share_one_cache_layout_and_an_unknown_form_is_refused(tiny_re
     assert all(layout == layouts["channels_last"] for layout in layouts.values())
     with pytest.raises(ValueError, match="halo form 'rows_first'"):
         step.with_halo_form("rows_first")
+
+
+def test_each_target_ships_the_form_its_real_shape_rows_pick():
+    """step_export.HALO_FORM_BY_TARGET is read off bench/results/qwen3_halo_forms.json (the real shape): at each
+    target's largest measured B, the bench's rule (`picks`: within the board-time model's error of the fastest, the
+    fewest CPU ops) names the form the family exports for that target."""
+    import importlib.util
+    import json
+
+    from rkaudio.core.paths import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("bench_qwen3_halo_forms", REPO_ROOT / "bench" / "qwen3_halo_forms.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = json.loads((REPO_ROOT / "bench" / "results" / "qwen3_halo_forms.json").read_text())["rows"]
+    largest = {}
+    for row in rows:
+        largest[row["target"]] = max(largest.get(row["target"], 0), row["B"])
+    picked = {target: form for target, frames, form in bench.picks(rows) if frames == largest[target]}
+    assert picked == {target: E.halo_form_for(target) for target in picked}
+    assert set(picked) == set(bench.TARGETS)

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from rkaudio.families.qwen3_vocoder.cache import HALO_FORMS
 from rkaudio.families.qwen3_vocoder.random_model import TINY_CONFIG, random_codes, random_reference, step_of
 from rkaudio.families.qwen3_vocoder.snapshot import REAL_SHAPE_DECODER_CONFIG
 from rkaudio.gates.fp32_floor import FLOOR_MARGIN_DB
@@ -128,15 +129,16 @@ def test_real_shape_stepwise_matches_full_decode():
     assert snr_db(exact_steps["B=64"], exact_steps["16 then 64"]) > MIN_MATCH_DB  # the B=16 cache feeds B=64
 
 
-def test_rows_reproduce_the_package_decoder(tiny_reference):
+@pytest.mark.parametrize("halo_form", HALO_FORMS)
+def test_rows_reproduce_the_package_decoder(tiny_reference, halo_form):
     """A row limit small enough that every row is one code frame and halos reach back over several rows
-    (the ConvNeXt and dilated convs need more context than a row holds): still the package's full decode.
-    Step sizes include a prime (7), whose only row length is one frame."""
+    (the ConvNeXt and dilated convs need more context than a row holds): still the package's full decode, in every
+    halo form. Step sizes include a prime (7), whose only row length is one frame."""
     from rkaudio.families.qwen3_vocoder.step import StreamingDecoder
 
     narrow = StreamingDecoder(TINY_CONFIG, row_samples_limit=80)
     narrow.load_state_dict(tiny_reference.state_dict(), strict=True)
-    narrow.eval()
+    narrow = narrow.with_halo_form(halo_form).eval()
     assert narrow.frames_per_row(64) == 1 and narrow.frames_per_row(7) == 1
     codes = random_codes(TINY_CONFIG, 64, seed=7)
     full, steps = full_and_steps(tiny_reference, narrow, codes, {"B=64": [64], "7, 9, 16, 32": [7, 9, 16, 32]})
