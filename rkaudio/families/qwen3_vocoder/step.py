@@ -360,10 +360,13 @@ class Quantizer(nn.Module):
         one_hot = torch.relu(1.0 - (ids - self.ids).abs())  # [K, B, size]
         embedded = torch.matmul(one_hot, tables)  # [K, B, dim]
         first = F.linear(embedded[0], self.rvq_first.output_proj.weight[:, :, 0])
-        # the rest's sum over codebooks as a MatMul with ones: a ReduceSum there ran on the CPU (the rk3588 dynamic
-        # ladder, the rk3566 static steps: 2 layout changes around it)
-        summed = torch.matmul(embedded.new_ones(1, quantizers - 1), embedded[1:].reshape(quantizers - 1, -1))
-        rest = F.linear(summed.reshape(frames, -1), self.rvq_rest.output_proj.weight[:, :, 0])
+        # the rest's sum over codebooks as a chain of Adds: a ReduceSum there ran on the CPU (the rk3588 dynamic ladder;
+        # the rk3566 static steps, with 2 layout changes around it), and a MatMul with ones over [K-1, B*dim] holds a
+        # 16,384 axis at the real shape's B=64 (the quantizer alone: rk3566 24 REGTASK lines, rk3588 9; the chain 0)
+        summed = embedded[1]
+        for codebook in range(2, quantizers):
+            summed = summed + embedded[codebook]
+        rest = F.linear(summed, self.rvq_rest.output_proj.weight[:, :, 0])
         return (first + rest)[None]
 
 

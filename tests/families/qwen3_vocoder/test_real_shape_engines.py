@@ -1,6 +1,6 @@
 """The issue's engine acceptance on the real-shape config (random weights): B=16 and B=64 steps for rk3588,
-each through both CLI stages (export with --skip-rknn, then --onnx), gated at 0 REGTASK lines and a simulator
-SNR of 40 dB against the exact fp32 graph. CPU ops are listed (printed), not gated.
+each through both CLI stages (export with --skip-rknn, then --onnx), gated at 0 REGTASK lines, a simulator SNR of
+40 dB against the exact fp32 graph, and (issue #43: the tail_matmul halo form) 0 CPU ops.
 
 ~4 min and ~14 GB peak (the B=64 compile) on 2 cores."""
 from __future__ import annotations
@@ -50,3 +50,4 @@ def test_real_shape_engine_for_rk3588(real_snapshot, tmp_path, require_converter
     cpu_ops = [op["type"] for op in manifest["ops"]["cpu_ops"]]
     print(f"real-shape B={frames}: simulator {gates['simulator_snr[pcm]']['value']:.2f} dB (pcm), "
           f"{(tmp_path / 'engines' / f'step_{frames}.rknn').stat().st_size} bytes, CPU ops ({len(cpu_ops)}): {cpu_ops}")
+    assert manifest["contract"]["halo_form"] == "tail_matmul" and cpu_ops == []
