@@ -153,7 +153,8 @@ def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference
 
     if role not in ROLES:
         raise ValueError(f"role {role!r}: one of {ROLES}")
-    step = step.with_halo_form(halo_form_for(job.target, halo_form)).eval()
+    halo_form = halo_form_for(job.target, halo_form)
+    step = step.with_halo_form(halo_form).eval()
     quantizers, book = step.dims["num_quantizers"], step.dims["codebook_size"]
     generator = torch.Generator().manual_seed(seed)
     onnx_path = Path(onnx_path)
@@ -161,7 +162,7 @@ def export_step(job, step, frames: int, role: str, onnx_path: Path, *, reference
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     twin = reference_path(onnx_path)
     verdicts: list[Verdict] = []
-    fields = step.contract_fields(frames, sine_form, halo_form_for(job.target, halo_form))
+    fields = step.contract_fields(frames, sine_form, halo_form)
     window = {}  # the window role's span fields
 
     if role == "window":
