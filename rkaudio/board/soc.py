@@ -31,6 +31,11 @@ TIME_FIELD_LIMIT = {"rk3576": 0x3FFF, "rk3566": 0x1FFF, "rk3568": 0x1FFF}
 # generator's fine stage, the Qwen3 decoder step) hold no time axis past it: they work on rows [1, C, rows,
 # row_length] of consecutive samples with a halo (rkaudio/surgery/modules/rows.py).
 ROW_SAMPLES_LIMIT = 8191
+# The widest 1-D conv kernel whose padding the compiler keeps inside the conv: a wider one gets its padding as a Pad
+# layer on the CPU (measured with toolkit 2.3.2 on [1, 4, 4096]: kernel 17 with pad 4 or 8, 19, 27 and 33 do; kernel
+# 15 with pad 7, and kernel 7 with dilation 5 and pad 15, do not). The RK3566 keeps every kernel measured there (to 33).
+# Separately, a pad past 15 becomes a Pad layer on every target (rkaudio.surgery.graph.conv_pad.MAX_CONV_PAD).
+PADDED_KERNEL_LIMIT = {"rk3588": 15, "rk3576": 15}
 
 
 class Target(str):

@@ -19,6 +19,10 @@ from rkaudio.core.errors import SetupError
 from rkaudio.board.soc import FP16_TARGETS
 from rkaudio.toolkit.versions import DEFAULT_TOOLKIT
 
+ShapeOption = Annotated[Optional[list[str]], typer.Option(
+    "--shape", metavar="NAME=DIMS", help="Pin an input's dimensions, e.g. --shape mel=1,100,80 (repeat per "
+    "input): an ONNX exported with a dynamic time axis compiles at that one shape.")]
+
 def build(
     onnx_path: Annotated[Path, typer.Argument(metavar="ONNX", help="Fixed-shape ONNX to compile (every input "
                                               "dimension a number; its rkaudio contract, if any, goes into the manifest).")],
@@ -35,34 +39,97 @@ def build(
     min_snr_db: MinSnrDb = BuildOptions.min_simulator_snr_db,
     timeout: Annotated[Optional[float], typer.Option(
         "--timeout", help="Kill the compiler child after this many seconds (reported as a failed stage).")] = None,
+    shape: ShapeOption = None,
+    fix: Annotated[bool, typer.Option("--fix", help="Mend what `convert doctor` finds with the shared graph passes "
+                   "(fold, polyphase levels, conv padding, ...), each gated against the graph before it on the "
+                   "self-check inputs (a pass failing its gate is not applied); the mended graph is written as "
+                   "<stem>.fixed.onnx in --out and compiled, and the manifest records the doctor's report.")] = False,
 ) -> None:
     """Compile an ONNX to an fp16 .rknn in the converter venv, gate it (REGTASK lines, CPU ops, real time where the
     family its contract names declares it, simulator SNR) and write <stem>.rknn, <stem>.manifest.json and
-    <stem>.build.log into --out."""
+    <stem>.build.log into --out. With --shape the graph is pinned and folded first (<stem>.pinned.onnx); with --fix
+    it is mended first (<stem>.fixed.onnx)."""
     import tempfile
 
     import numpy as np
+    import onnx
 
-    from rkaudio.toolkit.session import graph_io, random_feeds
-    from rkaudio.core.manifest import summary_lines
+    from rkaudio.toolkit.session import input_specs, random_feeds
+    from rkaudio.core.manifest import read_manifest, summary_lines, write_manifest
 
     from rkaudio.core.contract import contract_of
     from rkaudio.core.onnx_graph import load_model
+    from rkaudio.engine import doctor as doctoring
+    from rkaudio.surgery.graph.fold import fold_fixed
 
     model = load_model(onnx_path)  # a truncated, foreign or NaN-carrying file stops here, in one line
     options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
                            fail_on_cpu_ops=fail_on_cpu_ops, max_cpu_ops=max_cpu_ops,
                            max_real_time_factor=max_real_time_factor, real_time=family_real_time(contract_of(model)),
                            min_simulator_snr_db=min_snr_db, timeout_s=timeout)
+    report = None
+    if shape or fix:
+        model = doctoring.pinned(model, doctoring.parse_shapes(shape))
     with tempfile.TemporaryDirectory(prefix="rkaudio-selfcheck-") as scratch:
+        feeds = dict(np.load(selfcheck)) if selfcheck is not None else random_feeds(input_specs(model))
         if selfcheck is None:
-            inputs, _ = graph_io(model)
             selfcheck = Path(scratch) / "inputs.npz"
-            np.savez(selfcheck, **random_feeds(inputs))
+            np.savez(selfcheck, **feeds)
+        reference = None
+        if shape or fix:
+            out.mkdir(parents=True, exist_ok=True)
+            stem = f"{onnx_path.stem}.{'fixed' if fix else 'pinned'}"
+            if fix:
+                model, report = doctoring.mend(model, target, toolkit, feeds,
+                                               say=lambda line: typer.echo(line, err=True))
+                engine_model = doctoring.engine_graph(model, report)
+                if engine_model is not None:  # it relies on fp16 arithmetic: its fp32 twin is the reference
+                    reference = out / f"{stem}.fp32.onnx"
+                    onnx.save(model, str(reference))
+                    model = engine_model
+            else:
+                model = fold_fixed(model)
+            onnx_path = out / f"{stem}.onnx"
+            onnx.save(model, str(onnx_path))
         typer.echo(f"building {onnx_path.name} for {target} with rknn-toolkit2 {toolkit} ...", err=True)
-        result = build_engine(onnx_path, out, options, selfcheck=selfcheck)  # a dead child: BuildError, exit 4
+        result = build_engine(onnx_path, out, options, selfcheck=selfcheck,  # a dead child: BuildError, exit 4
+                              export_verdicts=doctoring.pass_verdicts(report) if report else (),
+                              reference_onnx=reference)
+    if report is not None:
+        data = read_manifest(result.manifest)
+        data["doctor"] = report.to_json()
+        write_manifest(result.manifest, data)
     typer.echo("\n".join(summary_lines(result.manifest_data)))
     typer.echo(f"wrote {result.rknn}, {result.manifest.name}, {result.build_log.name}")
+
+
+def doctor(
+    onnx_path: Annotated[Path, typer.Argument(metavar="ONNX", help="Any ONNX (a speech model's vocoder, decoder or "
+                                              "encoder); dynamic input dimensions are pinned with --shape.")],
+    target: TargetOption,
+    toolkit: ToolkitOption = DEFAULT_TOOLKIT,
+    shape: ShapeOption = None,
+    selfcheck: Annotated[Optional[Path], typer.Option(
+        "--selfcheck", help="Inputs for the fp16 range profile: an .npz whose keys are the ONNX input names. "
+        "Default: standard-normal inputs (seed 0) for float inputs, zeros for integer inputs.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Report, by node name, what TARGET's NPU will not take in an ONNX, and the pass of `convert build --fix` that
+    mends each: axes longer than an op's register field (REGTASK lines, a board-only corruption), ops the target
+    runs on the CPU (from the placement table measured per SoC and toolkit), activations past the fp16 range on the
+    self-check inputs, and ops the board refuses or computes wrongly while the simulator passes. Builds nothing."""
+    import json
+
+    import numpy as np
+
+    from rkaudio.core.onnx_graph import load_model
+    from rkaudio.engine import doctor as doctoring
+    from rkaudio.toolkit.session import input_specs, random_feeds
+
+    model = doctoring.pinned(load_model(onnx_path), doctoring.parse_shapes(shape))
+    feeds = dict(np.load(selfcheck)) if selfcheck is not None else random_feeds(input_specs(model))
+    report = doctoring.diagnose(model, target, toolkit, feeds)
+    typer.echo(json.dumps(report.to_json(), indent=2) if as_json else "\n".join(report.lines()))
 
 
 def family_real_time(contract):
@@ -229,7 +296,7 @@ def publish(
     run_publish(dist_target_dir, repo_id, revision, dry_run, replay, say=typer.echo)
 
 
-SHARED_COMMANDS = {"build": build, "inspect": inspect, "engines": engines, "selftest": selftest, "verify": verify,
+SHARED_COMMANDS = {"build": build, "doctor": doctor, "inspect": inspect, "engines": engines, "selftest": selftest, "verify": verify,
                    "publish": publish, "diagnose": diagnose}
 
 

@@ -1,7 +1,8 @@
 """Problem-op scan at export time: nodes that `rknn.build` rejects or places on the CPU, by name.
 
 Cheap to run on the exported ONNX, before the build: each finding names the node, its type and why it
-hurts, so the family can fold it away (`rkaudio.surgery.graph.fold.fold_fixed`) or rewrite it while it is still torch."""
+hurts, so the family can fold it away (`rkaudio.surgery.graph.fold.fold_fixed`, what `convert build --fix` runs) or
+rewrite it while it is still torch."""
 from __future__ import annotations
 
 import sys
@@ -16,7 +17,8 @@ from rkaudio.core.onnx_graph import constant_values
 from rkaudio.board.verdict import Verdict, at_most
 
 # Shape glue: only legal while something is dynamic; with every input pinned it is constant.
-_SHAPE_GLUE = "shape glue that is constant once every input is pinned: fold it (rkaudio.surgery.graph.fold.fold_fixed)"
+_SHAPE_GLUE = ("shape glue that is constant once every input is pinned: `convert build MODEL.onnx --fix` folds it "
+               "(--shape NAME=DIMS pins a dynamic input)")
 
 # op type -> reason, for nodes that are a problem whatever their inputs.
 ALWAYS = {
@@ -67,9 +69,9 @@ def _operand_reason(node: onnx.NodeProto, constants: dict[str, np.ndarray]) -> s
     if node.op_type == "GatherElements" and computed(1):
         return "index computed from the data: runs on the CPU"
     if node.op_type in ("Reshape", "Expand", "Tile") and computed(1):
-        return "target shape computed from the data: fold it to a constant (rkaudio.surgery.graph.fold.fold_fixed)"
+        return "target shape computed from the data: `convert build --fix` folds it to a constant"
     if node.op_type == "Slice" and any(computed(i) for i in range(1, 5)):
-        return "bounds computed from the data: fold them to constants (rkaudio.surgery.graph.fold.fold_fixed)"
+        return "bounds computed from the data: `convert build --fix` folds them to constants"
     if node.op_type == "Slice" and len(node.input) > 4 and np.any(constants.get(node.input[4], 1) < 0):
         return "negative step (a flip) runs on the CPU; flip the neighbouring weights instead"
     return None

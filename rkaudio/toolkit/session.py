@@ -75,7 +75,7 @@ def _tensor_specs(values, kind: str, fixed: dict | None = None) -> list[TensorSp
                 label = dim.dim_param or "unknown"
                 raise SetupError(
                     f"{kind} '{value.name}' has a symbolic dimension '{label}' at axis {axis}; the NPU needs "
-                    "fixed shapes: export with fixed sizes (or pin them with rkaudio.surgery.graph.fold.fold_fixed), or "
+                    "fixed shapes: pin it, `convert build MODEL.onnx --shape NAME=DIMS` (e.g. --shape mel=1,100,80), or "
                     "list the shape sets in the contract's `shape_sets` (a family's `--ladder dynamic` does)")
             dims.append(int(dim.dim_value))
         dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
@@ -86,12 +86,21 @@ def _tensor_specs(values, kind: str, fixed: dict | None = None) -> list[TensorSp
 def graph_io(model, shape_set: dict | None = None) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """Graph inputs (initializers excluded) and outputs with their fixed shapes; for an engine of several shape
     sets, those of `shape_set` (an entry of the contract's `shape_sets`; default: the last, the largest rung)."""
-    sets = shape_sets(contract_of(model))
-    chosen = shape_set or (sets[-1] if sets else {"inputs": {}, "outputs": {}})
+    chosen = _shape_set(model, shape_set)
+    return input_specs(model, shape_set), _tensor_specs(model.graph.output, "output", chosen["outputs"])
+
+
+def input_specs(model, shape_set: dict | None = None) -> list[TensorSpec]:
+    """The graph inputs of `graph_io` alone: a graph with its inputs pinned and its output shapes not yet inferred
+    (a user's ONNX before its fold) has them."""
     initializers = {init.name for init in model.graph.initializer}
     inputs = [value for value in model.graph.input if value.name not in initializers]
-    return (_tensor_specs(inputs, "input", chosen["inputs"]),
-            _tensor_specs(model.graph.output, "output", chosen["outputs"]))
+    return _tensor_specs(inputs, "input", _shape_set(model, shape_set)["inputs"])
+
+
+def _shape_set(model, shape_set: dict | None) -> dict:
+    sets = shape_sets(contract_of(model))
+    return shape_set or (sets[-1] if sets else {"inputs": {}, "outputs": {}})
 
 
 def dynamic_input(model, inputs: list[TensorSpec]) -> list | None:

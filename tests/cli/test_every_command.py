@@ -119,6 +119,16 @@ def test_build(built_engine):
     assert all(gate["passed"] for gate in manifest["gates"])
 
 
+@runs("doctor")
+def test_doctor(scratch):
+    from tests.speech_models import export
+
+    hifigan = export("speecht5_hifigan", scratch / "hifigan.onnx", "reduced", dynamic_time=True)
+    result = run(scratch, "doctor", str(hifigan), "--target", "rk3566", "--shape", "mel=1,100,80")
+    assert "doctor, rk3566 (rknn-toolkit2 2.3.2):" in result.stdout and "long_axis" in result.stdout
+    assert "axis 25,600 = 3.13x the 0x1fff field [fix: polyphase]" in result.stdout
+
+
 @runs("inspect")
 def test_inspect(scratch, built_engine):
     result = run(scratch, "inspect", str(built_engine))

@@ -17,8 +17,10 @@ from rkaudio.core.onnx_graph import node_attr
 MAX_CONV_PAD = 15
 
 
-def cap_conv_padding(model: onnx.ModelProto, max_pad: int = MAX_CONV_PAD) -> onnx.ModelProto:
-    """Every 1-D Conv with a pad above `max_pad` reads Concat(zeros, x, zeros) and pads only `max_pad`:
+def cap_conv_padding(model: onnx.ModelProto, max_pad: int = MAX_CONV_PAD,
+                     padded_kernel_limit: int | None = None) -> onnx.ModelProto:
+    """Every 1-D Conv with a pad above `max_pad` reads Concat(zeros, x, zeros) and pads only `max_pad`, and one with
+    a kernel wider than `padded_kernel_limit` (rkaudio.board.soc.PADDED_KERNEL_LIMIT) pads nothing itself:
     the same output, with no Pad layer for the compiler to place on the CPU."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -28,13 +30,15 @@ def cap_conv_padding(model: onnx.ModelProto, max_pad: int = MAX_CONV_PAD) -> onn
     nodes = []
     for node in graph.node:
         pads = node_attr(node, "pads")
-        if node.op_type != "Conv" or not pads or len(pads) != 2 or max(pads) <= max_pad:
+        kernel = int(weights[node.input[1]].dims[-1]) if node.op_type == "Conv" and node.input[1] in weights else 0
+        own_pad = 0 if padded_kernel_limit is not None and kernel > padded_kernel_limit else max_pad
+        if node.op_type != "Conv" or not pads or len(pads) != 2 or max(pads) <= own_pad:
             nodes.append(node)
             continue
         if node_attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or node.input[1] not in weights:
             raise ValueError(f"Conv {node.name!r} has explicit pads but auto_pad or a computed weight")
         channels = int(weights[node.input[1]].dims[1]) * int(node_attr(node, "group", 1))
-        extra = [max(p - max_pad, 0) for p in pads]
+        extra = [max(p - own_pad, 0) for p in pads]
         pieces = []
         for side, count in zip(("begin", "end"), extra):
             if count:

@@ -29,8 +29,8 @@ from rkaudio.surgery.graph.mask import upsample_levels
 # clean on rk3566 and rk3576). The widest stage goes last so every stage reads a short axis: stages of 8, 2, 2 there
 # log 14 REGTASK lines on rk3576, where the 2-stages read 16,384 and 32,768 samples.
 MAX_INTERLEAVE_STRIDE = 8
-UNARY = {"LeakyRelu", "Tanh", "Relu", "Sigmoid", "Neg", "Exp", "Abs"}
-BINARY = {"Add", "Sub", "Mul", "Div"}
+UNARY = {"LeakyRelu", "Tanh", "Relu", "Sigmoid", "Neg", "Exp", "Abs", "Sin"}
+BINARY = {"Add", "Sub", "Mul", "Div", "Pow"}  # with a phase-layout tensor, a per-sample scalar or a scalar constant
 
 
 class PolyphaseError(ValueError):
@@ -211,16 +211,19 @@ class _PhaseGraph:
                      self.phases_of(node.input[0]))
 
     def elementwise(self, node: onnx.NodeProto, phased: list[str]) -> bool:
-        """A unary or binary op whose every input is in the phase layout of its first phased one, a scalar, or a
-        nearest-upsampled signal (read at the coarse rate): kept as it is, on the phases. False when one is not."""
+        """A unary or binary op whose every input is in the phase layout of its first phased one, a scalar, a
+        per-channel constant (tiled over the phases), or a nearest-upsampled signal (read at the coarse rate): kept
+        as it is, on the phases. False when one is not."""
         if node.op_type not in UNARY and node.op_type not in BINARY:
             return False
-        phases = self.layout[phased[0]][1]
+        channels, phases = self.layout[phased[0]]
         rewritten = []
         for name in node.input:
             value = constant_value(self.index, name)
             if name in self.layout and self.layout[name][1] == phases or value is not None and value.size == 1:
                 rewritten.append(name)
+            elif value is not None and value.shape == (1, channels, 1):  # per channel (a Snake's alpha): per phase
+                rewritten.append(self.initializer(f"{name}_x{phases}_phases", np.tile(value, (1, phases, 1))))
             elif name not in self.layout and (source := _nearest_source(self.index, name, phases)) is not None:
                 rewritten.append(source)  # every phase of a nearest-upsampled signal is the coarse signal
             else:
@@ -250,6 +253,10 @@ class _PhaseGraph:
                 self.nodes.append(helper.make_node("Identity", [self.interleave(inner)], [output.name]))
         del self.model.graph.node[:]
         self.model.graph.node.extend(self.nodes)
+        # a folded graph annotates its tensors' shapes, which the phase layout changes: keep only the others
+        kept = [info for info in self.model.graph.value_info if info.name not in self.layout]
+        del self.model.graph.value_info[:]
+        self.model.graph.value_info.extend(kept)
         return self.model
 
 

@@ -52,8 +52,10 @@ def find_shift_chains(model: onnx.ModelProto) -> list[ShiftChain]:
     shapes = static_shapes(model)
     chains = []
     for start, node in enumerate(nodes):
+        if node.op_type != "Pad":
+            continue
         before = producer.get(node.input[0])
-        if node.op_type != "Pad" or (before is not None and nodes[before].op_type in ("Pad", "Reshape")):
+        if before is not None and nodes[before].op_type in ("Pad", "Reshape"):
             continue
         path, current = [start], node
         while current.op_type != "Slice":
