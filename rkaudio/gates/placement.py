@@ -39,12 +39,15 @@ BROADCASTING = frozenset({
 RESHAPES = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 REDUCES = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                      "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
-# Convolution stride and pad buckets, measured on 1-D convolutions. Stride: a ConvTranspose of stride 9..16 puts
-# its pad on the CPU (rk3588, rk3566 with 2.3.2) or itself (rk3566 with 2.5.0) where kernel 32 at stride 8 stays
-# on the NPU. Pad: past 15 a dilated Conv's pad is split off as a Pad layer of its own, which runs on the CPU at
-# some channel counts (`_channel_class`); at 15 it stays inside the Conv.
+# Convolution stride, pad and kernel buckets, measured on 1-D convolutions. Stride: a ConvTranspose of stride 9..16
+# puts its pad on the CPU (rk3588, rk3566 with 2.3.2) or itself (rk3566 with 2.5.0) where kernel 32 at stride 8
+# stays on the NPU. Pad and kernel: past a pad of 15, or a kernel of 15 (rkaudio.board.soc.PADDED_KERNEL_LIMIT), a
+# Conv's padding is split off as a Pad layer of its own, which runs on the CPU at some channel counts
+# (`_channel_class`: [1, 4, 4096] with kernel 17 and pad 8 does on the RK3588 and RK3576 with 2.3.2, kernel 7 and
+# pad 3 does not).
 STRIDE_BUCKETS = ((1, "1"), (8, "2-8"))
 PAD_BUCKETS = ((0, "0"), (15, "1-15"))
+KERNEL_BUCKETS = ((15, "1-15"),)
 # The axis an op takes when its attribute is left out (opset 13 on): the key holds it either way.
 DEFAULT_AXIS = {"Softmax": -1, "LogSoftmax": -1, "Hardmax": -1, "LayerNormalization": -1, "Gather": 0,
                 "GatherElements": 0, "Split": 0}
@@ -66,8 +69,8 @@ class Placement:
 
 def signature(node: onnx.NodeProto, shapes: dict, constants: dict) -> str:
     """The key `node` is measured under: `Op[operands]->outputs facts...`, e.g. `Mul[c3b2,x1nn]->1nn`,
-    `Transpose[x1un]->1nu [1,a,b]->[1,b,a]`, `Conv[x1nL,c3,c1]->1nL 1d channels=8k>8k groups=1 stride=1
-    dilation>1 pads>15`, `Softmax[x1uuu]->1uuu axis=-1`.
+    `Transpose[x1un]->1nu [1,a,b]->[1,b,a]`, `Conv[x1nL,c3,c1]->1nL 1d channels=8k>8k groups=1 kernel=1-15
+    stride=1 dilation>1 pads>15`, `Softmax[x1uuu]->1uuu axis=-1`.
 
     Why each part is in the key:
     - the op type, obviously;
@@ -89,8 +92,8 @@ def signature(node: onnx.NodeProto, shapes: dict, constants: dict) -> str:
     - Slice steps other than 1 (a negative step is a flip, a CPU op: rkaudio.gates.opscan), Pad's mode, Pow's
       constant exponent (x^2 is a multiply, x^0.5 a square root), Resize's modes and scaled axes;
     - Conv / ConvTranspose: 1-D or 2-D, input > output channels (`8k`: a multiple of 8, else the count:
-      `_channel_class`), groups (1, depthwise, grouped), stride bucket, dilation > 1, pad bucket (STRIDE_BUCKETS,
-      PAD_BUCKETS, both measured), output_padding: each chooses another lowering;
+      `_channel_class`), groups (1, depthwise, grouped), kernel, stride and pad buckets (KERNEL_BUCKETS,
+      STRIDE_BUCKETS, PAD_BUCKETS, all measured), dilation > 1, output_padding: each chooses another lowering;
     - any other integer or string attribute verbatim (an op without a rule here keeps them all: finer, never wrong).
     Not in the key: float attributes (alpha, epsilon: numbers in the maths, not a code path), lengths beyond their
     class (measured: a Conv, its split Pad, a LeakyRelu and a Sin place alike from 6,000 to 32,768 samples),
@@ -131,7 +134,7 @@ def placements(model: onnx.ModelProto, target: str, toolkit: str, table: dict | 
         cells = [f"{kit} {soc}" for kit, socs in table["toolkits"].items() for soc in socs]
         raise SetupError(f"the placement table measured no {target} with toolkit {toolkit} (it has: "
                          f"{', '.join(cells)}); add it to bench/placement.py and run "
-                         f"`{table.get('regenerate', 'make bench NAME=placement ARGS=--write-table')}`")
+                         f"`{table['regenerate']}`")
     where = measured[target]
     layers, notes, unresolved = (table.get(part, {}).get(toolkit, {}).get(target, {})
                                  for part in ("cpu_layers", "notes", "unresolved"))
@@ -259,7 +262,8 @@ def _channel_class(count) -> str:
     """`8k` for a multiple of 8 channels, else the count. Measured (toolkit 2.3.2): a Conv with a dilation and
     pads > 15 splits the pad off, and that Pad runs on the CPU unless its input and output channels are multiples
     of 8 (of 4 on the RK3566; 12 also stays on the NPU on the RK3588 and RK3576): 1..7, 9..11, 13..31, 33, 36 and
-    100 channels put it on the CPU there, 8, 16, 24, 32 and 40 on none."""
+    100 channels put it on the CPU there, 8, 16, 24, 32 and 40 on none; so does a kernel past 15 at 4 channels but
+    not at 8, 16 or 64. With toolkit 2.5.0 no such Pad ran on the CPU."""
     if count is None:
         return "?"
     return "8k" if count % 8 == 0 else str(count)
@@ -275,9 +279,11 @@ def _conv_facts(node: onnx.NodeProto, input_shape, output_shape, constants: dict
     dilations = node_attr(node, "dilations", ()) or (1,)
     pads = node_attr(node, "pads", ()) or (0,)
     channels_out = output_shape[1] if output_shape and len(output_shape) > 1 else None
+    kernel = node_attr(node, "kernel_shape", ()) or (np.shape(weight)[2:] if weight is not None else ())
     facts = [f"{spatial}d" if spatial else "?d", f"channels={_channel_class(channels)}>{_channel_class(channels_out)}",
-             f"groups={groups}", _bucket("stride", max(strides), STRIDE_BUCKETS),
-             "dilation>1" if max(dilations) > 1 else "dilation=1", _bucket("pads", max(pads), PAD_BUCKETS)]
+             f"groups={groups}", _bucket("kernel", max(kernel), KERNEL_BUCKETS) if len(kernel) else "kernel=?",
+             _bucket("stride", max(strides), STRIDE_BUCKETS), "dilation>1" if max(dilations) > 1 else "dilation=1",
+             _bucket("pads", max(pads), PAD_BUCKETS)]
     auto_pad = node_attr(node, "auto_pad", b"NOTSET")
     if auto_pad not in (b"NOTSET", "NOTSET"):
         facts.append(f"auto_pad={auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad}")

@@ -69,15 +69,15 @@ SIGNATURES = [
      {"pads": np.array([0, 0, 3, 0, 0, 3])}, "Pad[x1nn,c1]->1nu mode=reflect axes=-1"),
     (helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[7], pads=[27, 27], dilations=[9]),
      {"x": [1, 16, 400]}, {"w": _weight(16, 16, 7), "b": np.zeros(16, np.float32)},
-     "Conv[x1nn,c3,c1]->1nn 1d channels=8k>8k groups=1 stride=1 dilation>1 pads>15"),
+     "Conv[x1nn,c3,c1]->1nn 1d channels=8k>8k groups=1 kernel=1-15 stride=1 dilation>1 pads>15"),
     (helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[7], pads=[3, 3], group=16),
      {"x": [1, 16, 400]}, {"w": _weight(16, 1, 7)},
-     "Conv[x1nn,c3]->1nn 1d channels=8k>8k groups=depthwise stride=1 dilation=1 pads=1-15"),
+     "Conv[x1nn,c3]->1nn 1d channels=8k>8k groups=depthwise kernel=1-15 stride=1 dilation=1 pads=1-15"),
     (helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[7], pads=[3, 3]), {"x": [1, 2, 9000]},
-     {"w": _weight(1, 2, 7)}, "Conv[x1uL,c3]->11L 1d channels=2>1 groups=1 stride=1 dilation=1 pads=1-15"),
+     {"w": _weight(1, 2, 7)}, "Conv[x1uL,c3]->11L 1d channels=2>1 groups=1 kernel=1-15 stride=1 dilation=1 pads=1-15"),
     (helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[32], strides=[16], pads=[8, 8]),
      {"x": [1, 16, 100]}, {"w": _weight(16, 8, 32)},
-     "ConvTranspose[x1nu,c3]->1nn 1d channels=8k>8k groups=1 stride>8 dilation=1 pads=1-15"),
+     "ConvTranspose[x1nu,c3]->1nn 1d channels=8k>8k groups=1 kernel>15 stride>8 dilation=1 pads=1-15"),
 ]
 
 
