@@ -26,8 +26,8 @@ import numpy as np
 
 from rkaudio.board.soc import PADDED_KERNEL_LIMIT, ROW_SAMPLES_LIMIT, TIME_FIELD_LIMIT
 from rkaudio.core.errors import SetupError
+from rkaudio.gates.fp16_range import FP16_MAX
 
-FP16_MAX = 65504.0
 # A fixed level for an exact pass's gate; the weights' fp32 floor less 10 dB where that is lower (fp32_floor).
 EXACT_PASS_DB = 100.0
 # An approximating pass must sit this far above the graph's fp16 floor (rkaudio.gates.fp16_floor): its error is then
