@@ -62,6 +62,7 @@ class EngineContract:
     ladder: Optional[str] = None                       # "dynamic" for an engine of several shape sets
     stages: Optional[Dict[str, str]] = None            # {layer-name prefix: stage label} for per-stage diagnosis
     shape_set: Optional[int] = None                    # the set a view of a dynamic engine stands for
+    input_phases: Optional[Dict[str, int]] = None      # {input: P}: fed as [1, P, T/P], sample P*j+p at [p, j]
     fields: Mapping[str, Any] = field(default_factory=dict)  # the family's own fields, verbatim
 
     @classmethod

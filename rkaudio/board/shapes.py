@@ -61,3 +61,20 @@ def matching_set(sets: List[dict], shapes: Dict[str, tuple], engine: str = "the 
 
 def output_shapes(sets: List[dict], number: int) -> Dict[str, tuple]:
     return {name: tuple(shape) for name, shape in sets[number]["outputs"].items()}
+
+
+def in_phases(contract: EngineContract, feeds: Dict[str, object]) -> Dict[str, object]:
+    """`feeds` as the engine takes them: each input the contract's `input_phases` names, given as its T samples
+    ([1, T] or [1, 1, T]), split into [1, P, T/P] with sample P*j + p at [p, j]; an input already at that shape, and
+    every other input, as given."""
+    phases_of = contract.input_phases or {}
+    fed = dict(feeds)
+    for name, phases in phases_of.items():
+        samples = fed.get(name)
+        if samples is None or (samples.ndim == 3 and samples.shape[1] == phases):
+            continue
+        if samples.shape[0] != 1 or samples.size % phases:
+            raise ShapeRefused(f"input {name!r}: {samples.size} samples of shape {tuple(samples.shape)} do not split "
+                               f"into {phases} phases of one batch")
+        fed[name] = samples.reshape(-1, phases).T[None].copy()
+    return fed

@@ -31,11 +31,21 @@ TIME_FIELD_LIMIT = {"rk3576": 0x3FFF, "rk3566": 0x1FFF, "rk3568": 0x1FFF}
 # generator's fine stage, the Qwen3 decoder step) hold no time axis past it: they work on rows [1, C, rows,
 # row_length] of consecutive samples with a halo (rkaudio/surgery/modules/rows.py).
 ROW_SAMPLES_LIMIT = 8191
-# The widest 1-D conv kernel whose padding the compiler keeps inside the conv: a wider one gets its padding as a Pad
-# layer on the CPU (measured with toolkit 2.3.2 on [1, 4, 4096]: kernel 17 with pad 4 or 8, 19, 27 and 33 do; kernel
-# 15 with pad 7, and kernel 7 with dilation 5 and pad 15, do not). The RK3566 keeps every kernel measured there (to 33).
-# Separately, a pad past 15 becomes a Pad layer on every target (rkaudio.surgery.graph.conv_pad.MAX_CONV_PAD).
+# The widest 1-D conv kernel, and the widest pad, whose padding the compiler keeps inside the conv: past either, a
+# conv whose input channels are neither 1 nor a multiple of PAD_LAYER_CHANNEL_MULTIPLE gets its padding as a Pad
+# layer on the CPU (toolkit 2.3.2 on [1, C, 4096], rk3588 and rk3576: C = 4 and 12 with kernel 17 pad 8, kernel 41
+# pad 20, kernel 7 pad 20 do; C = 1, 8, 16, 24, 32 with the same, and C = 16 with kernel 128 pad 64, do not; kernel
+# 15 pad 7 and kernel 7 pad 12 at C = 12 do not). The RK3566, and toolkit 2.5.0 on the rk3588, keep every one of
+# them inside the conv (PAD_LAYER_TOOLKITS). The pass: rkaudio.surgery.graph.conv_pad (its MAX_CONV_PAD is the pad).
 PADDED_KERNEL_LIMIT = {"rk3588": 15, "rk3576": 15}
+PAD_LAYER_CHANNEL_MULTIPLE = 8
+PAD_LAYER_TOOLKITS = ("2.3.2",)
+# The largest queries x keys plane of a rank-3 [heads, T, S] score tensor (heads >= 2) that the RK3566 compiler
+# builds without REGTASK lines (toolkit 2.3.2, a Sigmoid or MatMul writing it): [2,1500,1200] and [8,1500,750] build
+# clean; [2,1500,1500], [4,1400,1400] (1.96M) and [8,1500,1500] log lines at 1.02-1.20x the 0x1fff field. One head
+# holds more ([1,2000,2000] clean, [1,3000,1500] not), and so does rank 4 ([1,4,1500,1500] clean), which the RK3566
+# runs on its CPU. Past it the attention pass computes the heads apart (rkaudio.surgery.graph.attention.heads_apart).
+HEADS_SCORE_PLANE_LIMIT = {"rk3566": 1_800_000}
 
 
 class Target(str):

@@ -82,6 +82,10 @@ def build(
             if fix:
                 model, report = doctoring.mend(model, target, toolkit, feeds,
                                                say=lambda line: typer.echo(line, err=True))
+                phased = doctoring.fed(model, feeds)
+                if any(phased[name] is not feeds[name] for name in feeds):  # the engine takes a waveform in phases
+                    selfcheck = Path(scratch) / "inputs.phases.npz"
+                    np.savez(selfcheck, **phased)
                 engine_model = doctoring.engine_graph(model, report)
                 if engine_model is not None:  # it relies on fp16 arithmetic: its fp32 twin is the reference
                     reference = out / f"{stem}.fp32.onnx"
@@ -97,6 +101,12 @@ def build(
                               reference_onnx=reference)
     if report is not None:
         data = read_manifest(result.manifest)
+        placed = doctoring.placed_on_cpu(report, data["ops"]["cpu_ops"], model)
+        report.left += placed
+        if placed:
+            typer.echo(f"CPU ops of the build that no pass moves: {len(placed)}", err=True)
+        for finding in placed:
+            typer.echo(f"  {finding.line()}", err=True)
         data["doctor"] = report.to_json()
         write_manifest(result.manifest, data)
     typer.echo("\n".join(summary_lines(result.manifest_data)))

@@ -24,7 +24,8 @@ from typing import Callable
 
 import numpy as np
 
-from rkaudio.board.soc import PADDED_KERNEL_LIMIT, ROW_SAMPLES_LIMIT, TIME_FIELD_LIMIT
+from rkaudio.board.soc import (HEADS_SCORE_PLANE_LIMIT, PAD_LAYER_CHANNEL_MULTIPLE, PAD_LAYER_TOOLKITS,
+                               PADDED_KERNEL_LIMIT, ROW_SAMPLES_LIMIT, TIME_FIELD_LIMIT)
 from rkaudio.core.errors import SetupError
 from rkaudio.gates.fp16_range import FP16_MAX
 
@@ -124,8 +125,11 @@ def long_axes(model, target: str, shapes: dict) -> list[Finding]:
     """Every node reading or writing an axis (past the batch) longer than its op's register field on `target`."""
     from rkaudio.core.onnx_graph import GraphIndex
 
+    from rkaudio.surgery.graph.input_phases import find_input_phases
+
     index = GraphIndex(model)
     upsampled = _upsampling_descendants(model)
+    phased = set(find_input_phases(model))
     found = []
     for node in index.nodes:
         if node.op_type in ("Constant", "Identity", "Reshape", "Squeeze", "Unsqueeze") or _interleave_stage(node):
@@ -139,8 +143,9 @@ def long_axes(model, target: str, shapes: dict) -> list[Finding]:
         if limit is None:
             continue
         if longest > limit:
-            fix = "polyphase" if node.output and node.output[0] in upsampled else None
-            why = "" if fix else "; no pass holds a downsampling input or a non-decoder axis in phases"
+            fix = ("input_phases" if (node.name or node.output[0]) in phased else
+                   "polyphase" if node.output and node.output[0] in upsampled else None)
+            why = "" if fix else "; no pass holds a non-decoder axis past a graph's first downsampling in phases"
             found.append(Finding("long_axis", node.name, node.op_type, f"axis {longest:,} = {longest / limit:.2f}x "
                                  f"the {limit:#x} field{why}", fix, round(longest / limit, 3)))
     return found
@@ -171,30 +176,38 @@ def cpu_ops(model, target: str, toolkit: str) -> list[Finding]:
     from rkaudio.surgery.graph.conv_pad import MAX_CONV_PAD
     from rkaudio.core.onnx_graph import node_attr
 
+    nodes = {node.name or node.output[0]: node for node in model.graph.node}
     found = []
     for placed in cpu_nodes(model, target, toolkit):
         if placed.where == "unmeasured":
             found.append(Finding("unmeasured", placed.node_name, placed.op_type, f"signature {placed.signature} is "
                                  "not in the placement table: `make bench NAME=placement` measures it"))
         else:
+            padded = placed.op_type == "Conv" and any(node_attr(nodes[placed.node_name], "pads") or [])
             found.append(Finding("cpu_op", placed.node_name, placed.op_type,
-                                 f"measured on the CPU ({placed.signature})", CPU_OP_FIXES.get(placed.op_type)))
+                                 f"measured on the CPU ({placed.signature})",
+                                 "conv_padding" if padded else CPU_OP_FIXES.get(placed.op_type)))
     placed_on_cpu = {f.node for f in found}
-    kernel_limit = PADDED_KERNEL_LIMIT.get(target)
+    kernel_limit = PADDED_KERNEL_LIMIT.get(target) if toolkit in PAD_LAYER_TOOLKITS else None
     weights = {tensor.name: tuple(tensor.dims) for tensor in model.graph.initializer}
     for node in model.graph.node:
         pads = node_attr(node, "pads") or []
-        if node.op_type != "Conv" or len(pads) != 2 or not any(pads):
+        if kernel_limit is None or node.op_type != "Conv" or len(pads) != 2 or not any(pads) \
+                or node.input[1] not in weights:
             continue
-        kernel = weights.get(node.input[1], (0,))[-1]  # a rewritten conv may state no kernel_shape
+        _, group_channels, kernel = weights[node.input[1]]  # a rewritten conv may state no kernel_shape
+        channels = group_channels * int(node_attr(node, "group", 1))
+        if channels == 1 or channels % PAD_LAYER_CHANNEL_MULTIPLE == 0:
+            continue
         if max(pads) > MAX_CONV_PAD:
             why = f"pads {list(pads)} past {MAX_CONV_PAD}"
-        elif kernel_limit is not None and kernel > kernel_limit:
+        elif kernel > kernel_limit:
             why = f"a kernel of {kernel} (past {kernel_limit}) padded {list(pads)}"
         else:
             continue
-        finding = Finding("cpu_op", node.name, "Conv", f"{why}: the compiler splits the padding into a Pad layer, "
-                          "which it places on the CPU", "conv_padding")
+        finding = Finding("cpu_op", node.name, "Conv", f"{why} on {channels} input channels (not a multiple of "
+                          f"{PAD_LAYER_CHANNEL_MULTIPLE}): the compiler splits the padding into a Pad layer, which it "
+                          "places on the CPU", "conv_padding")
         found = [f for f in found if f.node != node.name] + [finding] if node.name in placed_on_cpu else \
             found + [finding]
     return found
@@ -219,6 +232,15 @@ def board_refusals(model) -> list[Finding]:
 SHAPE_GLUE = ("Shape", "Size", "ConstantOfShape", "Range")
 
 
+def fed(model, feeds: dict) -> dict:
+    """The self-check inputs as `model` takes them: split into phases where its contract says the caller does
+    (`input_phases`, written by the pass of that name)."""
+    from rkaudio.board.shapes import in_phases
+    from rkaudio.core.contract import contract_of
+
+    return in_phases(contract_of(model), feeds)
+
+
 def fp16_overflows(model, feeds: dict, batch: int = 48) -> list[Finding]:
     """Activations past the fp16 range on `feeds` (onnxruntime fp32, every tensor), and reductions whose running sum
     over the reduced axis does (|result| x the axis length for a mean): the engine computes both in fp16."""
@@ -238,7 +260,7 @@ def fp16_overflows(model, feeds: dict, batch: int = 48) -> list[Finding]:
         probe.CopyFrom(model)
         probe.graph.output.extend(onnx.ValueInfoProto(name=t) for t in chosen if t not in declared)
         with OnnxBackend(probe) as backend:
-            outputs = backend.run(feeds, chosen)
+            outputs = backend.run(fed(model, feeds), chosen)
         peaks.update({name: float(np.max(np.abs(value))) if np.asarray(value).size else 0.0
                       for name, value in outputs.items() if np.asarray(value).dtype.kind == "f"})
     found = []
@@ -332,10 +354,13 @@ def _instance_norm(model, target):
 
 def _attention(model, target):
     """Softmax attention as the exp-ratio form the RK3566 keeps on its NPU, shifted under each row's max (any
-    logits: a user's graph states no logit bound)."""
-    from rkaudio.surgery.graph.attention import exp_ratio_attention
+    logits: a user's graph states no logit bound), its heads apart where their score plane overflows together."""
+    from rkaudio.surgery.graph.attention import heads_apart, softmax_as_exp_ratio, squeeze_unit_batch
 
-    return exp_ratio_attention(model, None)
+    heads = squeeze_unit_batch(model)
+    if target in HEADS_SCORE_PLANE_LIMIT:
+        heads = heads_apart(heads, HEADS_SCORE_PLANE_LIMIT[target])
+    return softmax_as_exp_ratio(heads, None)
 
 
 def _polyphase(model, target):
@@ -361,6 +386,12 @@ def _polyphase(model, target):
     return model
 
 
+def _input_phases(model, target):
+    from rkaudio.surgery.graph.input_phases import input_phases
+
+    return input_phases(model)
+
+
 def _conv_padding(model, target):
     from rkaudio.surgery.graph.conv_pad import cap_conv_padding
 
@@ -378,6 +409,7 @@ FIXES: tuple[Fix, ...] = (
     Fix("instance_norm", _nodes_fixed_by("instance_norm"), _instance_norm),
     Fix("attention", _nodes_fixed_by("attention"), _attention),
     Fix("polyphase", _nodes_fixed_by("polyphase"), _polyphase),
+    Fix("input_phases", _nodes_fixed_by("input_phases"), _input_phases),
     Fix("conv_padding", _nodes_fixed_by("conv_padding"), _conv_padding),
 )
 # The pass that mends a CPU op of this type.
@@ -420,7 +452,7 @@ def apply_fixes(model, target: str, toolkit: str, feeds: dict, say=lambda line: 
 
     def run(graph):
         with OnnxBackend(graph) as backend:
-            return backend.run(feeds)
+            return backend.run(fed(graph, feeds))
 
     floor_db = fp32_floor_db(model, feeds)
     say(f"the weights' fp32 floor on the self-check inputs: {floor_db:.1f} dB")
@@ -505,6 +537,22 @@ def mend(model, target: str, toolkit: str, feeds: dict, say=lambda line: None):
     for line in report.lines()[len(report.found) + 1:]:
         say(line)
     return mended, report
+
+
+def placed_on_cpu(report: Report, cpu_ops: list[dict], model) -> list[Finding]:
+    """The CPU ops of the build (its manifest's `ops.cpu_ops`) that no `cpu_op` finding left names, as findings: the
+    build measures placement, the doctor predicts it, and every CPU op of the engine is named with its reason."""
+    named = {f.node for f in report.left or () if f.kind == "cpu_op"}
+    nodes = {node.name for node in model.graph.node}
+    found = []
+    for op in cpu_ops:
+        if op["name"] in named:
+            continue
+        origin = ("the placement table did not predict it" if op["name"] in nodes else
+                  "a layer the compiler inserted (it is no node of the ONNX), so no graph pass reaches it")
+        found.append(Finding("cpu_op", op["name"], op.get("type") or "?", f"placed on the CPU by the build; {origin}",
+                             None))
+    return found
 
 
 def engine_graph(model, report: Report):

@@ -359,3 +359,53 @@ def test_squeeze_leaves_rank4_tensors_outside_attention_alone():
     shapes = static_shapes(squeezed)
     rank4 = sorted(out for node in squeezed.graph.node for out in node.output if len(shapes[out]) == 4)
     assert rank4 == ["image_gained", "image_out", "image_shifted"]
+
+
+# --- heads_apart ------------------------------------------------------------------------------------------------
+
+SPLIT_HEADS, QUERIES, KEYS = 3, 10, 12
+
+
+def rank3_attention() -> onnx.ModelProto:
+    """y = softmax(q @ kt) @ v on rank-3 inputs q [H, T, d], kt [H, d, S], v [H, S, d]: the form the squeezed Whisper
+    encoder has (its scale folded into q and k)."""
+    make = helper.make_node
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in
+              (("q", [SPLIT_HEADS, QUERIES, DEPTH]), ("kt", [SPLIT_HEADS, DEPTH, KEYS]),
+               ("v", [SPLIT_HEADS, KEYS, DEPTH]))]
+    graph = helper.make_graph(
+        [make("MatMul", ["q", "kt"], ["scores"], name="Scores"), make("Softmax", ["scores"], ["weights"], axis=-1,
+                                                                       name="Softmax"),
+         make("MatMul", ["weights", "v"], ["y"], name="Weighted")],
+        "rank3_attention", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [SPLIT_HEADS, QUERIES,
+                                                                                           DEPTH])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def rank3_reference(feeds: dict) -> np.ndarray:
+    scores = feeds["q"].astype(np.float64) @ feeds["kt"].astype(np.float64)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True)) @ feeds["v"].astype(np.float64)
+
+
+def test_heads_apart_matches_float64_attention_per_head():
+    from rkaudio.surgery.graph.attention import heads_apart
+
+    rng = np.random.default_rng(7)
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in
+             (("q", (SPLIT_HEADS, QUERIES, DEPTH)), ("kt", (SPLIT_HEADS, DEPTH, KEYS)),
+              ("v", (SPLIT_HEADS, KEYS, DEPTH)))}
+    model = rank3_attention()
+    assert heads_apart(model, QUERIES * KEYS).graph == model.graph  # a plane within the limit stays as it is
+    apart = heads_apart(model, QUERIES * KEYS - 1)
+    assert ops(apart).count("Softmax") == SPLIT_HEADS and ops(apart).count("Split") == 3
+    assert all(dims[0] == 1 for name, dims in static_shapes(apart).items() if "/scores" in name)
+    want = rank3_reference(feeds)
+    np.testing.assert_allclose(run(apart, feeds), want, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(run(softmax_as_exp_ratio(apart), feeds), want, rtol=0,
+                               atol=EXP_RATIO_TOLERANCE * np.abs(want).max())
+    planted = onnx.ModelProto()
+    planted.CopyFrom(apart)
+    concat = next(node for node in planted.graph.node if node.op_type == "Concat")
+    concat.input[0], concat.input[1] = concat.input[1], concat.input[0]  # a slip: two heads in each other's place
+    assert np.abs(run(planted, feeds) - want).max() > 100 * ATOL

@@ -1,7 +1,8 @@
-"""The ONNX passes `convert build --fix` applies to any user graph (sine_polynomial, instance_norm, weight_fold), each
-on a tiny torch export with its pattern, run in onnxruntime and compared with an independent numpy float64 reference
-of the model's computation: the exact passes to fp32 rounding, the sine polynomial within its declared tolerance.
-Each also finds nothing on a graph without its pattern, and a planted wrong rewrite misses the reference badly."""
+"""The ONNX passes `convert build --fix` applies to any user graph (sine_polynomial, instance_norm, weight_fold,
+input_phases), each on a tiny torch export with its pattern, run in onnxruntime and compared with an independent numpy
+float64 reference of the model's computation: the exact passes to fp32 rounding, the sine polynomial within its
+declared tolerance. Each also finds nothing on a graph without its pattern, and a planted wrong rewrite misses the
+reference badly."""
 from __future__ import annotations
 
 import io
@@ -348,3 +349,101 @@ def test_weight_fold_finds_nothing_without_a_constant_computation(x):
     assert find_weight_fold(helper.make_model(noise, opset_imports=[helper.make_opsetid("", 17)])) == []
     with pytest.raises(ValueError, match="nothing for weight_fold"):
         weight_fold(model)
+
+
+# --- input_phases -----------------------------------------------------------------------------------------------
+
+SAMPLES = 2400  # divisible by every stride below
+
+
+class WaveformFront(nn.Module):
+    """Wav2Vec2's front end in miniature: [1, T] samples -> Unsqueeze -> Conv1d(1, C, K, stride P, no bias) -> ReLU
+    -> Conv1d(C, C, 3, stride 2)."""
+
+    def __init__(self, kernel: int, stride: int):
+        super().__init__()
+        torch.manual_seed(4)
+        self.first = nn.Conv1d(1, CHANNELS, kernel, stride=stride, bias=False)
+        self.second = nn.Conv1d(CHANNELS, CHANNELS, 3, stride=2)
+
+    def forward(self, samples):
+        return self.second(torch.relu(self.first(samples.unsqueeze(1))))
+
+    def reference(self, samples: np.ndarray) -> np.ndarray:
+        """float64 strided correlations on the [1, T] samples (one input channel)."""
+        def strided(x, weight, stride):
+            kernel = weight.shape[-1]
+            frames = (x.shape[-1] - kernel) // stride + 1
+            taps = np.stack([x[:, k:k + stride * (frames - 1) + 1:stride] for k in range(kernel)], axis=-1)
+            return np.einsum("oik,itk->ot", weight.astype(np.float64), taps)
+
+        first = strided(samples.astype(np.float64), self.first.weight.detach().numpy(), self.first.stride[0])
+        second = strided(np.maximum(first, 0.0), self.second.weight.detach().numpy(), 2)
+        return (second + self.second.bias.detach().numpy().astype(np.float64)[:, None])[None]
+
+
+def _phases_run(model: onnx.ModelProto, samples: np.ndarray) -> np.ndarray:
+    from rkaudio.board.shapes import in_phases
+    from rkaudio.core.contract import contract_of
+
+    with OnnxBackend(model, threads=1) as backend:
+        return backend.run(in_phases(contract_of(model), {"x": samples}))["y"]
+
+
+@pytest.mark.parametrize("kernel, stride", [(10, 5), (7, 3), (4, 4)])
+def test_input_phases_feeds_the_waveform_in_phases(kernel, stride):
+    from rkaudio.core.contract import contract_of
+    from rkaudio.surgery.graph.input_phases import find_input_phases, input_phases
+
+    module = WaveformFront(kernel, stride)
+    samples = np.random.default_rng(5).standard_normal((1, SAMPLES)).astype(np.float32)
+    model = _export(module, samples)
+    first_conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    assert find_input_phases(model) == [first_conv.name]
+    phased = input_phases(model)
+    assert contract_of(phased).input_phases == {"x": stride}
+    assert [d.dim_value for d in phased.graph.input[0].type.tensor_type.shape.dim] == [1, stride, SAMPLES // stride]
+    assert "Unsqueeze" not in _ops(phased)
+    reference = module.reference(samples)
+    got = _phases_run(phased, samples)
+    assert got.shape == reference.shape
+    assert np.max(np.abs(got - reference)) / np.max(np.abs(reference)) < EXACT_RELATIVE
+
+
+def test_input_phases_finds_nothing_it_cannot_split():
+    from rkaudio.surgery.graph.input_phases import find_input_phases, input_phases
+
+    samples = np.zeros((1, SAMPLES + 1), np.float32)  # 2401 samples: no whole phases of 5
+    assert find_input_phases(_export(WaveformFront(10, 5), samples)) == []
+    unstrided = _export(nn.Sequential(nn.Conv1d(4, CHANNELS, 3)), np.zeros((1, 4, SAMPLES), np.float32))
+    assert find_input_phases(unstrided) == []
+    assert input_phases(unstrided).graph == unstrided.graph
+
+
+def test_input_phases_wrong_tap_order_misses_the_reference():
+    from rkaudio.surgery.graph.input_phases import input_phases
+
+    module = WaveformFront(10, 5)
+    samples = np.random.default_rng(6).standard_normal((1, SAMPLES)).astype(np.float32)
+    phased = input_phases(_export(module, samples))
+    taps = next(t for t in phased.graph.initializer if t.name.endswith("/phase_taps"))
+    weight = numpy_helper.to_array(taps)  # [C, P, ceil(K/P)]: a slip laying the taps out phase-major
+    planted = _replace_initializer(phased, taps.name, weight.reshape(weight.shape[0], -1)
+                                   .reshape(weight.shape[0], weight.shape[2], weight.shape[1]).transpose(0, 2, 1))
+    reference = module.reference(samples)
+    assert snr_db(reference, _phases_run(phased, samples)) > 120.0
+    assert snr_db(reference, _phases_run(planted, samples)) < 120.0 - WRONG_BY_DB
+
+
+def test_in_phases_puts_sample_p_j_at_phase_p():
+    from rkaudio.board.contract import EngineContract
+    from rkaudio.board.shapes import ShapeRefused, in_phases
+
+    contract = EngineContract(input_phases={"audio": 4})
+    samples = np.arange(12, dtype=np.float32)[None]
+    fed = in_phases(contract, {"audio": samples, "other": samples})
+    assert fed["audio"].shape == (1, 4, 3) and fed["audio"][0, 1, 2] == 4 * 2 + 1
+    assert fed["other"] is samples
+    assert in_phases(contract, {"audio": fed["audio"]})["audio"] is fed["audio"]  # already split: as given
+    with pytest.raises(ShapeRefused, match="do not split into 4 phases"):
+        in_phases(contract, {"audio": np.zeros((1, 10), np.float32)})

@@ -1,12 +1,14 @@
-"""Attention in a form the RK3566 compiler keeps on its NPU, as two ONNX graph passes.
+"""Attention in a form the RK3566 compiler keeps on its NPU, as ONNX graph passes.
 
 Why (issue #42's probes, rknn-toolkit2 2.3.2, rk3566): the compiler wraps a MatMul of two rank-4 activations, and a
 rank-4 head-split Transpose, in CPU Transposes, and keeps the same ops at rank 3 on the NPU; it runs Softmax and Exp
 on the CPU (ReduceMax, MaxPool and Max too), and Sigmoid, Neg, Relu, Div, Slice on the NPU. So heads run at rank 3
 (`squeeze_unit_batch`), exp is a ratio of two Sigmoids of logits shifted below each row's max (a Relu tree: `row_max`)
-or a constant bound, and the row sum is one more column of the value MatMul (`softmax_as_exp_ratio`).
+or a constant bound, and the row sum is one more column of the value MatMul (`softmax_as_exp_ratio`). A score
+tensor of several heads whose plane is long (Whisper's 1,500 x 1,500) logs REGTASK lines at rank 3, so such heads
+are computed apart (`heads_apart`).
 
-Both passes work on ONNX whose shapes are pinned (`rkaudio.surgery.graph.fold.fold_fixed`)."""
+The passes work on ONNX whose shapes are pinned (`rkaudio.surgery.graph.fold.fold_fixed`)."""
 from __future__ import annotations
 
 import math
@@ -230,6 +232,14 @@ def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float | None = Non
         removed |= {position, matmul_position}
     if not replaced:
         return out
+    _splice(out.graph, index, replaced, removed)
+    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in added.items())
+    return drop_unused_initializers(out)
+
+
+def _splice(graph: onnx.GraphProto, index: GraphIndex, replaced: dict[int, list[onnx.NodeProto]],
+            removed: set[int]) -> None:
+    """`graph`'s nodes with each position in `replaced` preceded by its new nodes and every `removed` one dropped."""
     nodes = []
     for position, node in enumerate(index.nodes):
         nodes.extend(replaced.get(position, []))
@@ -237,8 +247,6 @@ def softmax_as_exp_ratio(model: onnx.ModelProto, logit_bound: float | None = Non
             nodes.append(node)
     del graph.node[:]
     graph.node.extend(nodes)
-    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in added.items())
-    return drop_unused_initializers(out)
 
 
 def exp_below_bound(logits: str, logit_bound: float | None, tag: str, added: dict,
@@ -419,6 +427,49 @@ def _exp_ratio_site(node: onnx.NodeProto, index: GraphIndex, shapes: dict) -> tu
     if matmul.op_type != "MatMul" or matmul.input[0] != node.output[0] or matmul.input[1] not in shapes:
         return None
     return users[0], matmul.input[1]
+
+
+def heads_apart(model: onnx.ModelProto, plane_limit: int) -> onnx.ModelProto:
+    """Each rank-3 attention of h >= 2 heads, scores = MatMul(q [h, T, d], k [h, d, S]) -> last-axis Softmax -> one
+    MatMul with v [h, S, e], whose T x S plane exceeds `plane_limit`, as h one-head attentions between a Split of q,
+    k and v (axis 0) and a Concat of their outputs. Why: the RK3566 compiler logs REGTASK lines for a rank-3 score
+    tensor of several heads from a smaller plane than for one head (`rkaudio.board.soc.HEADS_SCORE_PLANE_LIMIT`)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    shapes, index = static_shapes(out), GraphIndex(out)
+    replaced: dict[int, list[onnx.NodeProto]] = {}
+    removed: set[int] = set()
+    for position, softmax in enumerate(index.nodes):
+        site = _exp_ratio_site(softmax, index, shapes)
+        scores = index.producer.get(softmax.input[0])
+        if site is None or scores is None or scores.op_type != "MatMul" \
+                or len(index.consumers.get(softmax.input[0], [])) != 1:
+            continue
+        weighted_position, values = site
+        operands = [scores.input[0], scores.input[1], values]
+        dims = [shapes.get(name, ()) for name in operands]
+        heads = dims[0][0] if all(len(d) == 3 for d in dims) else 0
+        plane = math.prod(shapes[softmax.input[0]][-2:])
+        if heads < 2 or any(d[0] != heads for d in dims) or plane <= plane_limit:
+            continue
+        tag, make = softmax.name or softmax.output[0], helper.make_node
+        new = [make("Split", [name], [f"{tag}/{part}{head}" for head in range(heads)], axis=0,
+                    name=f"{tag}/Split_{part}") for name, part in zip(operands, ("q", "k", "v"))]
+        for head in range(heads):
+            new += [make("MatMul", [f"{tag}/q{head}", f"{tag}/k{head}"], [f"{tag}/scores{head}"],
+                         name=f"{tag}/Scores{head}"),
+                    make("Softmax", [f"{tag}/scores{head}"], [f"{tag}/weights{head}"], name=f"{tag}/Softmax{head}",
+                         axis=-1),
+                    make("MatMul", [f"{tag}/weights{head}", f"{tag}/v{head}"], [f"{tag}/weighted{head}"],
+                         name=f"{tag}/Weighted{head}")]
+        weighted = index.nodes[weighted_position]
+        new.append(make("Concat", [f"{tag}/weighted{head}" for head in range(heads)], [weighted.output[0]], axis=0,
+                        name=f"{tag}/Heads"))
+        replaced[weighted_position] = new
+        removed |= {index.producer_position[softmax.input[0]], position, weighted_position}
+    if replaced:
+        _splice(out.graph, index, replaced, removed)
+    return out
 
 
 def exp_ratio_attention(model: onnx.ModelProto, logit_bound: float | None = None) -> onnx.ModelProto:
