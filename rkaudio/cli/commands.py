@@ -55,7 +55,7 @@ def build(
     import onnx
 
     from rkaudio.toolkit.session import input_specs, random_feeds
-    from rkaudio.core.manifest import read_manifest, summary_lines, write_manifest
+    from rkaudio.core.manifest import summary_lines
 
     from rkaudio.core.contract import contract_of
     from rkaudio.core.onnx_graph import load_model
@@ -67,7 +67,9 @@ def build(
                            fail_on_cpu_ops=fail_on_cpu_ops, max_cpu_ops=max_cpu_ops,
                            max_real_time_factor=max_real_time_factor, real_time=family_real_time(contract_of(model)),
                            min_simulator_snr_db=min_snr_db, timeout_s=timeout)
-    report = None
+    def say(line: str) -> None:
+        typer.echo(line, err=True)
+
     if shape or fix:
         model = doctoring.pinned(model, doctoring.parse_shapes(shape))
     with tempfile.TemporaryDirectory(prefix="rkaudio-selfcheck-") as scratch:
@@ -75,42 +77,105 @@ def build(
         if selfcheck is None:
             selfcheck = Path(scratch) / "inputs.npz"
             np.savez(selfcheck, **feeds)
-        reference = None
+
+        def compile_engine(graph_path: Path, inputs: Path, reference: Optional[Path] = None, report=None):
+            say(f"building {graph_path.name} for {target} with rknn-toolkit2 {toolkit} ...")
+            return build_engine(graph_path, out, options, selfcheck=inputs,  # a dead child: BuildError, exit 4
+                                export_verdicts=doctoring.pass_verdicts(report) if report else (),
+                                reference_onnx=reference)
+
         if shape or fix:
             out.mkdir(parents=True, exist_ok=True)
-            stem = f"{onnx_path.stem}.{'fixed' if fix else 'pinned'}"
-            if fix:
-                model, report = doctoring.mend(model, target, toolkit, feeds,
-                                               say=lambda line: typer.echo(line, err=True))
-                phased = doctoring.fed(model, feeds)
-                if any(phased[name] is not feeds[name] for name in feeds):  # the engine takes a waveform in phases
-                    selfcheck = Path(scratch) / "inputs.phases.npz"
-                    np.savez(selfcheck, **phased)
-                engine_model = doctoring.engine_graph(model, report)
-                if engine_model is not None:  # it relies on fp16 arithmetic: its fp32 twin is the reference
-                    reference = out / f"{stem}.fp32.onnx"
-                    onnx.save(model, str(reference))
-                    model = engine_model
-            else:
-                model = fold_fixed(model)
-            onnx_path = out / f"{stem}.onnx"
-            onnx.save(model, str(onnx_path))
-        typer.echo(f"building {onnx_path.name} for {target} with rknn-toolkit2 {toolkit} ...", err=True)
-        result = build_engine(onnx_path, out, options, selfcheck=selfcheck,  # a dead child: BuildError, exit 4
-                              export_verdicts=doctoring.pass_verdicts(report) if report else (),
-                              reference_onnx=reference)
-    if report is not None:
-        data = read_manifest(result.manifest)
-        placed = doctoring.placed_on_cpu(report, data["ops"]["cpu_ops"], model)
-        report.left += placed
-        if placed:
-            typer.echo(f"CPU ops of the build that no pass moves: {len(placed)}", err=True)
-        for finding in placed:
-            typer.echo(f"  {finding.line()}", err=True)
-        data["doctor"] = report.to_json()
-        write_manifest(result.manifest, data)
+        if fix:
+            result = _mend_and_build(model, onnx_path.stem, target, toolkit, feeds, selfcheck, out, Path(scratch),
+                                     compile_engine, say)
+        else:
+            if shape:
+                onnx_path = out / f"{onnx_path.stem}.pinned.onnx"
+                onnx.save(fold_fixed(model), str(onnx_path))
+            result = compile_engine(onnx_path, selfcheck)
     typer.echo("\n".join(summary_lines(result.manifest_data)))
     typer.echo(f"wrote {result.rknn}, {result.manifest.name}, {result.build_log.name}")
+
+
+def _mend_and_build(model, stem: str, target: str, toolkit: str, feeds: dict, selfcheck: Path, out: Path,
+                    scratch: Path, compile_engine, say):
+    """`--fix`: mend, build <stem>.fixed.*, and name every CPU op of the engine in the manifest's `doctor` report.
+    A pass that only moves ops off the CPU is judged by the engine: when the build puts on the CPU a node whose pass
+    the placement table did not call for, the engine is built again with it; when a placement-only pass was kept
+    (doctor.Fix.placement_only), again without it. The engine the board-time model predicts faster is kept (a CPU
+    Softmax can cost less than its NPU form). Returns the build result."""
+    import shutil
+
+    import numpy as np
+    import onnx
+
+    from rkaudio.core.manifest import read_manifest, write_manifest
+    from rkaudio.engine import doctor as doctoring
+
+    def attempt(measured=(), skip=()):
+        mended, report = doctoring.mend(model, target, toolkit, feeds, say=say, measured=measured, skip=skip)
+        phased = doctoring.fed(mended, feeds)
+        inputs = selfcheck
+        if any(phased[name] is not feeds[name] for name in feeds):  # the engine takes a waveform in phases
+            inputs = scratch / "inputs.phases.npz"
+            np.savez(inputs, **phased)
+        fixed_path, reference = out / f"{stem}.fixed.onnx", None
+        engine_model = doctoring.engine_graph(mended, report)
+        if engine_model is not None:  # it relies on fp16 arithmetic: its fp32 twin is the reference
+            reference = out / f"{stem}.fixed.fp32.onnx"
+            onnx.save(mended, str(reference))
+        onnx.save(engine_model or mended, str(fixed_path))
+        result = compile_engine(fixed_path, inputs, reference, report)
+        placed = doctoring.placed_on_cpu(report, result.manifest_data["ops"]["cpu_ops"], engine_model or mended)
+        ms = (result.manifest_data.get("predicted_board_ms") or {}).get("ms")
+        return result, report, placed, ms
+
+    def keep_aside():
+        for path in out.glob(f"{stem}.fixed.*"):
+            shutil.move(str(path), aside / path.name)
+
+    def take_back():
+        for path in out.glob(f"{stem}.fixed.*"):
+            path.unlink()
+        for path in aside.iterdir():
+            shutil.move(str(path), out / path.name)
+
+    aside = scratch / "other_engine"
+    aside.mkdir()
+    first = attempt()
+    result, report, placed, ms = first
+    mendable = [finding for finding in placed if finding.fix]
+    compared = {finding.fix for finding in mendable} or doctoring.placement_passes(report)
+    if compared:
+        # the other engine: with the passes the build's CPU ops call for, or without the placement-only ones kept
+        passes = ", ".join(sorted(compared))
+        say(f"the build put {len(mendable)} op(s) on the CPU that the placement table did not predict and a pass "
+            f"mends ({passes}): building with it too" if mendable else
+            f"{passes} only moves ops off the CPU: building without it too, to keep the engine predicted faster")
+        keep_aside()
+        other = attempt(measured=mendable) if mendable else attempt(skip=compared)
+        with_passes, without = (other, first) if mendable else (first, other)
+        faster = other if None in (ms, other[3]) or other[3] < ms else first
+        if faster is first:
+            take_back()
+        result, report, placed, ms = faster
+        say(f"kept the engine {'with' if faster is with_passes else 'without'} {passes}: {with_passes[3]:.1f} ms per "
+            f"call predicted with it, {without[3]:.1f} ms without")
+        if faster is without:
+            report.left = doctoring.left_on_cpu(report.left, compared, with_passes[3], ms)
+            placed = doctoring.left_on_cpu(placed, compared, with_passes[3], ms)
+    report.left += placed
+    cpu_ops = {op["name"] for op in result.manifest_data["ops"]["cpu_ops"]}
+    named = [finding for finding in report.left if finding.kind == "cpu_op" and finding.node in cpu_ops]
+    if named:
+        say(f"CPU ops of the engine, each with the reason it stays there: {len(named)}")
+    for finding in named:
+        say(f"  {finding.line()}")
+    data = read_manifest(result.manifest)
+    data["doctor"] = report.to_json()
+    write_manifest(result.manifest, data)
+    return result
 
 
 def doctor(

@@ -19,7 +19,7 @@ form. A pass that fails its gate is not applied and the report says so. Then the
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -297,12 +297,14 @@ class Fix:
     (empty: it does not apply), `rewrite(model, target)` rewrites them. `exact`: gated within the weights' fp32
     floor; else an approximation, gated APPROXIMATION_MARGIN_DB above the graph's fp16 floor. `engine_form`: what the
     engine graph needs on top of the fp32 graph the build compares with (the fp16 rounding shift of the round-form
-    sine)."""
+    sine). `placement_only`: the pass mends no fault, only where ops run, so `convert build --fix` builds the engine
+    with and without it and keeps the one the board-time model predicts faster."""
     name: str
     sites: Callable
     rewrite: Callable
     exact: bool = True
     engine_form: Callable | None = None
+    placement_only: bool = False  # it only moves ops off the CPU: `--fix` keeps it where the engine predicts faster
 
 
 def _nodes_fixed_by(name: str):
@@ -405,9 +407,9 @@ FIXES: tuple[Fix, ...] = (
     Fix("weight_fold", _weight_fold_sites, _weight_fold),
     Fix("fold", _fold_sites, _fold),
     Fix("sine_polynomial", _nodes_fixed_by("sine_polynomial"), _sine_polynomial, exact=False,
-        engine_form=_fp16_round_shift),
+        engine_form=_fp16_round_shift, placement_only=True),
     Fix("instance_norm", _nodes_fixed_by("instance_norm"), _instance_norm),
-    Fix("attention", _nodes_fixed_by("attention"), _attention),
+    Fix("attention", _nodes_fixed_by("attention"), _attention, placement_only=True),
     Fix("polyphase", _nodes_fixed_by("polyphase"), _polyphase),
     Fix("input_phases", _nodes_fixed_by("input_phases"), _input_phases),
     Fix("conv_padding", _nodes_fixed_by("conv_padding"), _conv_padding),
@@ -445,8 +447,10 @@ def fp32_floor_db(model, feeds: dict) -> float:
     return snr_db(exact, fp32)
 
 
-def apply_fixes(model, target: str, toolkit: str, feeds: dict, say=lambda line: None):
-    """(the mended model, the passes tried): each pass whose sites match, kept only when its gate passes."""
+def apply_fixes(model, target: str, toolkit: str, feeds: dict, say=lambda line: None, measured=(), skip=()):
+    """(the mended model, the passes tried): each pass whose sites match, kept only when its gate passes.
+    `measured`: findings a build made (CPU ops the table did not predict), matched beside the doctor's own; `skip`:
+    names of passes not to try."""
     from rkaudio.gates.fp16_floor import fp16_rounded
     from rkaudio.host.backends import OnnxBackend
 
@@ -458,7 +462,9 @@ def apply_fixes(model, target: str, toolkit: str, feeds: dict, say=lambda line: 
     say(f"the weights' fp32 floor on the self-check inputs: {floor_db:.1f} dB")
     applied, before = [], run(model)
     for fix in FIXES:
-        sites = fix.sites(model, target, examine(model, target, toolkit, None))
+        if fix.name in skip:
+            continue
+        sites = fix.sites(model, target, examine(model, target, toolkit, None) + list(measured))
         if not sites:
             continue
         candidate = fix.rewrite(model, target)
@@ -525,13 +531,14 @@ def diagnose(model, target: str, toolkit: str, feeds: dict | None) -> Report:
     return Report(target, toolkit, glue + examine(fold_fixed(model), target, toolkit, feeds))
 
 
-def mend(model, target: str, toolkit: str, feeds: dict, say=lambda line: None):
-    """`--fix`: (the mended fp32 model, the report: found on `model`, the passes tried, what is left on the graph the
-    engine compiles)."""
+def mend(model, target: str, toolkit: str, feeds: dict, say=lambda line: None, measured=(), skip=()):
+    """`--fix`: (the mended fp32 model, the report: found on `model` (and `measured`, a build's findings), the
+    passes tried but those named in `skip`, what is left on the graph the engine compiles)."""
     report = diagnose(model, target, toolkit, feeds)
+    report.found += list(measured)
     for line in report.lines():
         say(line)
-    mended, report.applied = apply_fixes(model, target, toolkit, feeds, say)
+    mended, report.applied = apply_fixes(model, target, toolkit, feeds, say, measured, skip)
     engine = engine_graph(mended, report)
     report.left = examine(mended if engine is None else engine, target, toolkit, feeds)  # what the engine compiles
     for line in report.lines()[len(report.found) + 1:]:
@@ -541,18 +548,40 @@ def mend(model, target: str, toolkit: str, feeds: dict, say=lambda line: None):
 
 def placed_on_cpu(report: Report, cpu_ops: list[dict], model) -> list[Finding]:
     """The CPU ops of the build (its manifest's `ops.cpu_ops`) that no `cpu_op` finding left names, as findings: the
-    build measures placement, the doctor predicts it, and every CPU op of the engine is named with its reason."""
+    build measures placement, the doctor predicts it, and every CPU op of the engine is named with its reason. A
+    node of `model` whose op type a pass mends (CPU_OP_FIXES) names that pass when `report` has not tried it."""
     named = {f.node for f in report.left or () if f.kind == "cpu_op"}
-    nodes = {node.name for node in model.graph.node}
+    nodes = {node.name or node.output[0]: node for node in model.graph.node}
+    tried = {applied.name for applied in report.applied}
     found = []
     for op in cpu_ops:
         if op["name"] in named:
             continue
-        origin = ("the placement table did not predict it" if op["name"] in nodes else
-                  "a layer the compiler inserted (it is no node of the ONNX), so no graph pass reaches it")
-        found.append(Finding("cpu_op", op["name"], op.get("type") or "?", f"placed on the CPU by the build; {origin}",
-                             None))
+        node = nodes.get(op["name"])
+        remedy = CPU_OP_FIXES.get(node.op_type) if node is not None else None
+        if node is None:
+            why, remedy = "a layer the compiler inserted (it is no node of the ONNX), so no graph pass reaches it", None
+        elif remedy in tried:
+            why, remedy = f"the placement table did not predict it; {remedy} was tried (see fixes)", None
+        else:
+            why = "the placement table did not predict it"
+        found.append(Finding("cpu_op", op["name"], node.op_type if node is not None else op.get("type") or "?",
+                             f"placed on the CPU by the build; {why}", remedy))
     return found
+
+
+def left_on_cpu(findings: list[Finding], passes: set[str], with_ms: float, without_ms: float) -> list[Finding]:
+    """`findings` with each one a pass in `passes` would mend marked as left on the CPU, and why: the engine with
+    that pass predicts `with_ms` per call, the one kept `without_ms`."""
+    return [replace(f, fix=None, detail=f"{f.detail}; {f.fix} moves it to the NPU, but that engine predicts "
+                    f"{with_ms:.1f} ms per call against {without_ms:.1f} ms") if f.fix in passes else f
+            for f in findings]
+
+
+def placement_passes(report: Report) -> set[str]:
+    """The placement-only passes `report` kept."""
+    kept = {applied.name for applied in report.applied if applied.kept}
+    return {fix.name for fix in FIXES if fix.placement_only and fix.name in kept}
 
 
 def engine_graph(model, report: Report):
