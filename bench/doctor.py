@@ -65,8 +65,8 @@ def cell(model: str, size: str, target: str, work: Path) -> list[dict]:
         result = convert("build", str(onnx_path), "--target", target, "--out", str(out), *args)
         failed = ""
         if result.returncode:
-            failed = " ".join(line for line in result.stdout.splitlines() + result.stderr.splitlines()
-                              if "FAILED" in line or "error" in line.lower())[:300] or f"exit {result.returncode}"
+            failed = " ".join(line.strip() for line in result.stdout.splitlines() + result.stderr.splitlines()
+                              if "[FAIL]" in line)[:300] or f"exit {result.returncode}"  # the gates that failed
             result = convert("build", str(onnx_path), "--target", target, "--out", str(out), *args, *OPEN_GATES)
             if result.returncode:
                 rows.append({"model": model, "size": size, "target": target, "stage": stage,
