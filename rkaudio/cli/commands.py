@@ -87,8 +87,8 @@ def build(
         if shape or fix:
             out.mkdir(parents=True, exist_ok=True)
         if fix:
-            result = _mend_and_build(model, onnx_path.stem, target, toolkit, feeds, selfcheck, out, Path(scratch),
-                                     compile_engine, say)
+            result = doctoring.build_mended(model, onnx_path.stem, target, toolkit, feeds, selfcheck, out,
+                                            Path(scratch), compile_engine, say)
         else:
             if shape:
                 onnx_path = out / f"{onnx_path.stem}.pinned.onnx"
@@ -96,86 +96,6 @@ def build(
             result = compile_engine(onnx_path, selfcheck)
     typer.echo("\n".join(summary_lines(result.manifest_data)))
     typer.echo(f"wrote {result.rknn}, {result.manifest.name}, {result.build_log.name}")
-
-
-def _mend_and_build(model, stem: str, target: str, toolkit: str, feeds: dict, selfcheck: Path, out: Path,
-                    scratch: Path, compile_engine, say):
-    """`--fix`: mend, build <stem>.fixed.*, and name every CPU op of the engine in the manifest's `doctor` report.
-    A pass that only moves ops off the CPU is judged by the engine: when the build puts on the CPU a node whose pass
-    the placement table did not call for, the engine is built again with it; when a placement-only pass was kept
-    (doctor.Fix.placement_only), again without it. The engine the board-time model predicts faster is kept (a CPU
-    Softmax can cost less than its NPU form). Returns the build result."""
-    import shutil
-
-    import numpy as np
-    import onnx
-
-    from rkaudio.core.manifest import read_manifest, write_manifest
-    from rkaudio.engine import doctor as doctoring
-
-    def attempt(measured=(), skip=()):
-        mended, report = doctoring.mend(model, target, toolkit, feeds, say=say, measured=measured, skip=skip)
-        phased = doctoring.fed(mended, feeds)
-        inputs = selfcheck
-        if any(phased[name] is not feeds[name] for name in feeds):  # the engine takes a waveform in phases
-            inputs = scratch / "inputs.phases.npz"
-            np.savez(inputs, **phased)
-        fixed_path, reference = out / f"{stem}.fixed.onnx", None
-        engine_model = doctoring.engine_graph(mended, report)
-        if engine_model is not None:  # it relies on fp16 arithmetic: its fp32 twin is the reference
-            reference = out / f"{stem}.fixed.fp32.onnx"
-            onnx.save(mended, str(reference))
-        onnx.save(engine_model or mended, str(fixed_path))
-        result = compile_engine(fixed_path, inputs, reference, report)
-        placed = doctoring.placed_on_cpu(report, result.manifest_data["ops"]["cpu_ops"], engine_model or mended)
-        ms = (result.manifest_data.get("predicted_board_ms") or {}).get("ms")
-        return result, report, placed, ms
-
-    def keep_aside():
-        for path in out.glob(f"{stem}.fixed.*"):
-            shutil.move(str(path), aside / path.name)
-
-    def take_back():
-        for path in out.glob(f"{stem}.fixed.*"):
-            path.unlink()
-        for path in aside.iterdir():
-            shutil.move(str(path), out / path.name)
-
-    aside = scratch / "other_engine"
-    aside.mkdir()
-    first = attempt()
-    result, report, placed, ms = first
-    mendable = [finding for finding in placed if finding.fix]
-    compared = {finding.fix for finding in mendable} or doctoring.placement_passes(report)
-    if compared:
-        # the other engine: with the passes the build's CPU ops call for, or without the placement-only ones kept
-        passes = ", ".join(sorted(compared))
-        say(f"the build put {len(mendable)} op(s) on the CPU that the placement table did not predict and a pass "
-            f"mends ({passes}): building with it too" if mendable else
-            f"{passes} only moves ops off the CPU: building without it too, to keep the engine predicted faster")
-        keep_aside()
-        other = attempt(measured=mendable) if mendable else attempt(skip=compared)
-        with_passes, without = (other, first) if mendable else (first, other)
-        faster = other if None in (ms, other[3]) or other[3] < ms else first
-        if faster is first:
-            take_back()
-        result, report, placed, ms = faster
-        say(f"kept the engine {'with' if faster is with_passes else 'without'} {passes}: {with_passes[3]:.1f} ms per "
-            f"call predicted with it, {without[3]:.1f} ms without")
-        if faster is without:
-            report.left = doctoring.left_on_cpu(report.left, compared, with_passes[3], ms)
-            placed = doctoring.left_on_cpu(placed, compared, with_passes[3], ms)
-    report.left += placed
-    cpu_ops = {op["name"] for op in result.manifest_data["ops"]["cpu_ops"]}
-    named = [finding for finding in report.left if finding.kind == "cpu_op" and finding.node in cpu_ops]
-    if named:
-        say(f"CPU ops of the engine, each with the reason it stays there: {len(named)}")
-    for finding in named:
-        say(f"  {finding.line()}")
-    data = read_manifest(result.manifest)
-    data["doctor"] = report.to_json()
-    write_manifest(result.manifest, data)
-    return result
 
 
 def doctor(

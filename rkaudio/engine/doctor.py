@@ -294,13 +294,14 @@ def examine(model, target: str, toolkit: str, feeds: dict | None) -> list[Findin
 @dataclass(frozen=True)
 class Fix:
     """A shared graph pass as `--fix` applies it: `sites(model, target, findings)` names the nodes it would rewrite
-    (empty: it does not apply), `rewrite(model, target)` rewrites them. `exact`: gated within the weights' fp32
+    (empty: it does not apply; None: its sites are the nodes its rewrite removes), `rewrite(model, target)` rewrites
+    them. `exact`: gated within the weights' fp32
     floor; else an approximation, gated APPROXIMATION_MARGIN_DB above the graph's fp16 floor. `engine_form`: what the
     engine graph needs on top of the fp32 graph the build compares with (the fp16 rounding shift of the round-form
     sine). `placement_only`: the pass mends no fault, only where ops run, so `convert build --fix` builds the engine
     with and without it and keeps the one the board-time model predicts faster."""
     name: str
-    sites: Callable
+    sites: Callable | None
     rewrite: Callable
     exact: bool = True
     engine_form: Callable | None = None
@@ -311,14 +312,15 @@ def _nodes_fixed_by(name: str):
     return lambda model, target, findings: [f.node for f in findings if f.fix == name]
 
 
-def _fold_sites(model, target, findings):
-    """The nodes an onnxslim fold at the pinned shapes removes: shape glue, nodes computed from constants only,
-    reshapes to the shape they had (a Snake's, which would stop the polyphase pass)."""
-    kept = {node.name or node.output[0] for node in _fold(model, target).graph.node}
+def _removed_nodes(model, candidate) -> list[str]:
+    """The nodes of `model` that `candidate` no longer has (by name, an unnamed one by its output)."""
+    kept = {node.name or node.output[0] for node in candidate.graph.node}
     return [node.name or node.output[0] for node in model.graph.node if (node.name or node.output[0]) not in kept]
 
 
 def _fold(model, target):
+    """An onnxslim fold at the pinned shapes: it removes shape glue, nodes computed from constants only, and
+    reshapes to the shape they had (a Snake's, which would stop the polyphase pass)."""
     from rkaudio.surgery.graph.fold import fold_fixed
 
     return fold_fixed(model)
@@ -405,7 +407,7 @@ def _conv_padding(model, target):
 # polyphase convs pad less than the full-rate ones).
 FIXES: tuple[Fix, ...] = (
     Fix("weight_fold", _weight_fold_sites, _weight_fold),
-    Fix("fold", _fold_sites, _fold),
+    Fix("fold", None, _fold),
     Fix("sine_polynomial", _nodes_fixed_by("sine_polynomial"), _sine_polynomial, exact=False,
         engine_form=_fp16_round_shift, placement_only=True),
     Fix("instance_norm", _nodes_fixed_by("instance_norm"), _instance_norm),
@@ -461,13 +463,18 @@ def apply_fixes(model, target: str, toolkit: str, feeds: dict, say=lambda line: 
     floor_db = fp32_floor_db(model, feeds)
     say(f"the weights' fp32 floor on the self-check inputs: {floor_db:.1f} dB")
     applied, before = [], run(model)
+    findings = examine(model, target, toolkit, None) + list(measured)  # again only when a pass changes the graph
     for fix in FIXES:
         if fix.name in skip:
             continue
-        sites = fix.sites(model, target, examine(model, target, toolkit, None) + list(measured))
+        if fix.sites is None:
+            candidate = fix.rewrite(model, target)
+            sites = _removed_nodes(model, candidate)
+        else:
+            sites = fix.sites(model, target, findings)
+            candidate = fix.rewrite(model, target) if sites else None
         if not sites:
             continue
-        candidate = fix.rewrite(model, target)
         after = run(candidate)
 
         def fp16_floor_db(graph=model, reference=before):
@@ -480,6 +487,7 @@ def apply_fixes(model, target: str, toolkit: str, feeds: dict, say=lambda line: 
         say(applied[-1].line())
         if kept:
             model, before = candidate, after
+            findings = examine(model, target, toolkit, None) + list(measured)
     return model, applied
 
 
@@ -604,3 +612,83 @@ def pass_verdicts(report: Report) -> list:
     return [at_least(f"fix:{a.name}", a.snr_db, a.threshold_db, "dB",
                      f"{a.nodes} node(s), {'exact' if a.exact else 'approximating'}")
             for a in report.applied if a.kept]
+
+
+def build_mended(model, stem: str, target: str, toolkit: str, feeds: dict, selfcheck, out, scratch, compile_engine,
+                 say):
+    """`--fix`: mend, build <stem>.fixed.*, and name every CPU op of the engine in the manifest's `doctor` report.
+    A pass that only moves ops off the CPU is judged by the engine: when the build puts on the CPU a node whose pass
+    the placement table did not call for, the engine is built again with it; when a placement-only pass was kept
+    (Fix.placement_only), again without it. The engine the board-time model predicts faster is kept (a CPU
+    Softmax can cost less than its NPU form). `compile_engine(graph_path, inputs_npz, reference_onnx, report)` builds
+    into `out` (the command's build_engine with its options); `scratch` holds files the engine does not keep. Returns
+    the build result."""
+    import shutil
+
+    import onnx
+
+    from rkaudio.core.manifest import read_manifest, write_manifest
+
+    def attempt(measured=(), skip=()):
+        mended, report = mend(model, target, toolkit, feeds, say=say, measured=measured, skip=skip)
+        phased = fed(mended, feeds)
+        inputs = selfcheck
+        if any(phased[name] is not feeds[name] for name in feeds):  # the engine takes a waveform in phases
+            inputs = scratch / "inputs.phases.npz"
+            np.savez(inputs, **phased)
+        fixed_path, reference = out / f"{stem}.fixed.onnx", None
+        engine_model = engine_graph(mended, report)
+        if engine_model is not None:  # it relies on fp16 arithmetic: its fp32 twin is the reference
+            reference = out / f"{stem}.fixed.fp32.onnx"
+            onnx.save(mended, str(reference))
+        onnx.save(engine_model or mended, str(fixed_path))
+        result = compile_engine(fixed_path, inputs, reference, report)
+        placed = placed_on_cpu(report, result.manifest_data["ops"]["cpu_ops"], engine_model or mended)
+        ms = (result.manifest_data.get("predicted_board_ms") or {}).get("ms")
+        return result, report, placed, ms
+
+    def keep_aside():
+        for path in out.glob(f"{stem}.fixed.*"):
+            shutil.move(str(path), aside / path.name)
+
+    def take_back():
+        for path in out.glob(f"{stem}.fixed.*"):
+            path.unlink()
+        for path in aside.iterdir():
+            shutil.move(str(path), out / path.name)
+
+    aside = scratch / "other_engine"
+    aside.mkdir()
+    first = attempt()
+    result, report, placed, ms = first
+    mendable = [finding for finding in placed if finding.fix]
+    compared = {finding.fix for finding in mendable} or placement_passes(report)
+    if compared:
+        # the other engine: with the passes the build's CPU ops call for, or without the placement-only ones kept
+        passes = ", ".join(sorted(compared))
+        say(f"the build put {len(mendable)} op(s) on the CPU that the placement table did not predict and a pass "
+            f"mends ({passes}): building with it too" if mendable else
+            f"{passes} only moves ops off the CPU: building without it too, to keep the engine predicted faster")
+        keep_aside()
+        other = attempt(measured=mendable) if mendable else attempt(skip=compared)
+        with_passes, without = (other, first) if mendable else (first, other)
+        faster = other if None in (ms, other[3]) or other[3] < ms else first
+        if faster is first:
+            take_back()
+        result, report, placed, ms = faster
+        say(f"kept the engine {'with' if faster is with_passes else 'without'} {passes}: {with_passes[3]:.1f} ms per "
+            f"call predicted with it, {without[3]:.1f} ms without")
+        if faster is without:
+            report.left = left_on_cpu(report.left, compared, with_passes[3], ms)
+            placed = left_on_cpu(placed, compared, with_passes[3], ms)
+    report.left += placed
+    cpu_ops = {op["name"] for op in result.manifest_data["ops"]["cpu_ops"]}
+    named = [finding for finding in report.left if finding.kind == "cpu_op" and finding.node in cpu_ops]
+    if named:
+        say(f"CPU ops of the engine, each with the reason it stays there: {len(named)}")
+    for finding in named:
+        say(f"  {finding.line()}")
+    data = read_manifest(result.manifest)
+    data["doctor"] = report.to_json()
+    write_manifest(result.manifest, data)
+    return result
