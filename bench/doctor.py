@@ -79,6 +79,20 @@ def cell(model: str, size: str, target: str, work: Path) -> list[dict]:
     return rows
 
 
+def over_cells(models, targets, prefix: str, cell) -> list[dict]:
+    """The rows of `cell(model, target, work)` (a list each) for every model and target, each model's ONNX and builds
+    in a scratch folder of its own (`work`), each row printed as JSON when measured."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        for model in models:
+            work = Path(scratch) / model
+            work.mkdir()
+            for target in targets:
+                rows += cell(model, target, work)
+                print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table."""
     columns = ["model", "size", "target", "stage", "regtask_lines", "worst_ratio", "cpu_ops", "fp16_sites",
@@ -100,14 +114,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--markdown", type=Path, default=run.BENCH_DIR / "results" / "doctor.md",
                         help="Where the table goes (the JSON goes beside it, by the harness).")
     options = parser.parse_args(argv)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="rkaudio-doctor-bench-") as scratch:
-        for model in options.models:
-            work = Path(scratch) / model
-            work.mkdir()
-            for target in options.targets:
-                rows += cell(model, options.size, target, work)
-                print(json.dumps(rows[-1]), flush=True)
+    rows = over_cells(options.models, options.targets, "rkaudio-doctor-bench-",
+                      lambda model, target, work: cell(model, options.size, target, work))
     options.markdown.write_text(f"# `convert build --fix` on speech models outside the families ({options.size} "
                                 "configs, random init)\n\nMade by `make bench NAME=doctor`; see bench/doctor.py.\n\n"
                                 + markdown(rows))

@@ -9,7 +9,8 @@ context), and a latent shorter than the window is one zero-padded window whose m
 padding (a padded slice marked 1 leaks its conv biases into the real slices).
 
 The walk knows nothing about models: it runs any backend with `run(feeds) -> outputs` and reads
-its window contract (window/context/emitted/hop/input names) from the engine contract's fields."""
+its window contract (window/context/emitted/hop/input names, the latent's time axis) from the engine contract's
+fields. The output is walked along its last axis (time-last, as every vocoder here writes it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rkaudio.board.contract import ContractFields
+from rkaudio.board.golden import by_role, only_engine
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class WindowContract(WindowSpan):
     output: str
     mask_input: str | None = None
     latent_channels: int | None = None
+    time_axis: int | None = None  # the latent's time axis when it is not the last ([1, T, 80] mel: 1)
 
     def __post_init__(self) -> None:
         if self.emitted < 1 or self.context < 0 or self.emitted + 2 * self.context > self.window:
@@ -79,6 +82,8 @@ class WindowContract(WindowSpan):
             out["mask_input"] = self.mask_input
         if self.latent_channels is not None:
             out["latent_channels"] = int(self.latent_channels)
+        if self.time_axis is not None:
+            out["time_axis"] = int(self.time_axis)
         return out
 
 
@@ -111,11 +116,14 @@ class WalkResult:
 
 
 def walk(backend, latent: np.ndarray, contract: WindowContract, feeds: dict | None = None) -> WalkResult:
-    """Decode `latent` [1, C, N] window by window through `backend.run`; `feeds` are extra
-    per-utterance inputs passed unchanged to every run (e.g. a speaker embedding)."""
+    """Decode `latent` [1, C, N] (time on the contract's `time_axis` when it has one: [1, N, C] for axis 1) window by
+    window through `backend.run`; `feeds` are extra per-utterance inputs passed unchanged to every run (e.g. a
+    speaker embedding)."""
     latent = np.asarray(latent, dtype=np.float32)
     if latent.ndim != 3 or latent.shape[0] != 1:
         raise ValueError(f"latent must be [1, channels, slices], got {latent.shape}")
+    time_axis = 2 if contract.time_axis is None else contract.time_axis % 3
+    latent = np.moveaxis(latent, time_axis, 2)  # walked as [1, C, N]; each window is fed in the engine's layout
     if contract.latent_channels is not None and latent.shape[1] != contract.latent_channels:
         raise ValueError(f"latent has {latent.shape[1]} channels, the engine expects {contract.latent_channels}")
     length = latent.shape[2]
@@ -126,7 +134,7 @@ def walk(backend, latent: np.ndarray, contract: WindowContract, feeds: dict | No
         chunk = np.zeros((1, latent.shape[1], w), dtype=np.float32)
         real = min(w, length - win.start)
         chunk[:, :, :real] = latent[:, :, win.start : win.start + real]
-        run_feeds = {contract.latent_input: chunk, **(feeds or {})}
+        run_feeds = {contract.latent_input: np.ascontiguousarray(np.moveaxis(chunk, 2, time_axis)), **(feeds or {})}
         if contract.mask_input is not None:
             mask = np.zeros((1, 1, w), dtype=np.float32)
             mask[:, :, :real] = 1.0
@@ -135,3 +143,11 @@ def walk(backend, latent: np.ndarray, contract: WindowContract, feeds: dict | No
         offset = win.emit_start - win.start
         pieces.append(out[..., offset * contract.hop : (offset + win.emit_end - win.emit_start) * contract.hop])
     return WalkResult(np.concatenate(pieces, axis=-1), windows, contract.hop)
+
+
+def golden_loop(engines: list, inputs: dict, params: dict) -> dict:
+    """End-to-end golden of a window-walked decoder (`convert build --window`): the latent `latent` walked window by
+    window over the one engine, as a runtime decodes an utterance; returns the output as `audio`. One engine call per
+    window of the walk."""
+    engine = only_engine(by_role(engines, "main"))
+    return {"audio": walk(engine, inputs["latent"], WindowContract.of(engine.contract)).output}

@@ -25,7 +25,8 @@ ShapeOption = Annotated[Optional[list[str]], typer.Option(
 
 def build(
     onnx_path: Annotated[Path, typer.Argument(metavar="ONNX", help="Fixed-shape ONNX to compile (every input "
-                                              "dimension a number; its rkaudio contract, if any, goes into the manifest).")],
+                                              "dimension a number; its rkaudio contract, if any, goes into the "
+                                              "manifest).")],
     target: TargetOption,
     out: OutDir = Path("."),
     toolkit: ToolkitOption = DEFAULT_TOOLKIT,
@@ -44,11 +45,22 @@ def build(
                    "(fold, polyphase levels, conv padding, ...), each gated against the graph before it on the "
                    "self-check inputs (a pass failing its gate is not applied); the mended graph is written as "
                    "<stem>.fixed.onnx in --out and compiled, and the manifest records the doctor's report.")] = False,
+    window: Annotated[Optional[str], typer.Option(
+        "--window", metavar="FRAMES|auto", help="Compile a decoder exported with a dynamic time axis (a conv "
+        "vocoder) for this many latent frames, to be walked along a latent of any length: the smallest context "
+        "whose interior windows match the full-length run is measured and written with the window into the ONNX "
+        "metadata (<stem>_w<W>.onnx), and the self-test goldens walk it (`convert vocoder` does the same). auto: "
+        "64, 128 and 256 built, the fewest predicted board ms per emitted frame kept.")] = None,
+    time_axis: Annotated[Optional[str], typer.Option(
+        "--time-axis", metavar="NAME:AXIS", help="With --window: the latent input and its time axis (e.g. mel:1 "
+        "for a [1, frames, 80] mel); default: the input's one dynamic axis past the batch.")] = None,
+    sample_rate: Annotated[int, typer.Option("--sample-rate", min=1, help="With --window: output samples per "
+                           "second (the real-time gate's rate).")] = 22050,
 ) -> None:
     """Compile an ONNX to an fp16 .rknn in the converter venv, gate it (REGTASK lines, CPU ops, real time where the
     family its contract names declares it, simulator SNR) and write <stem>.rknn, <stem>.manifest.json and
     <stem>.build.log into --out. With --shape the graph is pinned and folded first (<stem>.pinned.onnx); with --fix
-    it is mended first (<stem>.fixed.onnx)."""
+    it is mended first (<stem>.fixed.onnx); with --window it is compiled for one window of a walk."""
     import tempfile
 
     import numpy as np
@@ -63,6 +75,15 @@ def build(
     from rkaudio.surgery.graph.fold import fold_fixed
 
     model = load_model(onnx_path)  # a truncated, foreign or NaN-carrying file stops here, in one line
+    if window is not None:
+        if shape or selfcheck is not None:
+            raise SetupError("--window pins the time axis itself and measures on its own latents: drop "
+                             + " and ".join(flag for flag, given in (("--shape", shape), ("--selfcheck", selfcheck))
+                                            if given))
+        walked_build(onnx_path, window, time_axis, sample_rate, fix, target, toolkit, out, BuildOptions(
+            target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines, fail_on_cpu_ops=fail_on_cpu_ops,
+            max_cpu_ops=max_cpu_ops, max_real_time_factor=max_real_time_factor, min_simulator_snr_db=min_snr_db))
+        return
     options = BuildOptions(target=target, toolkit=toolkit, max_regtask_lines=max_regtask_lines,
                            fail_on_cpu_ops=fail_on_cpu_ops, max_cpu_ops=max_cpu_ops,
                            max_real_time_factor=max_real_time_factor, real_time=family_real_time(contract_of(model)),
@@ -96,6 +117,23 @@ def build(
             result = compile_engine(onnx_path, selfcheck)
     typer.echo("\n".join(summary_lines(result.manifest_data)))
     typer.echo(f"wrote {result.rknn}, {result.manifest.name}, {result.build_log.name}")
+
+
+def walked_build(onnx_path: Path, window: str, time_axis: str | None, sample_rate: int, fix: bool, target: str,
+                 toolkit: str, out: Path, options: BuildOptions) -> None:
+    """`convert build --window`: the `vocoder` family's job for this ONNX, run as `convert vocoder` runs it."""
+    from dataclasses import fields
+
+    from rkaudio.families.vocoder import window_choice
+    from rkaudio.pipeline import pipeline
+
+    family = declaration("vocoder")
+    gates = {entry.name: getattr(options, entry.name) for entry in fields(options)
+             if entry.name in family.gates_model(family.components[0]).model_fields}
+    job = family.job(target=target, out=out, toolkit=toolkit, source={"model": str(onnx_path)},
+                     options={"window": window_choice(window), "time_axis": time_axis, "sample_rate": sample_rate,
+                              "fix": fix}, gates=gates)
+    pipeline.run(job, say=typer.echo)
 
 
 def doctor(
@@ -139,8 +177,8 @@ def family_real_time(contract):
 
 
 def inspect(
-    path: Annotated[Path, typer.Argument(metavar="ENGINE_OR_MANIFEST",
-                                         help="An .rknn built by rkaudio (its manifest sits beside it) or the manifest.")],
+    path: Annotated[Path, typer.Argument(
+        metavar="ENGINE_OR_MANIFEST", help="An .rknn built by rkaudio (its manifest sits beside it) or the manifest.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole manifest as JSON.")] = False,
 ) -> None:
     """Print an engine's manifest summary: target, toolkit, I/O, bytes, REGTASK, op placement, predicted board time,
@@ -161,7 +199,8 @@ def inspect(
 
 
 def engines(
-    target: Annotated[Optional[str], typer.Option("--target", "-t", callback=normalised_target, help="SoC to build for; every recipe whose "
+    target: Annotated[Optional[str], typer.Option("--target", "-t", callback=normalised_target,
+                                                  help="SoC to build for; every recipe whose "
                       f"`targets` list it is built. One of: {', '.join(FP16_TARGETS)}. Required to build.")] = None,
     toolkit: ToolkitOption = DEFAULT_TOOLKIT,
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Build only this package (a recipe's "
@@ -190,7 +229,8 @@ def engines(
     if matrix_json:
         import json
 
-        pairs = [{"package": r["package"], "target": t, "family": r["family"]} for r in recipes.load_recipes(recipes_dir, declaration)
+        pairs = [{"package": r["package"], "target": t, "family": r["family"]}
+                 for r in recipes.load_recipes(recipes_dir, declaration)
                  for t in r["targets"] if target is None or t == target]
         print(json.dumps({"include": pairs}))
         return
@@ -226,7 +266,8 @@ def selftest(
     package_dir: PackageDir,
     backend: Annotated[str, typer.Option("--backend", help="simulator: compile each engine's ONNX in the toolkit "
                                          "simulator (it refuses engines loaded from disk) and require the stored "
-                                         "simulator outputs back (>= 120 dB); onnx: onnxruntime fp32 on the ONNX.")] = "simulator",
+                                         "simulator outputs back (>= 120 dB); onnx: onnxruntime fp32 on the "
+                                         "ONNX.")] = "simulator",
     onnx_dir: Annotated[Optional[Path], typer.Option("--onnx-dir", help="Where the package's ONNX files are "
                         "(default: the work directory each manifest names, kept by `convert engines`).")] = None,
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per engine after the warm-up.")] = 3,
@@ -291,8 +332,8 @@ def publish(
     run_publish(dist_target_dir, repo_id, revision, dry_run, replay, say=typer.echo)
 
 
-SHARED_COMMANDS = {"build": build, "doctor": doctor, "inspect": inspect, "engines": engines, "selftest": selftest, "verify": verify,
-                   "publish": publish, "diagnose": diagnose}
+SHARED_COMMANDS = {"build": build, "doctor": doctor, "inspect": inspect, "engines": engines, "selftest": selftest,
+                   "verify": verify, "publish": publish, "diagnose": diagnose}
 
 
 def register(app: typer.Typer, check_app: typer.Typer) -> None:

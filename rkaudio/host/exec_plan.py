@@ -1,8 +1,8 @@
 """The consumer's rules for `<family>.exec_plan` (spec: rknn-decoder-path.md, "Component execution plans"),
 as a checker a package's `exec_plan.json` must pass: unknown options, components, fields, implementations,
 artifact roles or params are errors, and an RKNN component must name each required role. The spec's table is
-transcribed in OPTIONS; the two options it lacks (`audio8_asr.exec_plan`, `example.exec_plan`) are rkaudio's
-own and sit at its end. Stdlib only: the board kit can run it too."""
+transcribed in OPTIONS; the options it lacks (`audio8_asr.exec_plan`, `example.exec_plan`, `vocoder.exec_plan`) are
+rkaudio's own and sit at its end. Stdlib only: the board kit can run it too."""
 from __future__ import annotations
 
 import re
@@ -60,6 +60,8 @@ OPTIONS: Dict[str, Dict[str, Component]] = {
         "decoder": Component(("rknn",), {"step_<n>": MAIN, "head": LADDER}),
     },
     "example.exec_plan": {"conv": Component(("rknn",), {"main": LADDER})},
+    # any decoder walked over one fixed window (`convert build --window`, rkaudio/families/vocoder)
+    "vocoder.exec_plan": {"decoder": Component(("rknn",), {"main": MAIN})},
 }
 
 

@@ -377,3 +377,29 @@ def test_qwen3_vocoder(scratch, qwen3_snapshot):
 def test_check_qwen3_vocoder(scratch, qwen3_snapshot):
     result = run(scratch, "check", "qwen3-vocoder", "--model-dir", str(qwen3_snapshot))
     assert FP16_ESTIMATE in result.stdout and 20.0 < overall_snr(result.stdout) < math.inf
+
+
+@pytest.fixture(scope="module")
+def dynamic_vocoder(scratch) -> Path:
+    """The reduced MMS-TTS VITS decoder as a user exports it: its latent's time axis dynamic."""
+    from tests.speech_models import export
+
+    return export("mms_tts_decoder", scratch / "mms_decoder.onnx", "reduced", dynamic_time=True)
+
+
+@runs("vocoder")
+def test_vocoder(scratch, dynamic_vocoder):
+    result = run(scratch, "vocoder", "--model", str(dynamic_vocoder))
+    assert "[PASS] interior_snr_min" in result.stdout and "[PASS] tail_snr" in result.stdout, output(result)
+    manifest = json.loads((scratch / "work" / "vocoder" / "mms_decoder_w64.manifest.json").read_text())
+    assert manifest["contract"]["window"] == 64 and manifest["regtask"]["lines"] == 0
+
+
+@runs("check vocoder")
+def test_check_vocoder(scratch, dynamic_vocoder):
+    result = run(scratch, "check", "vocoder", "--model", str(dynamic_vocoder))
+    assert FP16_ESTIMATE in result.stdout and 20.0 < overall_snr(result.stdout) < math.inf
+    windowing = re.search(r"fp32 render vs full-length reference \(the windowing alone\): (\S+) dB", result.stdout)
+    assert windowing and float(windowing.group(1)) >= 90.0, result.stdout[-3000:]
+    assert {p.name for p in scratch.glob("vocoder*")} >= {"vocoder.wav", "vocoder.fp32.wav", "vocoder.full.wav",
+                                                           "vocoder.png"}
