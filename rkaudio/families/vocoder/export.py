@@ -231,7 +231,8 @@ def export_window(job, model_path: Path, window: int, out_dir: Path, say=print) 
 
 
 def predicted_ms_per_emitted(job, written: WindowExport, scratch: Path) -> float | str:
-    """The board-time model's ms per emitted frame of `written` built for the job's target, or why there is none."""
+    """The board-time model's ms per emitted frame of `written` built for the job's target, or why there is none (a
+    failed build gate raises GateFailure)."""
     from rkaudio.engine.build import build_engine
     from rkaudio.pipeline.declaration import build_options
     from rkaudio.pipeline.pipeline import record_export
@@ -239,10 +240,7 @@ def predicted_ms_per_emitted(job, written: WindowExport, scratch: Path) -> float
     record = record_export(written.onnx, written.verdicts, feeds=written.feeds, reference=written.reference)
     result = build_engine(record.onnx, scratch, build_options(job.gates, job.target, job.toolkit),
                           selfcheck=record.selfcheck, export_verdicts=record.verdicts, reference_onnx=record.reference)
-    failed = [v.name for v in result.verdicts if not v.passed]
     predicted = (result.manifest_data.get("predicted_board_ms") or {}).get("ms")
-    if failed:
-        return f"the build fails {', '.join(failed)}"
     return "no board-time constants for the target" if predicted is None else predicted / written.emitted
 
 
@@ -260,7 +258,11 @@ def choose_window(job, model_path: Path, say=print) -> int:
                 failed = [v.name for v in written.verdicts if not v.passed]
                 outcome[window] = (f"the export fails {', '.join(failed)}" if failed else
                                    predicted_ms_per_emitted(job, written, Path(scratch) / f"w{window}"))
-            except (SetupError, GateFailure, BuildError) as error:
+            except GateFailure as failure:
+                outcome[window] = "the build fails " + ", ".join(
+                    f"{v.name} ({v.value:.4g} {v.unit}, threshold {v.threshold:.4g})" for v in failure.verdicts
+                    if not v.passed)
+            except (SetupError, BuildError) as error:
                 outcome[window] = str(error).splitlines()[0]
     say(f"--window auto for {job.target}:")
     for window, result in outcome.items():
