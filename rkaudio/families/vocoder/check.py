@@ -30,4 +30,16 @@ def render_check(model: Path, engine: Path, engines, frames: int, seed: int, out
     title = (f"vocoder {Path(engine).stem}, W={layout.window} C={layout.context}, {frames} latent frames "
              f"({engines.label})")
     return compare(out, Render(fp32.output.reshape(-1), rate), Render(np.reshape(rendered, -1), rate),
-                   spans_of_walk(fp32), title=title, full=Render(np.reshape(full, -1), rate))
+                   spans_of_walk(fp32), title=title, full=Render(np.reshape(full, -1), rate),
+                   apart_from_full=apart_from_full(contract))
+
+
+def apart_from_full(contract) -> str:
+    """What sets the fp32 walk apart from the full-length run: the windowing, and the approximating `--fix` passes
+    the engine's fp32 graph kept (its export verdicts name them)."""
+    from rkaudio.engine.doctor import FIXES
+
+    approximating = {fix.name for fix in FIXES if not fix.exact}
+    kept = [entry["name"][len("fix:"):] for entry in contract.export_verdicts or []
+            if entry["name"].startswith("fix:") and entry["name"][len("fix:"):] in approximating]
+    return "the windowing" + (f" and the approximating {', '.join(kept)}" if kept else " alone")
