@@ -41,8 +41,6 @@ class WindowExport:
     """A written window engine graph and what its export measured."""
 
     onnx: Path
-    window: int
-    context: int
     emitted: int
     verdicts: list
     feeds: dict           # the build's self-check inputs: one window of the self-check latent (and its mask)
@@ -226,7 +224,7 @@ def export_window(job, model_path: Path, window: int, out_dir: Path, say=print) 
         onnx.save(set_contract(graph, contract_json), str(twin))
     say(f"{model_path.name}: window {window}, context {context}, emitted {contract.emitted} frames x hop {hop}"
         + (", frame mask after every conv" if options.tail_mask else ""))
-    return WindowExport(onnx_path, window, context, contract.emitted, verdicts, feeds, axis.shape(window, model),
+    return WindowExport(onnx_path, contract.emitted, verdicts, feeds, axis.shape(window, model),
                         axis.axis, twin)
 
 
