@@ -78,6 +78,9 @@ def time_axis(model, spelt: str | None = None) -> TimeAxis:
     if len(outputs) != 1:
         raise SetupError(f"the graph has {len(outputs)} outputs ({', '.join(outputs)}): a window walk stitches one "
                          "time-last output")
+    if len(inputs) != 1:
+        raise SetupError(f"the graph has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}): a window walk "
+                         "feeds one latent input; export the decoder with the others folded in")
     if spelt is not None:
         name, axis = parse_time_axis(spelt)
         chosen = next((i for i in inputs if i.name == name), None)
@@ -85,9 +88,6 @@ def time_axis(model, spelt: str | None = None) -> TimeAxis:
             raise SetupError(f"--time-axis {spelt}: no input {name!r}; the graph's inputs are "
                              f"{', '.join(i.name for i in inputs)}")
     else:
-        if len(inputs) != 1:
-            raise SetupError(f"the graph has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}): name the "
-                             "latent with --time-axis NAME:AXIS (a window walk feeds one latent input)")
         chosen = inputs[0]
         dims = chosen.type.tensor_type.shape.dim
         dynamic = [axis for axis, d in enumerate(dims) if axis > 0 and not d.HasField("dim_value")]
@@ -99,9 +99,6 @@ def time_axis(model, spelt: str | None = None) -> TimeAxis:
                                  "run can judge the windows"))
         axis = dynamic[0]
     rank = len(chosen.type.tensor_type.shape.dim)
-    if len(inputs) != 1:
-        raise SetupError(f"the graph has {len(inputs)} inputs: a window walk feeds one latent input "
-                         f"({chosen.name}); export the decoder with the others folded in")
     if not 0 < axis % rank < rank or rank < 2:
         raise SetupError(f"--time-axis {chosen.name}:{axis}: the input has rank {rank} and axis 0 is the batch")
     return TimeAxis(chosen.name, axis % rank, rank, outputs[0])

@@ -141,3 +141,27 @@ def test_the_time_axis_is_asked_for_when_it_is_not_one_dynamic_axis(tmp_path):
         windowing.time_axis(fixed)
     with pytest.raises(SetupError, match="no input 'mel'"):
         windowing.time_axis(both, "mel:1")
+
+
+def test_a_second_input_is_refused_whether_or_not_the_latent_is_named(tmp_path):
+    """A speaker embedding beside the latent: the walk feeds one input per window, so naming the latent does not
+    make the graph walkable, and the refusal says so once instead of asking for --time-axis first."""
+    import torch
+
+    class Conditioned(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(CHANNELS, CHANNELS, 3, padding=1)
+
+        def forward(self, latent, speaker):
+            return self.conv(latent + speaker)
+
+    path = tmp_path / "conditioned.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Conditioned().eval(), (torch.randn(1, CHANNELS, 32), torch.randn(1, CHANNELS, 1)),
+                          str(path), input_names=["latent", "speaker"], output_names=["audio"], opset_version=17,
+                          dynamo=False, dynamic_axes={"latent": {2: "time"}})
+    for spelt in (None, "latent:2"):
+        with pytest.raises(SetupError, match=r"2 inputs \(latent, speaker\).*with the others folded in"):
+            windowing.time_axis(onnx.load(str(path)), spelt)
