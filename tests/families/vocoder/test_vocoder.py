@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.convert_app import convert, output
@@ -136,3 +137,37 @@ def test_a_package_of_a_walked_vocoder_replays_its_walk_golden(tmp_path, dynamic
     assert "e2e mms_tts_decoder_w64_walk" in replayed.stdout and "every gate passed" in replayed.stdout
     verified = convert("verify", str(package))
     assert verified.returncode == 0, output(verified)
+
+
+def test_a_window_whose_last_frames_never_reach_the_decoder_fails_the_last_window_gate(tmp_path, dynamic,
+                                                                                          monkeypatch):
+    """A planted fault: the engine graph zeroes its window's last 5 latent frames (a slice that drops the window's
+    end). At a context of 20 no interior window emits within the decoder's reach of them, and the short latents'
+    padding is zero already, so only the window that emits up to the latent's end shows it."""
+    import importlib
+
+    from onnx import helper, numpy_helper
+
+    from rkaudio.families.vocoder import FAMILY
+
+    # the module, not the package's `export` function of the same name
+    window_export = importlib.import_module("rkaudio.families.vocoder.export")
+
+    exact = window_export.windowed_graph
+
+    def end_dropped(model, axis, window, tail_mask):
+        graph = exact(model, axis, window, tail_mask)
+        keep = np.ones((1, 1, window), np.float32)
+        keep[..., -5:] = 0.0
+        for node in graph.graph.node:
+            node.input[:] = ["latent_kept" if name == axis.input else name for name in node.input]
+        graph.graph.initializer.append(numpy_helper.from_array(keep, "end_dropped"))
+        graph.graph.node.insert(0, helper.make_node("Mul", [axis.input, "end_dropped"], ["latent_kept"]))
+        return graph
+
+    monkeypatch.setattr(window_export, "windowed_graph", end_dropped)
+    job = FAMILY.job(target="rk3588", out=tmp_path, source={"model": str(dynamic["mms_tts_decoder"])},
+                     options={"context": 20})
+    written = window_export.export_window(job, dynamic["mms_tts_decoder"], 64, tmp_path, say=lambda line: None)
+    failed = {v.name for v in written.verdicts if not v.passed}
+    assert failed == {"last_window_snr"}, [v.line() for v in written.verdicts]
