@@ -54,8 +54,8 @@ def build(
     time_axis: Annotated[Optional[str], typer.Option(
         "--time-axis", metavar="NAME:AXIS", help="With --window: the latent input and its time axis (e.g. mel:1 "
         "for a [1, frames, 80] mel); default: the input's one dynamic axis past the batch.")] = None,
-    sample_rate: Annotated[int, typer.Option("--sample-rate", min=1, help="With --window: output samples per "
-                           "second (the real-time gate's rate).")] = 22050,
+    sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", min=1, help="With --window: output samples "
+                           "per second (the real-time gate's rate); default: `convert vocoder`'s.")] = None,
 ) -> None:
     """Compile an ONNX to an fp16 .rknn in the converter venv, gate it (REGTASK lines, CPU ops, real time where the
     family its contract names declares it, simulator SNR) and write <stem>.rknn, <stem>.manifest.json and
@@ -119,7 +119,7 @@ def build(
     typer.echo(f"wrote {result.rknn}, {result.manifest.name}, {result.build_log.name}")
 
 
-def walked_build(onnx_path: Path, window: str, time_axis: str | None, sample_rate: int, fix: bool, target: str,
+def walked_build(onnx_path: Path, window: str, time_axis: str | None, sample_rate: int | None, fix: bool, target: str,
                  toolkit: str, out: Path, options: BuildOptions) -> None:
     """`convert build --window`: the `vocoder` family's job for this ONNX, run as `convert vocoder` runs it."""
     from dataclasses import fields
@@ -131,8 +131,8 @@ def walked_build(onnx_path: Path, window: str, time_axis: str | None, sample_rat
     gates = {entry.name: getattr(options, entry.name) for entry in fields(options)
              if entry.name in family.gates_model(family.components[0]).model_fields}
     job = family.job(target=target, out=out, toolkit=toolkit, source={"model": str(onnx_path)},
-                     options={"window": window_choice(window), "time_axis": time_axis, "sample_rate": sample_rate,
-                              "fix": fix}, gates=gates)
+                     options={"window": window_choice(window), "time_axis": time_axis, "fix": fix,
+                              **({} if sample_rate is None else {"sample_rate": sample_rate})}, gates=gates)
     pipeline.run(job, say=typer.echo)
 
 

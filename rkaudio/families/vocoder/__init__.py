@@ -89,8 +89,8 @@ def check_vocoder(
     engine: Annotated[Optional[Path], typer.Option(
         "--engine", help="The window engine graph written by `convert build --window` (default: --package's, or a "
         "fresh export).")] = None,
-    window: Annotated[int, typer.Option("--window", help="The window of a fresh export (without --engine or "
-                                        "--package).")] = 64,
+    window: Annotated[Optional[int], typer.Option("--window", help="The window of a fresh export (without --engine "
+                                                  "or --package); default: `convert vocoder`'s.")] = None,
     frames: Annotated[int, typer.Option("--frames", help="Latent frames to render (white noise, standard normal).",
                                         min=1)] = 300,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the latent.")] = 0,
@@ -114,8 +114,8 @@ def check_vocoder(
         if engine is None:  # a fresh export at --window for the target the simulator compiles for
             target, toolkit = engines.compiled_for()
             job = FAMILY.job(target=target, out=Path(scratch), toolkit=toolkit, source={"model": str(model)},
-                             options={"window": window})
-            engine = export_window(job, model, window, Path(scratch)).onnx
+                             options={} if window is None else {"window": window})
+            engine = export_window(job, model, job.options.window, Path(scratch)).onnx
         render_check(model, engine, engines, frames, seed, out)
 
 
